@@ -1,0 +1,168 @@
+"""Segments of compacted rollouts and their padded batch (METHOD.md section 2).
+
+A rollout under compaction is an ordered list of segments
+``exec_1, sum_1, exec_2, sum_2, ..., exec_K``. An execution segment is one
+working window (its prompt, then alternating trainable responses and
+untrainable observations); a summary segment is the prompt ``h_t + q_sum``
+followed by the trainable summary.
+
+Alignment convention, used by every per-token tensor in cxsim: position ``t``
+describes token ``t`` of the segment. ``logprobs[s, t]`` is
+``log pi(token_t | tokens_<t)`` and ``values[s, t]`` is ``V(tokens_<t)``, the
+value of the state in which token ``t`` is chosen. Position 0 is never
+trainable (every segment starts with a prompt).
+
+Masks are kept apart (STYLE.md 5): ``trainable`` marks policy-generated
+tokens, ``attention`` marks real (non-padding) tokens, ``is_summary`` marks
+the role of each row. Nothing else is folded into them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Literal
+
+import torch
+
+Role = Literal["execution", "summary"]
+ROLES: tuple[Role, ...] = ("execution", "summary")
+
+
+@dataclass
+class Segment:
+    """One segment of one rollout, as the runtime records it."""
+
+    role: Role
+    """``execution`` (one working window) or ``summary`` (the summary the policy wrote)."""
+    token_ids: list[int]
+    """Every token of the segment: prompt, responses, observations."""
+    trainable: list[bool]
+    """True where the token was sampled from the policy in this segment."""
+    logprobs: list[float]
+    """Behaviour log-prob of each token; 0.0 where the token is not trainable."""
+    rollout_id: int
+    """Identifies the rollout; unique within a batch."""
+    segment_index: int
+    """Position of the segment in its rollout (0, 1, 2, ... in time order)."""
+    reward: float = 0.0
+    """Terminal reward ``R(tau)`` of the rollout; every segment of it carries the same one."""
+    group_id: int = -1
+    """Rollouts of the same task share a group id (group-broadcast estimator); -1 if unused."""
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+        n = len(self.token_ids)
+        if len(self.trainable) != n or len(self.logprobs) != n:
+            raise ValueError(
+                f"token_ids, trainable and logprobs must have the same length; got "
+                f"{n}, {len(self.trainable)} and {len(self.logprobs)}"
+            )
+        if n == 0:
+            raise ValueError("a segment needs at least one token (its prompt)")
+
+    @property
+    def num_trainable(self) -> int:
+        return sum(self.trainable)
+
+
+@dataclass
+class SegmentBatch:
+    """Segments packed into right-padded tensors. S segments, T = longest segment.
+
+    Rows need not be grouped or ordered by rollout: estimators find a segment's
+    rollout and position through ``rollout_id`` and ``segment_index``.
+    """
+
+    token_ids: torch.Tensor  # (S, T) long, pad_id at padding
+    trainable: torch.Tensor  # (S, T) bool, policy-generated tokens
+    attention: torch.Tensor  # (S, T) bool, real tokens (False at padding)
+    logprobs: torch.Tensor  # (S, T) float32, behaviour log-probs (0 where not trainable)
+    is_summary: torch.Tensor  # (S,) bool, role of each row
+    rollout_id: torch.Tensor  # (S,) long
+    segment_index: torch.Tensor  # (S,) long
+    rewards: torch.Tensor  # (S,) float32, terminal reward of the segment's rollout
+    group_id: torch.Tensor  # (S,) long
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Per-row tensors computed later (values, advantages, returns), shape (S, T) or (S,)."""
+
+    def __len__(self) -> int:
+        return self.token_ids.shape[0]
+
+    @property
+    def num_trainable(self) -> int:
+        return int(self.trainable.sum())
+
+    @property
+    def lengths(self) -> torch.Tensor:  # (S,)
+        return self.attention.sum(dim=1)
+
+    def policy_mask(self, train_summaries: bool = True) -> torch.Tensor:
+        """(S, T) bool: tokens that enter the policy loss.
+
+        ``train_summaries=False`` is the paper's "w/o summary training" ablation:
+        summary tokens get loss mask 0, and so also drop out of ``N_{>s}``.
+        """
+        if train_summaries:
+            return self.trainable
+        return self.trainable & ~self.is_summary[:, None]
+
+    def to(self, device: torch.device | str) -> SegmentBatch:
+        moved = {
+            f.name: getattr(self, f.name).to(device) for f in fields(self) if f.name != "extras"
+        }
+        return SegmentBatch(**moved, extras={k: v.to(device) for k, v in self.extras.items()})
+
+    def select(self, rows: torch.Tensor | Sequence[int]) -> SegmentBatch:
+        """A sub-batch with the given rows (for minibatches), extras included."""
+        idx = torch.as_tensor(rows, dtype=torch.long, device=self.token_ids.device)
+        picked = {
+            f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name != "extras"
+        }
+        return SegmentBatch(**picked, extras={k: v[idx] for k, v in self.extras.items()})
+
+    def with_extras(self, **tensors: torch.Tensor) -> SegmentBatch:
+        return replace(self, extras={**self.extras, **tensors})
+
+
+def pack_segments(segments: Sequence[Segment], pad_id: int = 0) -> SegmentBatch:
+    """Packs segments into a right-padded :class:`SegmentBatch`.
+
+    Raises ValueError on an empty list or when two segments share
+    ``(rollout_id, segment_index)``.
+    """
+    if not segments:
+        raise ValueError("pack_segments needs at least one segment")
+    seen: set[tuple[int, int]] = set()
+    for seg in segments:
+        key = (seg.rollout_id, seg.segment_index)
+        if key in seen:
+            raise ValueError(
+                f"two segments share rollout_id={key[0]} and segment_index={key[1]}; "
+                "each (rollout_id, segment_index) pair must be unique in a batch"
+            )
+        seen.add(key)
+    num_rows = len(segments)
+    width = max(len(seg.token_ids) for seg in segments)
+    token_ids = torch.full((num_rows, width), pad_id, dtype=torch.long)
+    trainable = torch.zeros((num_rows, width), dtype=torch.bool)
+    attention = torch.zeros((num_rows, width), dtype=torch.bool)
+    logprobs = torch.zeros((num_rows, width), dtype=torch.float32)
+    for row, seg in enumerate(segments):
+        n = len(seg.token_ids)
+        token_ids[row, :n] = torch.tensor(seg.token_ids, dtype=torch.long)
+        trainable[row, :n] = torch.tensor(seg.trainable, dtype=torch.bool)
+        attention[row, :n] = True
+        logprobs[row, :n] = torch.tensor(seg.logprobs, dtype=torch.float32)
+    return SegmentBatch(
+        token_ids=token_ids,
+        trainable=trainable,
+        attention=attention,
+        logprobs=logprobs * trainable,
+        is_summary=torch.tensor([seg.role == "summary" for seg in segments], dtype=torch.bool),
+        rollout_id=torch.tensor([seg.rollout_id for seg in segments], dtype=torch.long),
+        segment_index=torch.tensor([seg.segment_index for seg in segments], dtype=torch.long),
+        rewards=torch.tensor([seg.reward for seg in segments], dtype=torch.float32),
+        group_id=torch.tensor([seg.group_id for seg in segments], dtype=torch.long),
+    )

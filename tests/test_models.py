@@ -1,0 +1,122 @@
+"""Policies: preset sizes, save/load, loading errors, and sequence_logprobs alignment."""
+
+import json
+
+import pytest
+import torch
+
+from cxsim.agents.chat import HFChatFormat, WordChatFormat
+from cxsim.agents.models import (
+    build_policy,
+    count_parameters,
+    load_policy,
+    save_policy,
+    sequence_logprobs,
+)
+from cxsim.agents.tokenizer import build_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer([f"w{i}" for i in range(500)])  # 509 ids, like the env vocabulary
+
+
+@pytest.fixture(scope="module")
+def tiny(tokenizer):
+    return build_policy("tiny", tokenizer, max_positions=64).eval()
+
+
+@pytest.mark.parametrize(
+    ("preset", "low", "high"),
+    [("tiny", 0.1e6, 0.3e6), ("small", 0.5e6, 2e6), ("base", 5e6, 10e6)],
+)
+def test_preset_parameter_counts(tokenizer, preset, low, high):
+    model = build_policy(preset, tokenizer)
+    assert low <= count_parameters(model) <= high
+    assert model.config.vocab_size == len(tokenizer)
+
+
+def test_special_ids_and_seeded_init(tokenizer, tiny):
+    assert (tiny.config.pad_token_id, tiny.config.bos_token_id, tiny.config.eos_token_id) == (
+        0,
+        8,
+        8,
+    )
+    state = torch.random.get_rng_state()
+    again = build_policy("tiny", tokenizer, max_positions=64)
+    assert torch.equal(torch.random.get_rng_state(), state)  # global RNG untouched
+    assert torch.equal(again.lm_head.weight, tiny.lm_head.weight)
+    other = build_policy("tiny", tokenizer, max_positions=64, seed=1)
+    assert not torch.equal(other.lm_head.weight, tiny.lm_head.weight)
+
+
+def test_unknown_preset(tokenizer):
+    with pytest.raises(ValueError, match="preset must be one of"):
+        build_policy("huge", tokenizer)
+
+
+def test_save_load_reproduces_logits(tokenizer, tiny, tmp_path):
+    save_policy(tiny, tokenizer, tmp_path)
+    assert json.loads((tmp_path / "cxsim.json").read_text()) == {"chat_format": "word"}
+    model, loaded_tok, chat = load_policy(tmp_path)
+    assert isinstance(chat, WordChatFormat)
+    ids = torch.tensor([chat.task("w1 w2 w3") + chat.assistant_prefix()])
+    assert ids.tolist() == [[3, *loaded_tok.convert_tokens_to_ids(["w1", "w2", "w3"]), 4]]
+    with torch.no_grad():
+        assert torch.equal(model.eval()(ids).logits, tiny(ids).logits)
+
+
+def test_load_without_marker_uses_hf_chat_format(tokenizer, tiny, tmp_path):
+    tok = build_tokenizer(["a", "b"])
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }} <|end|> {% endfor %}"
+    tiny.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    _, _, chat = load_policy(tmp_path)
+    assert isinstance(chat, HFChatFormat)
+    assert chat.end_id == 8
+
+
+@pytest.mark.parametrize("make", ["missing", "empty"])
+def test_load_bad_path_says_what_to_pass(tmp_path, make):
+    path = tmp_path / "nothing" if make == "missing" else tmp_path
+    with pytest.raises(FileNotFoundError, match="pass --policy PATH"):
+        load_policy(path)
+
+
+def _hand_logprobs(model, row: list[int], temperature: float) -> list[float]:
+    """One forward pass per prefix: log p(tok_t | tok_<t) from the last position."""
+    out = [0.0]
+    for t in range(1, len(row)):
+        logits = model(torch.tensor([row[:t]])).logits[0, -1] / temperature
+        out.append(torch.log_softmax(logits, -1)[row[t]].item())
+    return out
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_sequence_logprobs_equals_per_prefix_loop(tiny, side):
+    gen = torch.Generator().manual_seed(0)
+    rows = [torch.randint(9, 509, (n,), generator=gen).tolist() for n in (7, 4, 1)]
+    width = max(map(len, rows))
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for s, row in enumerate(rows):
+        span = slice(0, len(row)) if side == "right" else slice(width - len(row), width)
+        ids[s, span] = torch.tensor(row)
+        mask[s, span] = 1
+    with torch.no_grad():
+        logprobs, entropy = sequence_logprobs(tiny, ids, mask, temperature=0.7, return_entropy=True)
+        for s, row in enumerate(rows):
+            span = slice(0, len(row)) if side == "right" else slice(width - len(row), width)
+            expected = torch.tensor(_hand_logprobs(tiny, row, 0.7))
+            torch.testing.assert_close(logprobs[s, span], expected, atol=1e-5, rtol=0)
+            assert logprobs[s][mask[s] == 0].abs().sum() == 0
+            assert entropy[s, span][0] == 0 and (entropy[s, span][1:] > 0).all()
+            assert entropy[s][mask[s] == 0].abs().sum() == 0
+
+
+def test_sequence_logprobs_has_gradients(tiny):
+    ids = torch.tensor([[3, 10, 11, 4, 12, 8]])
+    logprobs = sequence_logprobs(tiny, ids, torch.ones_like(ids))
+    logprobs.sum().backward()
+    assert tiny.lm_head.weight.grad is not None and tiny.lm_head.weight.grad.abs().sum() > 0
+    tiny.zero_grad(set_to_none=True)

@@ -1,6 +1,7 @@
 """Agents: word tokenizer, chat formats, policies and the critic (CONTRACTS.md, Agents)."""
 
 from cxsim.agents.chat import ChatFormat, HFChatFormat, WordChatFormat
+from cxsim.agents.critic import Critic
 from cxsim.agents.models import (
     POLICY_PRESETS,
     build_policy,
@@ -20,6 +21,7 @@ __all__ = [
     "POLICY_PRESETS",
     "SPECIAL_TOKENS",
     "ChatFormat",
+    "Critic",
     "HFChatFormat",
     "WordChatFormat",
     "build_policy",

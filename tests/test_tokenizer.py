@@ -2,7 +2,12 @@
 
 import pytest
 
-from cxsim.agents.tokenizer import SPECIAL_TOKENS, build_tokenizer, load_tokenizer
+from cxsim.agents.tokenizer import (
+    SPECIAL_TOKENS,
+    build_tokenizer,
+    default_tokenizer,
+    load_tokenizer,
+)
 
 WORDS = ["set", "key", "=", "alpha", "beta", "7", "done", "don't", "x.y", "##z"]
 
@@ -61,3 +66,14 @@ def test_save_load_keeps_ids_and_specials(tokenizer, tmp_path):
     assert loaded.get_vocab() == tokenizer.get_vocab()
     assert (loaded.pad_token_id, loaded.eos_token_id, loaded.unk_token_id) == (0, 8, 1)
     assert loaded.decode(tokenizer.encode("key = beta", add_special_tokens=False)) == "key = beta"
+
+
+def test_default_tokenizer_covers_env_vocabulary():
+    from cxsim.envs import vocabulary
+
+    words = vocabulary()
+    tokenizer = default_tokenizer()
+    assert len(tokenizer) == len(SPECIAL_TOKENS) + len(set(words))
+    ids = tokenizer.encode(" ".join(words), add_special_tokens=False)
+    assert tokenizer.unk_token_id not in ids
+    assert tokenizer.decode(ids) == " ".join(words)

@@ -1,0 +1,34 @@
+"""cxsim.envs: Gymnasium text environments with known ground truth.
+
+Importing this package registers ``cxsim/<Name>-v0`` (the default preset) and
+``cxsim/<Name>-easy-v0`` / ``cxsim/<Name>-hard-v0`` for every environment
+(``KeyRecallActive`` is KeyRecall's active variant).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+from cxsim.envs.base import TextEnv
+from cxsim.envs.fact_update import FactUpdate
+from cxsim.envs.key_recall import KeyRecall
+from cxsim.envs.vocab import ENV_CLASSES, env_class, vocabulary
+
+_VARIANT_KWARGS: dict[str, dict[str, Any]] = {"KeyRecallActive": {"variant": "active"}}
+
+
+def _register() -> None:
+    for name, cls in ENV_CLASSES.items():
+        entry = f"{cls.__module__}:{cls.__name__}"
+        for preset, kwargs in cls.PRESETS.items():
+            env_id = f"cxsim/{name}-v0" if preset == "default" else f"cxsim/{name}-{preset}-v0"
+            if env_id not in gym.registry:
+                kwargs = {**kwargs, **_VARIANT_KWARGS.get(name, {})}
+                gym.register(env_id, entry_point=entry, kwargs=kwargs)
+
+
+_register()
+
+__all__ = ["ENV_CLASSES", "FactUpdate", "KeyRecall", "TextEnv", "env_class", "vocabulary"]

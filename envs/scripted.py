@@ -1,0 +1,173 @@
+"""Scripted agents for every cxsim environment, text in / text out like a model.
+
+* ``oracle_for(env)`` returns an oracle whose ``act(observation, info)`` solves
+  the environment. It decides from ``info`` alone (ground truth and the state
+  snapshot), so it keeps acting correctly after any compaction.
+* ``ScriptedSummarizer(omission_rate, seed).summarize(context_text, info)``
+  writes a short summary in the environments' vocabulary: each needed fact
+  whose current value is still a word of ``context_text`` is kept with
+  probability ``1 - omission_rate`` (a fact the context lost is never
+  recovered), plus the goal and any open question, since the rebuilt context
+  may lack the task text.
+* ``summary_recall(summary, info)`` says, per needed fact, whether the summary
+  holds its current value as a whole word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+
+from cxsim.envs.base import words_of
+
+
+class Oracle(Protocol):
+    def act(self, observation: str, info: dict[str, Any]) -> str: ...
+
+
+class CorridorOracle:
+    """KeyRecall / FactUpdate: open the box if offered, walk on, answer the latest values."""
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        state = info["state"]
+        if "open box" in info["admissible_actions"]:
+            return "open box"
+        if state["phase"] == "query":
+            return "answer " + info["key_facts"][state["query_fact"]]
+        return "next"
+
+
+ORACLES: dict[str, Callable[[], Oracle]] = {
+    "key_recall": CorridorOracle,
+    "fact_update": CorridorOracle,
+}
+
+
+def oracle_for(env: gym.Env) -> Oracle:
+    """A fresh oracle for ``env`` (a cxsim env, wrapped or not)."""
+    return ORACLES[env.unwrapped.env_name]()
+
+
+class RandomAgent:
+    """Uniform over the admissible actions; with probability ``garbage_rate`` a
+    random string of vocabulary words (or nothing) instead."""
+
+    def __init__(self, vocab: list[str], seed: int = 0, garbage_rate: float = 0.0) -> None:
+        self.vocab = vocab
+        self.garbage_rate = garbage_rate
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        actions = info["admissible_actions"]
+        if not actions or self.rng.random() < self.garbage_rate:
+            n = int(self.rng.integers(0, 4))
+            return " ".join(self.vocab[i] for i in self.rng.integers(len(self.vocab), size=n))
+        return actions[int(self.rng.integers(len(actions)))]
+
+
+@dataclass
+class Episode:
+    """One episode: the task, then per step the action, observation, reward and info."""
+
+    task: str
+    reset_info: dict[str, Any]
+    actions: list[str] = field(default_factory=list)
+    observations: list[str] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    infos: list[dict[str, Any]] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+
+    @property
+    def success(self) -> bool:
+        return bool(self.infos[-1]["success"]) if self.infos else False
+
+    def transcript(self) -> str:
+        lines = [f"task: {self.task}"]
+        for action, obs in zip(self.actions, self.observations, strict=True):
+            lines += [f"> {action}", obs]
+        return "\n".join(lines)
+
+
+def play(env: gym.Env, agent: Oracle, seed: int | None = None) -> Episode:
+    """Run one episode of ``agent`` (oracle, random, ...) on ``env`` to its end."""
+    obs, info = env.reset(seed=seed)
+    episode = Episode(task=obs, reset_info=info)
+    while True:
+        action = agent.act(obs, info)
+        obs, reward, terminated, truncated, info = env.step(action)
+        episode.actions.append(action)
+        episode.observations.append(obs)
+        episode.rewards.append(float(reward))
+        episode.infos.append(info)
+        if terminated or truncated:
+            episode.terminated, episode.truncated = terminated, truncated
+            return episode
+
+
+# -- summaries -------------------------------------------------------------------------
+
+KEY_GOAL = "goal : walk on with next . at the end , say answer and the key ."
+CODE_GOAL = "goal : walk on with next . answer each question with the latest code ."
+
+
+def _key_recall_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
+    fact = f"the key is {kept['key']} ." if "key" in kept else "the key is unknown ."
+    parts = ["summary :", fact, KEY_GOAL]
+    if info["state"]["phase"] == "query":
+        parts.append("question : what is the key ?")
+    return " ".join(parts)
+
+
+def _fact_update_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
+    parts = ["summary :"]
+    for name in info["needed_facts"]:
+        value = kept.get(name, "unknown")
+        parts.append(f"the {name} code is {value} .")
+    parts.append(CODE_GOAL)
+    if info["state"]["phase"] == "query":
+        parts.append(f"question : what is the {info['state']['query_fact']} code ?")
+    return " ".join(parts)
+
+
+SUMMARY_WRITERS: dict[str, Callable[[dict[str, str], dict[str, Any]], str]] = {
+    "key_recall": _key_recall_summary,
+    "fact_update": _fact_update_summary,
+}
+SUMMARY_WORDS = sorted(
+    words_of(
+        "summary : the key is unknown . question : what code ?",
+        KEY_GOAL,
+        CODE_GOAL,
+    )
+)
+
+
+class ScriptedSummarizer:
+    """Summaries with a controllable omission rate (see module docstring)."""
+
+    def __init__(self, omission_rate: float = 0.0, seed: int = 0) -> None:
+        if not 0.0 <= omission_rate <= 1.0:
+            raise ValueError(f"omission_rate={omission_rate} must be in [0, 1]")
+        self.omission_rate = omission_rate
+        self.rng = np.random.default_rng(seed)
+
+    def summarize(self, context_text: str, info: dict[str, Any]) -> str:
+        present = set(context_text.split())
+        kept = {}
+        for name in info["needed_facts"]:
+            value = info["key_facts"][name]
+            # Draw for every present fact so the RNG stream does not depend on the rate.
+            if value in present and self.rng.random() >= self.omission_rate:
+                kept[name] = value
+        return SUMMARY_WRITERS[info["state"]["env"]](kept, info)
+
+
+def summary_recall(summary: str, info: dict[str, Any]) -> dict[str, bool]:
+    """Needed fact name -> whether ``summary`` holds its current value as a whole word."""
+    words = set(summary.split())
+    return {name: info["key_facts"][name] in words for name in info["needed_facts"]}

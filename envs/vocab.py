@@ -1,0 +1,34 @@
+"""The closed word list of the cxsim environments (for a word-level tokenizer)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from cxsim.envs.base import TextEnv
+from cxsim.envs.fact_update import FactUpdate
+from cxsim.envs.key_recall import KeyRecall
+
+# Registered name (without preset suffix) -> class.
+ENV_CLASSES: dict[str, type[TextEnv]] = {
+    "KeyRecall": KeyRecall,
+    "KeyRecallActive": KeyRecall,
+    "FactUpdate": FactUpdate,
+}
+
+
+def env_class(env_id: str) -> type[TextEnv]:
+    """The environment class behind a registered cxsim id."""
+    name = gym.spec(env_id).entry_point.partition(":")[2]
+    return {c.__name__: c for c in ENV_CLASSES.values()}[name]
+
+
+def vocabulary(env_ids: list[str] | None = None) -> list[str]:
+    """Sorted union of the vocabularies of ``env_ids`` (all cxsim envs by default),
+    plus every word the scripted summarizer writes."""
+    from cxsim.envs.scripted import SUMMARY_WORDS
+
+    classes = set(ENV_CLASSES.values()) if env_ids is None else {env_class(i) for i in env_ids}
+    words = set(SUMMARY_WORDS)
+    for cls in classes:
+        words.update(cls.vocabulary())
+    return sorted(words)

@@ -14,6 +14,7 @@ import gymnasium as gym
 from cxsim.envs.base import TextEnv
 from cxsim.envs.fact_update import FactUpdate
 from cxsim.envs.key_recall import KeyRecall
+from cxsim.envs.sim_repo import SimRepo
 from cxsim.envs.vocab import ENV_CLASSES, env_class, vocabulary
 
 _VARIANT_KWARGS: dict[str, dict[str, Any]] = {"KeyRecallActive": {"variant": "active"}}
@@ -31,4 +32,12 @@ def _register() -> None:
 
 _register()
 
-__all__ = ["ENV_CLASSES", "FactUpdate", "KeyRecall", "TextEnv", "env_class", "vocabulary"]
+__all__ = [
+    "ENV_CLASSES",
+    "FactUpdate",
+    "KeyRecall",
+    "SimRepo",
+    "TextEnv",
+    "env_class",
+    "vocabulary",
+]

@@ -41,9 +41,31 @@ class CorridorOracle:
         return "next"
 
 
+class SimRepoOracle:
+    """SimRepo: look around, run the tests, view the bug, list patches, edit, re-test, submit."""
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        state = info["state"]
+        if not state["listed"]:
+            return "ls"
+        if info["fact_shown_step"]["location"] < 0:
+            return "run_tests"
+        if not state["viewed"]:
+            line = state["bug_line"]
+            return f"view {state['bug_file']} {max(1, line - 2)} {line + 2}"
+        if not state["patches"]:
+            return "patches"
+        if state["applied"] != info["key_facts"]["patch"]:
+            return f"edit {info['key_facts']['patch']}"
+        if not state["tested_edit"]:
+            return "run_tests"
+        return "submit"
+
+
 ORACLES: dict[str, Callable[[], Oracle]] = {
     "key_recall": CorridorOracle,
     "fact_update": CorridorOracle,
+    "sim_repo": SimRepoOracle,
 }
 
 
@@ -113,6 +135,7 @@ def play(env: gym.Env, agent: Oracle, seed: int | None = None) -> Episode:
 
 KEY_GOAL = "goal : walk on with next . at the end , say answer and the key ."
 CODE_GOAL = "goal : walk on with next . answer each question with the latest code ."
+REPO_GOAL = "goal : run_tests to find the bug , edit the patch at the bug , run_tests , submit ."
 
 
 def _key_recall_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
@@ -134,15 +157,26 @@ def _fact_update_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def _sim_repo_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
+    parts = ["summary :", f"the bug is at {kept.get('location', 'unknown')} ."]
+    parts.append(f"the fix is {kept.get('patch', 'unknown')} .")
+    if info["state"]["applied"] is not None:
+        parts.append(f"applied {info['state']['applied']} .")
+    parts.append(REPO_GOAL)
+    return " ".join(parts)
+
+
 SUMMARY_WRITERS: dict[str, Callable[[dict[str, str], dict[str, Any]], str]] = {
     "key_recall": _key_recall_summary,
     "fact_update": _fact_update_summary,
+    "sim_repo": _sim_repo_summary,
 }
 SUMMARY_WORDS = sorted(
     words_of(
-        "summary : the key is unknown . question : what code ?",
+        "summary : the key is unknown . question : what code ? bug at fix applied",
         KEY_GOAL,
         CODE_GOAL,
+        REPO_GOAL,
     )
 )
 

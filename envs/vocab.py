@@ -7,12 +7,14 @@ import gymnasium as gym
 from cxsim.envs.base import TextEnv
 from cxsim.envs.fact_update import FactUpdate
 from cxsim.envs.key_recall import KeyRecall
+from cxsim.envs.sim_repo import SimRepo
 
 # Registered name (without preset suffix) -> class.
 ENV_CLASSES: dict[str, type[TextEnv]] = {
     "KeyRecall": KeyRecall,
     "KeyRecallActive": KeyRecall,
     "FactUpdate": FactUpdate,
+    "SimRepo": SimRepo,
 }
 
 

@@ -24,7 +24,7 @@ def _make(env_id: str) -> gym.Env:
 
 def test_registry_lists_every_env() -> None:
     names = {gym.envs.registration.parse_env_id(i)[1].split("-")[0] for i in ENV_IDS}
-    assert {"KeyRecall", "KeyRecallActive", "FactUpdate"} <= names
+    assert {"KeyRecall", "KeyRecallActive", "FactUpdate", "SimRepo"} <= names
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -95,7 +95,7 @@ def test_make_vec(mode: str) -> None:
     kwargs = {"autoreset_mode": AutoresetMode.NEXT_STEP}
     if mode == "async":
         kwargs["shared_memory"] = False  # Text spaces have no shared-memory layout
-    for env_id in ("cxsim/KeyRecall-easy-v0", "cxsim/FactUpdate-easy-v0"):
+    for env_id in ("cxsim/KeyRecall-easy-v0", "cxsim/FactUpdate-easy-v0", "cxsim/SimRepo-easy-v0"):
         envs = gym.make_vec(env_id, num_envs=2, vectorization_mode=mode, vector_kwargs=kwargs)
         obs, _ = envs.reset(seed=0)
         assert len(obs) == 2 and obs[0] != obs[1]

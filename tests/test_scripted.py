@@ -62,7 +62,9 @@ def test_summary_recall_needs_the_current_value_as_a_whole_word() -> None:
     assert summary_recall("the key is k1 . red is k1", info) == {"key": True, "red": False}
 
 
-@pytest.mark.parametrize("env_id", ["cxsim/KeyRecall-v0", "cxsim/FactUpdate-hard-v0"])
+@pytest.mark.parametrize(
+    "env_id", ["cxsim/KeyRecall-v0", "cxsim/FactUpdate-hard-v0", "cxsim/SimRepo-hard-v0"]
+)
 def test_oracle_acts_from_info_alone(env_id: str) -> None:
     """After compaction the oracle may see only a summary: it still succeeds."""
     env = gym.make(env_id).unwrapped

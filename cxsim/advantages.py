@@ -1,0 +1,549 @@
+"""Advantage estimators for segmented (compacted) rollouts (METHOD.md section 3).
+
+Pure tensor functions over right-padded batches. Dimension names used below:
+``S`` segments (rows), ``T`` tokens per row (padded), ``R`` rollouts. Rows need
+not be grouped or ordered by rollout: a row's rollout and its position in it
+come from ``rollout_id`` and ``segment_index`` (both ``(S,)`` integer tensors).
+Alignment follows ``cxsim.segments``: ``values[s, t] = V(tokens_<t)``.
+
+GAE steps over trainable tokens only. Writing ``i`` for the i-th trainable
+token of a sequence (1-based, ``n`` of them) and ``q = gamma * lam``::
+
+    delta_i = r_i + gamma * V_{i+1} - V_i        (V_{n+1} = 0, r_i = R if i == n else 0)
+    A_i     = delta_i + q * A_{i+1}              (A_{n+1} = 0)
+
+Untrainable positions (prompt, observations, padding) pass ``V_{i+1}`` and the
+running ``A`` through unchanged and get advantage 0, so their values never
+enter any output. The recurrence is a first-order linear recurrence
+``A_t = d_t + c_t A_{t+1}`` with ``c_t = 1, d_t = 0`` at untrainable positions,
+solved by a log-depth parallel scan (no Python loop over tokens or segments,
+no host synchronisation except one validation check per call).
+
+Sources: GAE (Schulman et al. 2016); the cross-segment correction is Eq. 15 of
+CompactionRL (arXiv 2607.05378, section 4.2); the stitched estimator is the
+exact GAE over the concatenated rollout, the reference the correction
+approximates.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+LambdaScope = Literal["segment", "rollout"]
+LAMBDA_SCOPES: tuple[LambdaScope, ...] = ("segment", "rollout")
+
+Lam = float | torch.Tensor
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _raise_if_any(checks: list[tuple[torch.Tensor, str]]) -> None:
+    """Raises ValueError with the message of the first true flag.
+
+    All flags are reduced on their device and read back with a single host
+    synchronisation, so a valid call pays for one sync however many checks run.
+    """
+    if not checks:
+        return
+    flags = torch.stack([flag.reshape(()).to(torch.bool) for flag, _ in checks])
+    if bool(flags.any()):
+        first = int(flags.to(torch.int8).argmax())
+        raise ValueError(checks[first][1])
+
+
+def _check_tokens(values: torch.Tensor, trainable: torch.Tensor) -> tuple[int, int]:
+    if values.dim() != 2 or not values.is_floating_point():
+        raise ValueError(
+            f"values must be a (S, T) float tensor, got shape {tuple(values.shape)} "
+            f"and dtype {values.dtype}"
+        )
+    _check_mask(trainable, values.shape)
+    return values.shape[0], values.shape[1]
+
+
+def _check_mask(trainable: torch.Tensor, shape: torch.Size | tuple[int, ...]) -> None:
+    if trainable.dtype != torch.bool:
+        raise ValueError(f"trainable must be a bool tensor, got dtype {trainable.dtype}")
+    if tuple(trainable.shape) != tuple(shape):
+        raise ValueError(f"trainable must have shape {tuple(shape)}, got {tuple(trainable.shape)}")
+
+
+def _check_rows(name: str, x: torch.Tensor, num_rows: int, integer: bool) -> None:
+    if tuple(x.shape) != (num_rows,):
+        raise ValueError(f"{name} must have shape ({num_rows},), got {tuple(x.shape)}")
+    if integer and (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
+        raise ValueError(f"{name} must be an integer tensor, got dtype {x.dtype}")
+    if not integer and not x.is_floating_point():
+        raise ValueError(f"{name} must be a float tensor, got dtype {x.dtype}")
+
+
+def _check_gamma(gamma: float) -> None:
+    if not 0.0 <= float(gamma) <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+
+
+def _lam_rows(lam: Lam, num_rows: int, like: torch.Tensor) -> tuple[torch.Tensor, list]:
+    """``lam`` as an (S,) tensor of ``like``'s dtype/device, plus its deferred checks."""
+    if isinstance(lam, torch.Tensor):
+        if tuple(lam.shape) != (num_rows,):
+            raise ValueError(
+                f"lam must be a float or an ({num_rows},) tensor, got shape {tuple(lam.shape)}"
+            )
+        lam_t = lam.to(device=like.device, dtype=like.dtype)
+        bad = torch.isnan(lam_t).any() | (lam_t < 0).any() | (lam_t > 1).any()
+        return lam_t, [(bad, "lam must lie in [0, 1] (and not be NaN) for every segment")]
+    if not 0.0 <= float(lam) <= 1.0:
+        raise ValueError(f"lam must be in [0, 1], got {lam}")
+    return torch.full((num_rows,), float(lam), dtype=like.dtype, device=like.device), []
+
+
+def _nan_check(name: str, x: torch.Tensor, where: torch.Tensor | None = None):
+    nan = torch.isnan(x)
+    if where is not None:
+        nan = nan & where
+    return nan.any(), f"{name} contains NaN" + (
+        " at a trainable position" if where is not None else ""
+    )
+
+
+# --------------------------------------------------------------------------- scan helpers
+
+
+def _reverse_linear_scan(coef: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """Solves ``A_t = delta_t + coef_t * A_{t+1}`` along the last dim, ``A_L = 0``.
+
+    Hillis-Steele scan: after the round with offset ``k`` each position holds
+    ``(C_t, D_t)`` with ``A_t = D_t + C_t * A_{t+2k}``; ``ceil(log2 L)`` rounds.
+    Products of coefficients only ever shrink toward their true value (no
+    division), so ``q**2048`` underflowing to 0 is harmless.
+    """
+    length = delta.shape[-1]
+    c = coef.clone()
+    d = delta.clone()
+    k = 1
+    while k < length:
+        # The right-hand product is materialised before the in-place add, so the
+        # overlapping read of d[..., k:] sees the previous round's values.
+        d[..., :-k] += c[..., :-k] * d[..., k:]
+        if 2 * k < length:
+            c[..., :-k] = c[..., :-k] * c[..., k:]
+        k *= 2
+    return d
+
+
+def _next_index(mask: torch.Tensor) -> torch.Tensor:
+    """For each position t, the smallest t' > t with ``mask[..., t']``, else L. Shape of mask."""
+    length = mask.shape[-1]
+    pos = torch.arange(length, device=mask.device).expand_as(mask)
+    marked = torch.where(mask, pos, torch.full_like(pos, length))
+    # suffix minimum over t' >= t, then shift by one for t' > t
+    suffix_min = torch.flip(torch.cummin(torch.flip(marked, [-1]), dim=-1).values, [-1])
+    tail = torch.full_like(suffix_min[..., :1], length)
+    return torch.cat([suffix_min[..., 1:], tail], dim=-1)
+
+
+def _gae_core(
+    values: torch.Tensor,
+    trainable: torch.Tensor,
+    seq_id: torch.Tensor | None,
+    terminal_reward: torch.Tensor,
+    gamma: float,
+    lam_tok: torch.Tensor,
+) -> torch.Tensor:
+    """GAE along the last dim over trainable tokens. All inputs (B, L) (``seq_id`` may be None).
+
+    ``seq_id`` cuts the last dim into independent sequences: a trainable token
+    bootstraps from the next trainable token only if it has the same seq_id;
+    otherwise it is terminal and gets ``terminal_reward``.
+    """
+    length = values.shape[-1]
+    nxt = _next_index(trainable)
+    safe = nxt.clamp(max=length - 1)
+    has_next = nxt < length
+    if seq_id is not None:
+        has_next = has_next & (seq_id.gather(-1, safe) == seq_id)
+    zero = values.new_zeros(())
+    bootstrap = torch.where(has_next, values.gather(-1, safe), zero)
+    reward = torch.where(has_next, zero, terminal_reward)
+    delta = torch.where(trainable, reward + gamma * bootstrap - values, zero)
+    coef = torch.where(
+        trainable, torch.where(has_next, gamma * lam_tok, zero), torch.ones_like(values)
+    )
+    return torch.where(trainable, _reverse_linear_scan(coef, delta), zero)
+
+
+# --------------------------------------------------------------------------- grouping helpers
+
+
+def _rollout_order(rollout_id: torch.Tensor, segment_index: torch.Tensor) -> torch.Tensor:
+    """(S,) permutation sorting rows by (rollout_id, segment_index)."""
+    by_segment = torch.sort(segment_index, stable=True).indices
+    by_rollout = torch.sort(rollout_id[by_segment], stable=True).indices
+    return by_segment[by_rollout]
+
+
+def _duplicate_check(rollout_id, segment_index, order):
+    rid, seg = rollout_id[order], segment_index[order]
+    dup = ((rid[1:] == rid[:-1]) & (seg[1:] == seg[:-1])).any()
+    return dup, (
+        "rollout_id/segment_index: two rows share the same (rollout_id, segment_index); "
+        "each pair must be unique"
+    )
+
+
+def _last_in_run(keys_sorted: torch.Tensor) -> torch.Tensor:
+    """For sorted keys, the index of the last element of each element's run of equal keys."""
+    n = keys_sorted.shape[0]
+    pos = torch.arange(n, device=keys_sorted.device)
+    is_last = torch.ones(n, dtype=torch.bool, device=keys_sorted.device)
+    is_last[:-1] = keys_sorted[1:] != keys_sorted[:-1]
+    marked = torch.where(is_last, pos, torch.full_like(pos, n))
+    return torch.flip(torch.cummin(torch.flip(marked, [0]), dim=0).values, [0])
+
+
+def _first_in_run(keys_sorted: torch.Tensor) -> torch.Tensor:
+    """For sorted keys, the index of the first element of each element's run of equal keys."""
+    n = keys_sorted.shape[0]
+    pos = torch.arange(n, device=keys_sorted.device)
+    is_first = torch.ones(n, dtype=torch.bool, device=keys_sorted.device)
+    is_first[1:] = keys_sorted[1:] != keys_sorted[:-1]
+    return torch.cummax(torch.where(is_first, pos, torch.zeros_like(pos)), dim=0).values
+
+
+def per_group_sum(x: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """(S,) -> (S,): for each row, the sum of ``x`` over all rows with the same ``group``.
+
+    Sort-based, so ids may be any integers and no host sync is needed. The sum
+    is a segmented scan (no global prefix sums whose difference would lose
+    float precision), deterministic on every device.
+    """
+    order = torch.sort(group, stable=True).indices
+    keys = group[order]
+    same_as_next = torch.zeros_like(keys, dtype=torch.bool)
+    same_as_next[:-1] = keys[1:] == keys[:-1]
+    suffix = _reverse_linear_scan(same_as_next.to(x.dtype), x[order])
+    out = torch.empty_like(suffix)
+    out[order] = suffix[_first_in_run(keys)]
+    return out
+
+
+def first_in_group(group: torch.Tensor) -> torch.Tensor:
+    """(S,) bool: True on exactly one row of each group (its first row in row order)."""
+    order = torch.sort(group, stable=True).indices
+    keys = group[order]
+    is_first = torch.ones_like(keys, dtype=torch.bool)
+    is_first[1:] = keys[1:] != keys[:-1]
+    out = torch.empty_like(is_first)
+    out[order] = is_first
+    return out
+
+
+# --------------------------------------------------------------------------- estimators
+
+
+def segment_gae(
+    values: torch.Tensor,
+    trainable: torch.Tensor,
+    rewards: torch.Tensor,
+    gamma: float,
+    lam: Lam,
+) -> torch.Tensor:
+    """Local GAE inside each segment, ``A_loc`` (METHOD.md 3, seed doc section 9).
+
+    ``A_loc_{s,i} = sum_{l=0}^{n_s-i} (gamma lam_s)^l delta_{s,i+l}``, with
+    ``delta_{s,i} = r_{s,i} + gamma V(x_{s,i+1}) - V(x_{s,i})`` over the trainable
+    tokens of segment s; ``r`` is ``rewards[s]`` at the last trainable token and
+    0 before it; the value after the last trainable token is 0.
+
+    Args:
+        values: (S, T) float, ``V`` at each position (ignored where untrainable).
+        trainable: (S, T) bool.
+        rewards: (S,) float, reward placed at each segment's last trainable token.
+        gamma: discount in [0, 1].
+        lam: GAE lambda in [0, 1], a float or an (S,) tensor (one per segment).
+
+    Returns:
+        (S, T) advantages, 0 at untrainable positions (and on rows with none).
+    """
+    num_rows, _ = _check_tokens(values, trainable)
+    _check_rows("rewards", rewards, num_rows, integer=False)
+    _check_gamma(gamma)
+    lam_rows, lam_checks = _lam_rows(lam, num_rows, values)
+    _raise_if_any(
+        [
+            _nan_check("values", values, trainable),
+            _nan_check("rewards", rewards),
+            *lam_checks,
+        ]
+    )
+    return _segment_gae(values, trainable, rewards, gamma, lam_rows)
+
+
+def _segment_gae(values, trainable, rewards, gamma, lam_rows):
+    reward_tok = rewards.to(values.dtype)[:, None].expand_as(values)
+    lam_tok = lam_rows[:, None].expand_as(values)
+    return _gae_core(values, trainable, None, reward_tok, gamma, lam_tok)
+
+
+def tokens_after(
+    trainable: torch.Tensor, rollout_id: torch.Tensor, segment_index: torch.Tensor
+) -> torch.Tensor:
+    """``N_{>s} = sum_{j > s} n_j``: trainable tokens in later segments of the same rollout.
+
+    Args:
+        trainable: (S, T) bool.
+        rollout_id, segment_index: (S,) integer; rows in any order.
+
+    Returns:
+        (S,) int64.
+    """
+    if trainable.dim() != 2:
+        raise ValueError(f"trainable must be (S, T), got shape {tuple(trainable.shape)}")
+    _check_mask(trainable, trainable.shape)
+    num_rows = trainable.shape[0]
+    _check_rows("rollout_id", rollout_id, num_rows, integer=True)
+    _check_rows("segment_index", segment_index, num_rows, integer=True)
+    order = _rollout_order(rollout_id, segment_index)
+    _raise_if_any([_duplicate_check(rollout_id, segment_index, order)])
+    return _tokens_after(trainable, rollout_id, order)
+
+
+def _tokens_after(trainable, rollout_id, order):
+    counts = trainable.sum(dim=1)[order]
+    prefix = torch.cumsum(counts, dim=0)
+    # in (rollout, segment) order: later tokens = rollout's inclusive prefix at its last row - own
+    after_sorted = prefix[_last_in_run(rollout_id[order])] - prefix
+    out = torch.empty_like(after_sorted)
+    out[order] = after_sorted
+    return out
+
+
+def _check_segmented(values, trainable, rewards, rollout_id, segment_index, gamma, lam):
+    num_rows, _ = _check_tokens(values, trainable)
+    _check_rows("rewards", rewards, num_rows, integer=False)
+    _check_rows("rollout_id", rollout_id, num_rows, integer=True)
+    _check_rows("segment_index", segment_index, num_rows, integer=True)
+    _check_gamma(gamma)
+    lam_rows, lam_checks = _lam_rows(lam, num_rows, values)
+    order = _rollout_order(rollout_id, segment_index)
+    _raise_if_any(
+        [
+            _nan_check("values", values, trainable),
+            _nan_check("rewards", rewards),
+            *lam_checks,
+            _duplicate_check(rollout_id, segment_index, order),
+        ]
+    )
+    return lam_rows, order
+
+
+def cross_segment_gae(
+    values: torch.Tensor,
+    trainable: torch.Tensor,
+    rewards: torch.Tensor,
+    rollout_id: torch.Tensor,
+    segment_index: torch.Tensor,
+    gamma: float,
+    lam: Lam,
+) -> torch.Tensor:
+    """The paper's cross-segment correction: ``A_hat_{s,i} = (gamma lam_s)^{N_{>s}} A_loc_{s,i}``.
+
+    CompactionRL Eq. 15. With zero values and terminal reward R, token i
+    (1-based among trainable tokens) of segment s gets
+    ``R (gamma lam)^{N_{>s} + n_s - i}``: its trainable-token distance to the
+    end of the rollout, as the stitched estimator would give it.
+
+    Args:
+        values: (S, T) float; trainable: (S, T) bool; rewards: (S,) float.
+        rollout_id, segment_index: (S,) integer, unique pairs, rows in any order.
+        gamma: in [0, 1]; lam: float or (S,) tensor in [0, 1].
+
+    Returns:
+        (S, T), 0 at untrainable positions.
+    """
+    lam_rows, order = _check_segmented(
+        values, trainable, rewards, rollout_id, segment_index, gamma, lam
+    )
+    local = _segment_gae(values, trainable, rewards, gamma, lam_rows)
+    after = _tokens_after(trainable, rollout_id, order).to(values.dtype)
+    return torch.pow(gamma * lam_rows, after)[:, None] * local
+
+
+def stitched_gae(
+    values: torch.Tensor,
+    trainable: torch.Tensor,
+    rewards: torch.Tensor,
+    rollout_id: torch.Tensor,
+    segment_index: torch.Tensor,
+    gamma: float,
+    lam: Lam,
+) -> torch.Tensor:
+    """Exact GAE over each rollout's trainable tokens concatenated in segment order.
+
+    For the rollout's trainable tokens ``x_1 .. x_N`` (all segments, time order)::
+
+        delta_k = gamma V(x_{k+1}) - V(x_k)  (k < N),   delta_N = R - V(x_N)
+        A_k     = delta_k + gamma lam_{seg(k)} A_{k+1}
+
+    At a segment boundary ``V(x_{k+1})`` is the value of the next segment's first
+    trainable token (under its rebuilt context). ``R`` is the reward of the
+    rollout's last segment (highest ``segment_index``); segment rewards are not
+    used otherwise. With per-segment ``lam`` each token uses its own segment's.
+
+    Implementation: rows are sorted by (rollout_id, segment_index) and flattened
+    into one (1, S*T) sequence; the scan runs over it with the chain cut between
+    rollouts.
+
+    Returns:
+        (S, T), 0 at untrainable positions.
+    """
+    lam_rows, order = _check_segmented(
+        values, trainable, rewards, rollout_id, segment_index, gamma, lam
+    )
+    num_rows, width = values.shape
+    rid_sorted = rollout_id[order]
+    final_reward = rewards.to(values.dtype)[order][_last_in_run(rid_sorted)]  # (S,) sorted
+
+    def flat(x_rows: torch.Tensor) -> torch.Tensor:  # (S,) sorted -> (1, S*T)
+        return x_rows[:, None].expand(num_rows, width).reshape(1, -1)
+
+    stitched = _gae_core(
+        values[order].reshape(1, -1),
+        trainable[order].reshape(1, -1),
+        flat(rid_sorted),
+        flat(final_reward),
+        gamma,
+        flat(lam_rows[order]),
+    ).reshape(num_rows, width)
+    out = torch.empty_like(stitched)
+    out[order] = stitched
+    return out
+
+
+def group_broadcast(
+    rewards: torch.Tensor,
+    trainable: torch.Tensor,
+    rollout_id: torch.Tensor,
+    group_id: torch.Tensor,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Group-normalised terminal reward on every trainable token (GRPO / SUPO style).
+
+    ``A_{s,t} = (R_tau - mean_G) / (std_G + eps)`` for every trainable token of
+    every segment of rollout ``tau`` in group ``G``. Statistics are over rollouts
+    (each rollout once, however many segments it has); ``std_G`` is the sample
+    standard deviation (Bessel-corrected, as ``torch.std``), taken as 0 for a
+    group of one rollout, whose advantage is then 0. No critic.
+
+    Args:
+        rewards: (S,) float, the rollout's terminal reward on each of its rows
+            (all rows of a rollout must agree).
+        trainable: (S, T) bool.
+        rollout_id, group_id: (S,) integer; a rollout's rows share its group.
+
+    Returns:
+        (S, T), rewards' dtype, 0 at untrainable positions.
+    """
+    if trainable.dim() != 2:
+        raise ValueError(f"trainable must be (S, T), got shape {tuple(trainable.shape)}")
+    num_rows = trainable.shape[0]
+    _check_mask(trainable, trainable.shape)
+    _check_rows("rewards", rewards, num_rows, integer=False)
+    _check_rows("rollout_id", rollout_id, num_rows, integer=True)
+    _check_rows("group_id", group_id, num_rows, integer=True)
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    first = first_in_group(rollout_id)
+    one = first.to(rewards.dtype)  # one representative row per rollout
+    # A sum with a single non-zero term is exact: the representative's own value.
+    rollout_reward = per_group_sum(torch.where(first, rewards, 0.0), rollout_id)
+    rollout_group = per_group_sum(torch.where(first, group_id, 0), rollout_id)
+    _raise_if_any(
+        [
+            _nan_check("rewards", rewards),
+            (
+                (rollout_reward != rewards).any(),
+                "rewards: rows of the same rollout carry different rewards",
+            ),
+            (
+                (rollout_group != group_id).any(),
+                "group_id: rows of the same rollout carry different group ids",
+            ),
+        ]
+    )
+    count = per_group_sum(one, group_id)
+    mean = per_group_sum(one * rewards, group_id) / count
+    centred = rewards - mean
+    var = per_group_sum(one * centred**2, group_id) / (count - 1).clamp(min=1)
+    std = torch.where(count > 1, var.sqrt(), torch.zeros_like(var))
+    adv = centred / (std + eps)
+    return torch.where(
+        trainable, adv[:, None], torch.zeros((), dtype=rewards.dtype, device=rewards.device)
+    )
+
+
+def adaptive_lambda(
+    trainable: torch.Tensor,
+    rollout_id: torch.Tensor,
+    scope: LambdaScope,
+    alpha: float = 1.5,
+) -> torch.Tensor:
+    """Length-adaptive lambda ``lam = 1 - 1 / (alpha * l)``, clamped to ``[0, 1)``.
+
+    ``l`` counts trainable tokens only (never observation or prompt tokens):
+    ``n_s`` for ``scope="segment"``, ``sum_j n_j`` over the segment's rollout
+    for ``scope="rollout"``. ``l = 0`` gives 0.
+
+    Args:
+        trainable: (S, T) bool; rollout_id: (S,) integer.
+
+    Returns:
+        (S,) float32 lambdas.
+    """
+    if trainable.dim() != 2:
+        raise ValueError(f"trainable must be (S, T), got shape {tuple(trainable.shape)}")
+    _check_mask(trainable, trainable.shape)
+    _check_rows("rollout_id", rollout_id, trainable.shape[0], integer=True)
+    if scope not in LAMBDA_SCOPES:
+        raise ValueError(f"scope must be one of {LAMBDA_SCOPES}, got {scope!r}")
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    length = trainable.sum(dim=1).to(torch.float32)
+    if scope == "rollout":
+        length = per_group_sum(length, rollout_id)
+    lam = 1.0 - 1.0 / (alpha * length)  # l = 0 -> -inf -> clamped to 0
+    return lam.clamp(min=0.0, max=1.0 - torch.finfo(torch.float32).eps)
+
+
+def critic_returns(
+    advantages: torch.Tensor, values: torch.Tensor, trainable: torch.Tensor
+) -> torch.Tensor:
+    """Critic targets ``G = A + V`` on trainable tokens, 0 elsewhere. All (S, T)."""
+    _check_tokens(values, trainable)
+    if advantages.shape != values.shape:
+        raise ValueError(
+            f"advantages must have shape {tuple(values.shape)}, got {tuple(advantages.shape)}"
+        )
+    return torch.where(trainable, advantages + values, torch.zeros_like(values))
+
+
+def whiten(advantages: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Masked whitening ``(A - mean_M) / sqrt(var_M + eps)``, 0 outside the mask.
+
+    Mean and (Bessel-corrected) variance over the masked entries of the whole
+    tensor. An empty mask gives zeros. Shapes: (S, T) -> (S, T).
+    """
+    if advantages.shape != mask.shape:
+        raise ValueError(f"mask must have shape {tuple(advantages.shape)}, got {tuple(mask.shape)}")
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a bool tensor, got dtype {mask.dtype}")
+    zero = torch.zeros((), dtype=advantages.dtype, device=advantages.device)
+    x = torch.where(mask, advantages, zero)
+    count = mask.sum().to(advantages.dtype)
+    mean = x.sum() / count.clamp(min=1)
+    centred = torch.where(mask, advantages - mean, zero)
+    var = (centred**2).sum() / (count - 1).clamp(min=1)
+    return centred * torch.rsqrt(var + eps)

@@ -176,12 +176,12 @@ class CorridorEnv(TextEnv):
         n_corr = self._q - 1  # corridor observations at steps 1 .. q-1
         corridor = self._corridor_text(rng, n_corr + self.credit_length)
         for step, sentences in plan.events.items():
-            # Weave event sentences in at the end, keeping the drawn length where possible.
+            # Event sentences lead (filler starts at a sentence, so the text stays readable);
+            # filler fills the rest of the drawn length.
             extra = " ".join(sentences)
-            keep = corridor[step - 1].split()[
-                : max(0, len(corridor[step - 1].split()) - len(extra.split()))
-            ]
-            corridor[step - 1] = " ".join([*keep, extra]) if keep else extra
+            filler = corridor[step - 1].split()
+            keep = filler[: max(0, len(filler) - len(extra.split()))]
+            corridor[step - 1] = " ".join([extra, *keep])
         self._corridor = corridor[:n_corr]
         self._epilogue = corridor[n_corr:]
         self._facts = dict(plan.facts)

@@ -1,0 +1,121 @@
+"""Diagnostics of PPO with context compaction (TESTBED.md, "Diagnostics").
+
+Pure functions over ``SegmentBatch`` tensors and per-rollout records, each
+returning a flat ``dict[str, float]`` whose keys are TensorBoard tags under a
+few prefixes (``omission/``, ``credit/``, ``critic/``, ``weights/``, ``gap/``,
+``compute/``, ``figures/``). A key is left out when its number is undefined
+for the batch (an empty group, a zero variance). Formulas and how to read
+each number: ``docs/diagnostics.md``.
+
+Records are ``cxsim.runtime.RolloutRecord`` objects or dicts with the same
+keys; nothing here imports the runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from cxsim.advantages import cross_segment_gae, stitched_gae
+from cxsim.diagnostics.calibration import critic_calibration, monte_carlo_returns
+from cxsim.diagnostics.compute import COUNTERS, ComputeMeter
+from cxsim.diagnostics.credit import (
+    applied_discount,
+    credit_decay,
+    discount_by_segment,
+    distance_edges,
+    summary_ordinal,
+)
+from cxsim.diagnostics.estimator_gap import estimator_gap
+from cxsim.diagnostics.figures import entropy_stats, rollout_figures
+from cxsim.diagnostics.omission import summary_omission
+from cxsim.diagnostics.weights import (
+    SegmentWeights,
+    gini,
+    segment_weight_stats,
+    segment_weights,
+    token_weights,
+    token_weights_autograd,
+)
+from cxsim.losses import LOSS_MODES, LossMode
+from cxsim.segments import SegmentBatch
+
+__all__ = [
+    "COUNTERS",
+    "ComputeMeter",
+    "SegmentWeights",
+    "applied_discount",
+    "credit_decay",
+    "critic_calibration",
+    "discount_by_segment",
+    "distance_edges",
+    "entropy_stats",
+    "estimator_gap",
+    "gini",
+    "monte_carlo_returns",
+    "rollout_figures",
+    "segment_weight_stats",
+    "segment_weights",
+    "summarize_all",
+    "summary_omission",
+    "summary_ordinal",
+    "token_weights",
+    "token_weights_autograd",
+]
+
+
+def summarize_all(
+    batch: SegmentBatch | None = None,
+    records: Sequence[Any | Mapping] | None = None,
+    *,
+    advantages: torch.Tensor | None = None,
+    values: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float | torch.Tensor | None = None,
+    train_summaries: bool = True,
+    modes: tuple[LossMode, ...] = LOSS_MODES,
+    meter: ComputeMeter | None = None,
+) -> dict[str, float]:
+    """Every diagnostic the given inputs allow, merged into one flat dict.
+
+    - ``records``: summary omission and the figures' per-rollout numbers;
+    - ``batch``: segment weights under each of ``modes``;
+    - ``batch`` + ``advantages`` (S, T), the ones trained on: credit decay;
+    - ``batch`` + ``lam``: the discount the cross-segment correction applies;
+    - ``batch`` + ``values`` (S, T): critic calibration against the Monte Carlo
+      return ``gamma^d R`` at each segment's first trainable token;
+    - ``batch`` + ``values`` + ``lam``: estimator gap, cross-segment GAE against
+      stitched GAE recomputed here from the same values;
+    - ``batch`` + ``entropy`` (S, T): policy entropy by role;
+    - ``meter``: its totals and rates.
+
+    Every batch quantity uses ``batch.policy_mask(train_summaries)``, the tokens
+    the policy loss sees (they also define ``N_{>s}``).
+    """
+    out: dict[str, float] = {}
+    if records is not None:
+        out.update(summary_omission(records))
+        out.update(rollout_figures(records))
+    if meter is not None:
+        out.update(meter.as_dict())
+    if batch is None:
+        return out
+    mask = batch.policy_mask(train_summaries)
+    rid, seg, summ = batch.rollout_id, batch.segment_index, batch.is_summary
+    out.update(segment_weight_stats(mask, rid, summ, seg, modes))
+    if advantages is not None:
+        out.update(credit_decay(advantages, mask, summ, rid, seg))
+    if lam is not None:
+        out.update(discount_by_segment(mask, rid, seg, gamma, lam))
+    if values is not None:
+        returns = monte_carlo_returns(batch.rewards.to(values.dtype), mask, rid, seg, gamma)
+        out.update(critic_calibration(values, returns, mask, seg))
+        if lam is not None:
+            args = (values.detach(), mask, batch.rewards.to(values.dtype), rid, seg, gamma, lam)
+            out.update(estimator_gap(cross_segment_gae(*args), stitched_gae(*args), mask, seg))
+    if entropy is not None:
+        out.update(entropy_stats(entropy, mask, summ))
+    return out

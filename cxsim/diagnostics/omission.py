@@ -1,0 +1,93 @@
+"""Summary omission: needed key facts a summary failed to carry (TESTBED.md, Diagnostics).
+
+Input per rollout (``cxsim.runtime.RolloutRecord`` or a dict with these keys):
+``summary_recall: list[dict[str, bool]]``, one dict per summary in time order,
+mapping each needed fact to whether the summary kept its current value; and
+``success: bool``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import torch
+
+from cxsim.diagnostics._common import as_records, safe_div, to_floats
+
+
+class RecallRecord(Protocol):
+    success: bool
+    summary_recall: Sequence[Mapping[str, bool]]
+
+
+def summary_omission(records: Sequence[RecallRecord | Mapping]) -> dict[str, float]:
+    """Omission rates of summaries, by compaction index, and success given omission.
+
+    With ``m_j`` the needed facts missing from summary ``j`` and ``f_j`` the
+    needed facts it should carry (summaries with ``f_j = 0`` count nowhere):
+
+    - ``omission/overall`` = ``sum_j m_j / sum_j f_j`` (pooled over facts), with
+      ``omission/overall_se`` = ``sqrt(p (1 - p) / sum_j f_j)``, the binomial
+      standard error if facts were dropped independently;
+    - ``omission/per_summary_mean`` = mean over summaries of ``m_j / f_j``;
+    - ``omission/any`` = fraction of summaries missing at least one fact;
+    - ``omission/compaction{k}`` = the pooled rate over the k-th summary of each
+      rollout (k = 0: first compaction). A summarizer that never recovers a
+      lost fact compounds: at rate p, a fact carried since compaction 0 is
+      missing from summary k with probability ``1 - (1 - p)^(k + 1)``;
+    - ``omission/success_if_omitted``: success rate of rollouts in which some
+      summary missed a fact; ``omission/success_if_complete``: of rollouts that
+      compacted and never missed one; ``omission/success_if_uncompacted``: of
+      rollouts without a summary; ``omission/success_gap`` = complete - omitted;
+      ``omission/rollouts_omitted``, ``omission/rollouts_complete`` (counts);
+    - ``omission/num_summaries``, ``omission/num_facts`` (counts).
+
+    Keys whose group is empty are left out.
+    """
+    recs = as_records(records)
+    missing: list[float] = []  # per summary
+    needed: list[float] = []
+    index: list[int] = []  # compaction index of each summary
+    status: list[int] = []  # per rollout: 0 uncompacted, 1 complete, 2 omitted
+    for rec in recs:
+        omitted = False
+        for k, recall in enumerate(rec.summary_recall):
+            if not recall:
+                continue
+            m = sum(not kept for kept in recall.values())
+            missing.append(m)
+            needed.append(len(recall))
+            index.append(k)
+            omitted = omitted or m > 0
+        status.append(2 if omitted else int(len(rec.summary_recall) > 0))
+    m = torch.tensor(missing, dtype=torch.float64)
+    f = torch.tensor(needed, dtype=torch.float64)
+    k = torch.tensor(index, dtype=torch.long)
+    success = torch.tensor([bool(rec.success) for rec in recs], dtype=torch.float64)
+    group = torch.tensor(status, dtype=torch.long)
+
+    p = safe_div(m.sum(), f.sum())
+    stats: dict[str, torch.Tensor] = {
+        "omission/overall": p,
+        "omission/overall_se": torch.sqrt(p * (1 - p) / f.sum()),
+        "omission/per_summary_mean": (m / f).mean(),
+        "omission/any": (m > 0).double().mean(),
+        "omission/num_summaries": torch.tensor(float(len(missing))),
+        "omission/num_facts": f.sum(),
+    }
+    for c in range(int(k.max()) + 1 if len(index) else 0):
+        sel = k == c
+        stats[f"omission/compaction{c}"] = safe_div(m[sel].sum(), f[sel].sum())
+
+    rate = {
+        name: safe_div(success[group == g].sum(), (group == g).sum().double())
+        for g, name in enumerate(("uncompacted", "complete", "omitted"))
+    }
+    stats["omission/success_if_omitted"] = rate["omitted"]
+    stats["omission/success_if_complete"] = rate["complete"]
+    stats["omission/success_if_uncompacted"] = rate["uncompacted"]
+    stats["omission/success_gap"] = rate["complete"] - rate["omitted"]
+    stats["omission/rollouts_omitted"] = (group == 2).sum().double()
+    stats["omission/rollouts_complete"] = (group == 1).sum().double()
+    return to_floats(stats)

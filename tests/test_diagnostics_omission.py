@@ -1,0 +1,108 @@
+"""Summary omission: rates pooled over facts, by compaction index, and success given omission."""
+
+import math
+import random
+
+import gymnasium as gym
+import pytest
+
+import cxsim.envs  # noqa: F401  (registers the environment ids)
+from cxsim.diagnostics import summary_omission
+from cxsim.envs.scripted import ScriptedSummarizer, summary_recall
+
+
+def _scripted_records(rate: float, num_rollouts: int, compound: bool, seed: int) -> list[dict]:
+    """Rollouts with two summaries each, facts dropped like the scripted summarizer:
+    each needed fact kept with probability ``1 - rate``; with ``compound`` a fact
+    lost at the first compaction stays lost (the context no longer has it)."""
+    rng = random.Random(seed)
+    records = []
+    for _ in range(num_rollouts):
+        facts = [f"key{i}" for i in range(rng.randint(1, 4))]
+        first = {f: rng.random() >= rate for f in facts}
+        second = {f: (first[f] or not compound) and rng.random() >= rate for f in facts}
+        records.append({"success": rng.random() < 0.5, "summary_recall": [first, second]})
+    return records
+
+
+def _within_three_se(measured: float, expected: float, num_facts: float) -> bool:
+    se = math.sqrt(expected * (1 - expected) / num_facts)
+    return abs(measured - expected) < 3 * se
+
+
+def test_scripted_summarizer_at_0_3_measures_0_3():
+    stats = summary_omission(_scripted_records(0.3, 1000, compound=False, seed=0))
+    assert stats["omission/num_summaries"] == 2000
+    n = stats["omission/num_facts"]
+    assert _within_three_se(stats["omission/overall"], 0.3, n)
+    assert _within_three_se(stats["omission/compaction0"], 0.3, n / 2)
+    assert _within_three_se(stats["omission/compaction1"], 0.3, n / 2)
+    assert stats["omission/overall_se"] == pytest.approx(
+        math.sqrt(stats["omission/overall"] * (1 - stats["omission/overall"]) / n)
+    )
+
+
+def test_lost_facts_compound_by_compaction_index():
+    stats = summary_omission(_scripted_records(0.3, 1000, compound=True, seed=1))
+    n_per_index = stats["omission/num_facts"] / 2
+    assert _within_three_se(stats["omission/compaction0"], 0.3, n_per_index)
+    assert _within_three_se(stats["omission/compaction1"], 1 - 0.7**2, n_per_index)
+
+
+def test_hand_counts_and_success_given_omission():
+    records = [
+        # omitted: some summary lost a fact (1 of 3 succeed)
+        {"success": True, "summary_recall": [{"a": True, "b": False}]},
+        {"success": False, "summary_recall": [{"a": True}, {"a": False}]},
+        {"success": False, "summary_recall": [{"a": False, "b": False, "c": True, "d": True}]},
+        # complete (2 of 2 succeed); an empty recall dict counts nowhere
+        {"success": True, "summary_recall": [{"a": True}, {}]},
+        {"success": True, "summary_recall": [{"a": True, "b": True}]},
+        # uncompacted
+        {"success": False, "summary_recall": []},
+    ]
+    stats = summary_omission(records)
+    # summaries: 1/2, 0/1, 1/1, 2/4, 0/1, 0/2 -> 4 of 11 facts
+    assert stats["omission/num_summaries"] == 6
+    assert stats["omission/num_facts"] == 11
+    assert stats["omission/overall"] == pytest.approx(4 / 11)
+    assert stats["omission/per_summary_mean"] == pytest.approx((0.5 + 0 + 1 + 0.5 + 0 + 0) / 6)
+    assert stats["omission/any"] == pytest.approx(3 / 6)
+    assert stats["omission/compaction0"] == pytest.approx(3 / 10)
+    assert stats["omission/compaction1"] == pytest.approx(1 / 1)
+    assert stats["omission/success_if_omitted"] == pytest.approx(1 / 3)
+    assert stats["omission/success_if_complete"] == 1.0
+    assert stats["omission/success_if_uncompacted"] == 0.0
+    assert stats["omission/success_gap"] == pytest.approx(2 / 3)
+    assert stats["omission/rollouts_omitted"] == 3
+    assert stats["omission/rollouts_complete"] == 2
+
+
+def test_records_as_objects_and_empty_groups_left_out():
+    class Record:
+        def __init__(self, success, summary_recall):
+            self.success = success
+            self.summary_recall = summary_recall
+
+    stats = summary_omission([Record(True, [{"a": True}]), Record(False, [{"a": True}])])
+    assert stats["omission/overall"] == 0.0
+    assert stats["omission/success_if_complete"] == 0.5
+    assert "omission/success_if_omitted" not in stats
+    assert "omission/success_gap" not in stats
+    assert "omission/success_if_uncompacted" not in stats
+
+
+def test_real_scripted_summarizer_at_0_3_measures_0_3():
+    """End to end with the environments' scripted summarizer and summary_recall."""
+    records = []
+    for env_id in ("cxsim/KeyRecall-v0", "cxsim/FactUpdate-v0"):
+        env = gym.make(env_id)
+        summarizer = ScriptedSummarizer(omission_rate=0.3, seed=0)
+        for seed in range(500):
+            _, info = env.reset(seed=seed)
+            context = " ".join(info["key_facts"].values())  # every current value present
+            recall = [summary_recall(summarizer.summarize(context, info), info) for _ in range(2)]
+            records.append({"success": True, "summary_recall": recall})
+    stats = summary_omission(records)
+    assert stats["omission/num_summaries"] == 2000
+    assert _within_three_se(stats["omission/overall"], 0.3, stats["omission/num_facts"])

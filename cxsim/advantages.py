@@ -121,15 +121,13 @@ def _reverse_linear_scan(coef: torch.Tensor, delta: torch.Tensor) -> torch.Tenso
     division), so ``q**2048`` underflowing to 0 is harmless.
     """
     length = delta.shape[-1]
-    c = coef.clone()
-    d = delta.clone()
+    c, d = coef, delta
     k = 1
     while k < length:
-        # The right-hand product is materialised before the in-place add, so the
-        # overlapping read of d[..., k:] sees the previous round's values.
-        d[..., :-k] += c[..., :-k] * d[..., k:]
+        # Out of place, so that sums of losses (per_group_sum) stay differentiable.
+        d = torch.cat([torch.addcmul(d[..., :-k], c[..., :-k], d[..., k:]), d[..., -k:]], -1)
         if 2 * k < length:
-            c[..., :-k] = c[..., :-k] * c[..., k:]
+            c = torch.cat([c[..., :-k] * c[..., k:], c[..., -k:]], -1)
         k *= 2
     return d
 
@@ -169,9 +167,12 @@ def _gae_core(
     bootstrap = torch.where(has_next, values.gather(-1, safe), zero)
     reward = torch.where(has_next, zero, terminal_reward)
     delta = torch.where(trainable, reward + gamma * bootstrap - values, zero)
-    coef = torch.where(
-        trainable, torch.where(has_next, gamma * lam_tok, zero), torch.ones_like(values)
-    )
+    if seq_id is None:
+        # Everything after a row's last trainable token has delta 0, so its
+        # coefficient need not cut the chain.
+        coef = torch.where(trainable, gamma * lam_tok, 1.0)
+    else:
+        coef = torch.where(trainable, torch.where(has_next, gamma * lam_tok, zero), 1.0)
     return torch.where(trainable, _reverse_linear_scan(coef, delta), zero)
 
 

@@ -214,3 +214,11 @@ def test_aggregate_validation():
         policy_loss(LOSS, LOSS, LOSS[:, :2], 0.2)
     with pytest.raises(ValueError, match="returns"):
         value_loss(LOSS, LOSS, LOSS[:2], None)
+
+
+def test_every_mode_is_differentiable():
+    loss = torch.randn(4, 5, dtype=F64, requires_grad=True)
+    mask = torch.rand(4, 5) < 0.7
+    rid = torch.tensor([2, 0, 2, 1])
+    for mode in LOSS_MODES:
+        torch.autograd.gradcheck(lambda x, m=mode: aggregate(x, mask, m, rid), (loss,))

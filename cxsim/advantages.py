@@ -101,10 +101,10 @@ def _lam_rows(lam: Lam, num_rows: int, like: torch.Tensor) -> tuple[torch.Tensor
 
 
 def _nan_check(name: str, x: torch.Tensor, where: torch.Tensor | None = None):
-    nan = torch.isnan(x)
+    bad = ~torch.isfinite(x)
     if where is not None:
-        nan = nan & where
-    return nan.any(), f"{name} contains NaN" + (
+        bad = bad & where
+    return bad.any(), f"{name} contains NaN or inf" + (
         " at a trainable position" if where is not None else ""
     )
 
@@ -112,22 +112,24 @@ def _nan_check(name: str, x: torch.Tensor, where: torch.Tensor | None = None):
 # --------------------------------------------------------------------------- scan helpers
 
 
-def _reverse_linear_scan(coef: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    """Solves ``A_t = delta_t + coef_t * A_{t+1}`` along the last dim, ``A_L = 0``.
+def _reverse_linear_scan(coef: torch.Tensor, delta: torch.Tensor, span: int) -> torch.Tensor:
+    """Solves ``A_t = delta_t + coef_t * A_{t+1}`` along a 1-D sequence, ``A_L = 0``.
 
     Hillis-Steele scan: after the round with offset ``k`` each position holds
-    ``(C_t, D_t)`` with ``A_t = D_t + C_t * A_{t+2k}``; ``ceil(log2 L)`` rounds.
-    Products of coefficients only ever shrink toward their true value (no
-    division), so ``q**2048`` underflowing to 0 is harmless.
+    ``(C_t, D_t)`` with ``A_t = D_t + C_t * A_{t+2k}``; ``ceil(log2 span)``
+    rounds, where ``span`` bounds the length of every chain (a chain ends at a
+    ``coef_t = 0``). Several sequences can thus share one flat tensor: a zero
+    coefficient at each one's end zeroes every product that reaches past it.
+    Products of coefficients only shrink toward their true value (no division),
+    so ``q**2048`` underflowing to 0 is harmless.
     """
-    length = delta.shape[-1]
     c, d = coef, delta
     k = 1
-    while k < length:
+    while k < span:
         # Out of place, so that sums of losses (per_group_sum) stay differentiable.
-        d = torch.cat([torch.addcmul(d[..., :-k], c[..., :-k], d[..., k:]), d[..., -k:]], -1)
-        if 2 * k < length:
-            c = torch.cat([c[..., :-k] * c[..., k:], c[..., -k:]], -1)
+        d = torch.cat([torch.addcmul(d[:-k], c[:-k], d[k:]), d[-k:]])
+        if 2 * k < span:
+            c = torch.cat([c[:-k] * c[k:], c[-k:]])
         k *= 2
     return d
 
@@ -168,12 +170,15 @@ def _gae_core(
     reward = torch.where(has_next, zero, terminal_reward)
     delta = torch.where(trainable, reward + gamma * bootstrap - values, zero)
     if seq_id is None:
-        # Everything after a row's last trainable token has delta 0, so its
-        # coefficient need not cut the chain.
+        # Everything after a row's last trainable token has delta 0, so only the
+        # row's last column needs to cut the chain (rows share one flat scan).
         coef = torch.where(trainable, gamma * lam_tok, 1.0)
+        coef[..., -1] = 0.0
     else:
         coef = torch.where(trainable, torch.where(has_next, gamma * lam_tok, zero), 1.0)
-    return torch.where(trainable, _reverse_linear_scan(coef, delta), zero)
+    # a flat contiguous scan: shifting a (B, L) tensor row by row is much slower
+    adv = _reverse_linear_scan(coef.reshape(-1), delta.reshape(-1), span=length)
+    return torch.where(trainable, adv.reshape(values.shape), zero)
 
 
 # --------------------------------------------------------------------------- grouping helpers
@@ -225,7 +230,7 @@ def per_group_sum(x: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
     keys = group[order]
     same_as_next = torch.zeros_like(keys, dtype=torch.bool)
     same_as_next[:-1] = keys[1:] == keys[:-1]
-    suffix = _reverse_linear_scan(same_as_next.to(x.dtype), x[order])
+    suffix = _reverse_linear_scan(same_as_next.to(x.dtype), x[order], span=x.shape[0])
     out = torch.empty_like(suffix)
     out[order] = suffix[_first_in_run(keys)]
     return out

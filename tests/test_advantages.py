@@ -482,6 +482,8 @@ def _valid():
 
 nan_at_trainable = torch.zeros(2, 3, dtype=F64)
 nan_at_trainable[0, 1] = float("nan")
+inf_at_trainable = torch.zeros(2, 3, dtype=F64)
+inf_at_trainable[1, 1] = float("inf")
 
 
 @pytest.mark.parametrize(
@@ -493,6 +495,8 @@ nan_at_trainable[0, 1] = float("nan")
         ({"rewards": t64([1.0, 1.0, 1.0])}, "rewards"),
         ({"rewards": t64([1.0, float("nan")])}, "rewards"),
         ({"values": nan_at_trainable}, "values"),
+        ({"values": inf_at_trainable}, "values"),
+        ({"rewards": t64([1.0, float("-inf")])}, "rewards"),
         ({"rollout_id": ids([0])}, "rollout_id"),
         ({"rollout_id": t64([0.0, 0.0])}, "rollout_id"),
         ({"segment_index": ids([0, 1, 2])}, "segment_index"),

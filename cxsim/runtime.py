@@ -1,0 +1,382 @@
+"""Batched compaction runtime: N environments in lockstep, recorded as segments.
+
+METHOD.md sections 1-2. Each row (one environment, one episode) keeps its
+working window ``h_t = (s, u, z_1, ..., z_t)``; a step ``z_i`` is the assistant
+header, the response ``a_i`` and the observation ``o_i`` it caused, and is never
+split. Every loop iteration asks each live row for one turn, so one call to the
+agent serves all rows (acting and summarizing rows together).
+
+Decisions the paper leaves open, made here:
+
+- **Room for the summary.** While a compaction is left, responses and
+  observations never use the last ``|q_sum| + max_summary_tokens`` tokens of the
+  budget, so the summary prompt plus the summary always fits in C.
+- **Response cap.** ``min(max_response_tokens, C - |h_t| - |header| - reserve)``;
+  at least 1 because a response is only asked for when ``C - |h_t| >= T_comp``
+  and ``CompactionConfig.validate`` checks ``T_comp`` against the reserve.
+- **An observation that does not fit** (``|h_t| + |o| > C - reserve``) ends the
+  episode truncated and failed (``end_reason="observation_overflow"``): a step is
+  atomic and cannot be split across windows. Choose ``T_comp`` at least the
+  reserve + header + response cap + the longest observation to rule this out.
+  An observation after which the environment terminated is not needed for any
+  further response; it is kept in the window only when it fits in C.
+- **Rewards.** ``reward`` is the sum of the environment's rewards over the
+  episode; an episode the runtime truncates (``window_full``, ``max_turns``,
+  ``observation_overflow``) never reaches the success reward. ``success`` is the
+  environment's ``info["success"]`` at the end, False when truncated.
+- **Recorded segments.** Execution windows with no token generated in them are
+  not recorded (they carry no training signal); summary segments are recorded
+  only when the acting policy wrote the summary (not under
+  ``external-summarizer``, where it is not the policy's action). Segment indices
+  count the recorded segments in time order.
+- **Sliding-window** rebuilds count as compactions (bounded by ``max_compactions``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import gymnasium as gym
+
+import cxsim.envs  # noqa: F401  (registers the cxsim/* environment ids)
+from cxsim.agent_api import Agent, TurnRequest, TurnResponse
+from cxsim.agents.chat import ChatFormat
+from cxsim.compaction import CompactionConfig
+from cxsim.envs.scripted import summary_recall
+from cxsim.segments import Segment
+
+__all__ = ["CompactionConfig", "RolloutBatch", "RolloutRecord", "collect_rollouts"]
+
+EndReason = Literal[
+    "terminated", "env_truncated", "window_full", "max_turns", "observation_overflow"
+]
+
+
+@dataclass
+class RolloutRecord:
+    """What happened in one rollout (diagnostics, evaluation, compute accounting)."""
+
+    rollout_id: int
+    seed: int
+    success: bool
+    reward: float
+    terminated: bool
+    """The environment ended the episode (solved or failed by its own rules)."""
+    truncated: bool
+    """The episode was cut: by the environment's time limit or by the runtime."""
+    end_reason: EndReason
+    turns: int
+    compactions: int
+    summaries: list[str]
+    """Text of each summary, in order (also under ``external-summarizer``)."""
+    summary_recall: list[dict[str, bool]]
+    """Per summary: needed fact -> the summary kept its value at that time."""
+    tokens_generated: int
+    """Tokens sampled by the agents: responses and summaries, end tokens included."""
+    tokens_prefilled: int
+    """Tokens the agents had to encode that they did not generate (the ``append`` chunks)."""
+    tokens_summarised: int
+    """Summary tokens written (a part of ``tokens_generated``)."""
+    peak_context: int
+    """Longest context of the rollout (window, or summary prompt + summary), in tokens."""
+    group_id: int = -1
+    transcript: str = ""
+
+
+@dataclass
+class RolloutBatch:
+    segments: list[Segment]
+    """All segments of all rollouts; each rollout's in time order."""
+    records: list[RolloutRecord]
+    """One record per seed, in the order of the seeds."""
+
+
+@dataclass
+class _Row:
+    """One environment slot: its episode state and its current window."""
+
+    env: gym.Env
+    slot: int
+    """Index of the row in this call (the ``row`` of its requests)."""
+    seed: int
+    rollout_id: int
+    group_id: int
+    info: dict[str, Any]
+    task: list[int]
+    window: list[int] = field(default_factory=list)
+    trainable: list[bool] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    steps: list[tuple[int, int]] = field(default_factory=list)
+    """[start, end) of each complete step in ``window``."""
+    sent: int = 0
+    """Tokens of ``window`` the acting agent has already been given."""
+    reset: bool = True
+    """The acting agent's next request for this row restarts its context."""
+    pending: Literal["act", "summarize"] | None = None
+    segments: list[Segment] = field(default_factory=list)
+    transcript: list[str] = field(default_factory=list)
+    turns: int = 0
+    compactions: int = 0
+    reward: float = 0.0
+    summaries: list[str] = field(default_factory=list)
+    recalls: list[dict[str, bool]] = field(default_factory=list)
+    tokens_generated: int = 0
+    tokens_prefilled: int = 0
+    tokens_summarised: int = 0
+    peak_context: int = 0
+    end_reason: EndReason | None = None
+
+    def extend(
+        self, tokens: list[int], trainable: bool = False, logprobs: list[float] | None = None
+    ):
+        self.window += tokens
+        self.trainable += [trainable] * len(tokens)
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(tokens)
+        self.peak_context = max(self.peak_context, len(self.window))
+
+
+class _Runner:
+    """The per-row state machine of one ``collect_rollouts`` call."""
+
+    def __init__(self, config: CompactionConfig, chat: ChatFormat, system_prompt: str):
+        self.config = config
+        self.chat = chat
+        self.system = chat.system(system_prompt)
+        self.header = chat.assistant_prefix()
+        self.q_sum = chat.summary_request(config.summary_instruction)
+        self.reserve = config.summary_reserve(chat)
+
+    # -- deciding the next turn ------------------------------------------
+    def next_request(self, row: _Row, external_summary: bool) -> TurnRequest | None:
+        """The row's next request, or None when the row's episode ended here."""
+        cfg = self.config
+        if row.turns >= cfg.max_turns:
+            return self.end(row, "max_turns")
+        room = cfg.budget - len(row.window)
+        if room < cfg.threshold:
+            if not cfg.compacts or row.compactions >= cfg.max_compactions:
+                return self.end(row, "window_full")
+            if cfg.protocol == "sliding-window":
+                self.rebuild(row, summary=None)
+                return None if row.end_reason else self.next_request(row, external_summary)
+            return self.summary_request(row, external_summary)
+        row.extend(self.header)
+        reserve = self.reserve if row.compactions < cfg.max_compactions else 0
+        cap = min(cfg.max_response_tokens, cfg.budget - len(row.window) - reserve)
+        row.pending = "act"
+        return self.request(row, "act", row.window[row.sent :], row.reset, cap)
+
+    def summary_request(self, row: _Row, external: bool) -> TurnRequest:
+        row.pending = "summarize"
+        prompt = row.window + self.q_sum
+        if external:
+            return TurnRequest(
+                row=row.slot, kind="summarize", append=prompt, reset=True,
+                max_new_tokens=self.config.max_summary_tokens,
+                context_text=self.chat.decode(row.window), info=row.info,
+            )  # fmt: skip
+        append = prompt[row.sent :]
+        return self.request(row, "summarize", append, row.reset, self.config.max_summary_tokens)
+
+    def request(
+        self, row: _Row, kind: Literal["act", "summarize"], append: list[int], reset: bool, cap: int
+    ) -> TurnRequest:
+        return TurnRequest(
+            row=row.slot, kind=kind, append=append, reset=reset, max_new_tokens=cap,
+            context_text=self.chat.decode(row.window), info=row.info,
+        )  # fmt: skip
+
+    # -- applying responses ----------------------------------------------
+    def apply(self, row: _Row, request: TurnRequest, response: TurnResponse) -> None:
+        row.tokens_prefilled += len(request.append)
+        row.tokens_generated += len(response.token_ids)
+        row.pending = None
+        if request.kind == "summarize":
+            self.apply_summary(row, request, response)
+        else:
+            self.apply_action(row, response)
+
+    def apply_action(self, row: _Row, response: TurnResponse) -> None:
+        step_start = len(row.window) - len(self.header)
+        row.extend(response.token_ids, trainable=True, logprobs=list(response.logprobs))
+        row.sent, row.reset = len(row.window), False
+        row.transcript.append(
+            f"[assistant] {response.text}" + ("" if response.finished else " ...")
+        )
+        obs, reward, terminated, truncated, info = row.env.step(response.text)
+        row.turns += 1
+        row.reward += float(reward)
+        row.info = info
+        row.transcript.append(f"[observation] {obs}")
+        obs_ids = self.chat.observation(obs)
+        if terminated or truncated:
+            if len(row.window) + len(obs_ids) <= self.config.budget:
+                row.extend(obs_ids)
+            self.end(row, "terminated" if terminated else "env_truncated")
+            return
+        reserve = self.reserve if row.compactions < self.config.max_compactions else 0
+        if len(row.window) + len(obs_ids) > self.config.budget - reserve:
+            self.end(row, "observation_overflow")
+            return
+        row.extend(obs_ids)
+        row.steps.append((step_start, len(row.window)))
+
+    def apply_summary(self, row: _Row, request: TurnRequest, response: TurnResponse) -> None:
+        ids = list(response.token_ids)
+        external = self.config.protocol == "external-summarizer"
+        prompt = row.window + self.q_sum
+        row.peak_context = max(row.peak_context, len(prompt) + len(ids))
+        row.tokens_summarised += len(ids)
+        if not external:
+            self.close_window(row)
+            row.segments.append(
+                Segment(
+                    role="summary", token_ids=prompt + ids,
+                    trainable=[False] * len(prompt) + [True] * len(ids),
+                    logprobs=[0.0] * len(prompt) + list(response.logprobs),
+                    rollout_id=row.rollout_id, segment_index=len(row.segments),
+                )
+            )  # fmt: skip
+        row.summaries.append(response.text)
+        row.recalls.append(summary_recall(response.text, row.info))
+        row.transcript.append(f"[summary {len(row.summaries)}] {response.text}")
+        self.rebuild(row, summary=response.text, window_closed=not external)
+
+    # -- windows -----------------------------------------------------------
+    def close_window(self, row: _Row) -> None:
+        """Record the current window as an execution segment (if anything was generated in it)."""
+        if any(row.trainable):
+            row.segments.append(
+                Segment(
+                    role="execution", token_ids=list(row.window), trainable=list(row.trainable),
+                    logprobs=list(row.logprobs), rollout_id=row.rollout_id,
+                    segment_index=len(row.segments),
+                )
+            )  # fmt: skip
+
+    def rebuild(self, row: _Row, summary: str | None, window_closed: bool = False) -> None:
+        """Replace the window by ``(s) + [u] + u_resume(S) + last k steps`` (k lowered to fit)."""
+        cfg = self.config
+        if not window_closed:
+            self.close_window(row)
+        base = list(self.system)
+        if cfg.keep_task or summary is None:
+            base += row.task
+        if summary is not None:
+            base += self.chat.resume(cfg.resume_instruction, summary)
+        old, steps = row.window, row.steps
+        for k in range(min(cfg.keep_last, len(steps)), -1, -1):
+            kept = steps[len(steps) - k :]
+            size = len(base) + sum(end - start for start, end in kept)
+            if cfg.budget - size >= cfg.threshold:
+                break
+        row.compactions += 1
+        row.window, row.trainable, row.logprobs, row.steps = [], [], [], []
+        row.sent, row.reset = 0, True
+        row.extend(base)
+        if cfg.budget - size < cfg.threshold:
+            # Even k = 0 leaves no room (a long task kept with keep_task).
+            self.end(row, "window_full")
+            return
+        for start, end in kept:
+            new_start = len(row.window)
+            row.extend(old[start:end])
+            row.steps.append((new_start, len(row.window)))
+        row.transcript.append(f"== window {row.compactions + 1} (kept {len(kept)} steps) ==")
+
+    def end(self, row: _Row, reason: EndReason) -> None:
+        row.end_reason = reason
+        if reason not in ("terminated", "env_truncated"):
+            row.transcript.append(f"== truncated: {reason} ==")
+        return None
+
+    def finish(self, row: _Row) -> RolloutRecord:
+        self.close_window(row)
+        for seg in row.segments:
+            seg.reward = row.reward
+            seg.group_id = row.group_id
+        terminated = row.end_reason == "terminated"
+        return RolloutRecord(
+            rollout_id=row.rollout_id,
+            seed=row.seed,
+            success=bool(row.info["success"]) and terminated,
+            reward=row.reward,
+            terminated=terminated,
+            truncated=not terminated,
+            end_reason=row.end_reason or "max_turns",
+            turns=row.turns,
+            compactions=row.compactions,
+            summaries=row.summaries,
+            summary_recall=row.recalls,
+            tokens_generated=row.tokens_generated,
+            tokens_prefilled=row.tokens_prefilled,
+            tokens_summarised=row.tokens_summarised,
+            peak_context=row.peak_context,
+            group_id=row.group_id,
+            transcript="\n".join(row.transcript),
+        )
+
+
+def collect_rollouts(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    agent: Agent,
+    config: CompactionConfig,
+    seeds: Sequence[int],
+    chat: ChatFormat,
+    summarizer_agent: Agent | None = None,
+    rollout_id_start: int = 0,
+    group_ids: Sequence[int] | None = None,
+) -> RolloutBatch:
+    """Run one episode per seed, all in lockstep, under ``config``'s protocol.
+
+    Rows are keyed by rollout id (``rollout_id_start + i`` for the i-th seed), which
+    is also the ``row`` of every request. ``summarizer_agent`` writes the summaries
+    under ``external-summarizer`` (required there, unused otherwise). ``group_ids``
+    (one per seed) tags rollouts of the same task for group estimators.
+    """
+    if config.protocol == "external-summarizer" and summarizer_agent is None:
+        raise ValueError("protocol 'external-summarizer' needs a summarizer_agent")
+    if group_ids is not None and len(group_ids) != len(seeds):
+        raise ValueError(f"group_ids has {len(group_ids)} entries for {len(seeds)} seeds")
+    envs = [gym.make(env_id, **env_kwargs) for _ in seeds]
+    system_prompt = envs[0].unwrapped.system_prompt
+    config.validate(chat, system_prompt)
+    runner = _Runner(config, chat, system_prompt)
+    rows: list[_Row] = []
+    for i, (env, seed) in enumerate(zip(envs, seeds, strict=True)):
+        task_text, info = env.reset(seed=seed)
+        task = chat.task(task_text)
+        row = _Row(
+            env=env, slot=i, seed=seed, rollout_id=rollout_id_start + i,
+            group_id=-1 if group_ids is None else group_ids[i], info=info, task=task,
+        )  # fmt: skip
+        row.extend(runner.system + task)
+        row.transcript += [f"[system] {system_prompt}", f"[task] {task_text}"]
+        rows.append(row)
+
+    external = config.protocol == "external-summarizer"
+    live = list(rows)
+    while live:
+        own: list[tuple[_Row, TurnRequest]] = []
+        other: list[tuple[_Row, TurnRequest]] = []
+        for row in live:
+            request = runner.next_request(row, external)
+            if request is None:
+                continue
+            (other if external and request.kind == "summarize" else own).append((row, request))
+        for batch, who in ((own, agent), (other, summarizer_agent)):
+            if not batch:
+                continue
+            responses = who.respond([request for _, request in batch])
+            if len(responses) != len(batch):
+                raise RuntimeError(f"agent answered {len(responses)} of {len(batch)} requests")
+            for (row, request), response in zip(batch, responses, strict=True):
+                runner.apply(row, request, response)
+        live = [row for row in live if row.end_reason is None]
+    for env in envs:
+        env.close()
+    records = [runner.finish(row) for row in rows]
+    return RolloutBatch(segments=[seg for row in rows for seg in row.segments], records=records)

@@ -14,7 +14,10 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("cxsim.experiments.run", "the main job: SFT, CompactionRL, eval, report"),
     "sft": ("cxsim.experiments.sft", "behaviour cloning from oracle rollouts under compaction"),
-    "train": ("cxsim.experiments.train", "PPO with context compaction (CompactionRL and ablations)"),
+    "train": (
+        "cxsim.experiments.train",
+        "PPO with context compaction (CompactionRL and ablations)",
+    ),
     "eval": ("cxsim.experiments.evaluate", "Single and Compacted protocols, Pass@1 with 95% CI"),
     "tables": ("cxsim.experiments.tables", "the paper's tables in miniature, with seeds and CIs"),
     "report": ("cxsim.experiments.report", "plots and tables from a finished run directory"),
@@ -53,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         _dispatch(BENCHMARKS, argv[1:], "cxsim bench")
         return
     table = {**COMMANDS, "bench": ("", "benchmarks: " + ", ".join(BENCHMARKS))}
-    if argv and argv[0] in ("-h", "--help") or not argv:
+    if not argv or argv[0] in ("-h", "--help"):
         print(_usage(table, "cxsim"))
         return
     _dispatch(COMMANDS, argv, "cxsim")

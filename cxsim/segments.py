@@ -117,9 +117,7 @@ class SegmentBatch:
     def select(self, rows: torch.Tensor | Sequence[int]) -> SegmentBatch:
         """A sub-batch with the given rows (for minibatches), extras included."""
         idx = torch.as_tensor(rows, dtype=torch.long, device=self.token_ids.device)
-        picked = {
-            f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name != "extras"
-        }
+        picked = {f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name != "extras"}
         return SegmentBatch(**picked, extras={k: v[idx] for k, v in self.extras.items()})
 
     def with_extras(self, **tensors: torch.Tensor) -> SegmentBatch:

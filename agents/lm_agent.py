@@ -1,7 +1,7 @@
 """A language-model agent: batched sampling with the KV cache kept across turns.
 
 All requests of one ``respond`` call are decoded together, one forward per new
-token for the whole batch. A row's cache holds its current window (or summary
+token for the batch (or for the rows still decoding, once most have finished). A row's cache holds its current window (or summary
 prompt) and grows by the ``append`` chunks and the sampled tokens; nothing is
 re-encoded until the runtime resets the row (new episode or rebuilt window).
 
@@ -68,7 +68,7 @@ class LMAgent:
             (list(r.append) if r.reset else self.unfed.get(r.row, []) + list(r.append))
             for r in requests
         ]
-        logits = self.cache.forward(chunks)  # (B, V)
+        logits = self.cache.append(chunks)  # (B, V)
 
         batch = len(requests)
         caps = torch.tensor([r.max_new_tokens for r in requests], device=self.device)
@@ -85,7 +85,7 @@ class LMAgent:
                 break
             step = tok.tolist()
             live = active.tolist()
-            logits = self.cache.forward([[step[b]] if live[b] else [] for b in range(batch)])
+            logits = self.cache.append([[step[b]] if live[b] else [] for b in range(batch)])
 
         token_rows = torch.stack(tokens, dim=1).tolist()  # (B, steps)
         logprob_rows = torch.stack(logprobs, dim=1).tolist()

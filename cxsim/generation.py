@@ -1,20 +1,23 @@
 """Batched sampling over a KV cache that rows share and keep across turns.
 
-B rows (one per environment) share one ``DynamicCache`` of L columns. Each row
-owns the columns it wrote in its current window; everything else is masked out
-for it (``valid``, (B, L) bool). Rows append chunks of different lengths in one
+B rows (one per environment) share one cache of L columns (``BufferLayer``s:
+appends write in place, no per-step concatenation). Each row owns the columns
+it wrote in its current window; everything else is masked out for it
+(``valid``, (B, L) bool). Rows append chunks of different lengths in one
 forward: a chunk is right-padded to the longest, the pad positions are masked
 for every query, and each row's tokens get explicit position ids counting only
-its own valid tokens, so a row with holes in its cache computes exactly what a
-clean forward over its window would. A row that restarts (``reset``) masks all
-its old columns and starts again at position 0. Columns no row uses any more
-are dropped by re-packing the cache when it grows well past the longest window.
+its own valid tokens, so a row with holes in its cache computes what a clean
+forward over its window computes. A row that restarts (``reset``) masks all its
+old columns and starts again at position 0. Rows whose chunks differ a lot in
+length (a rebuilt window next to one observation) run in separate forwards
+over subsets of rows, and so do the few rows still decoding once most have
+finished. Columns no row uses any more are dropped by re-packing the cache.
 
 The 4D additive mask is built here and handed to the model as is (transformers
 5.x returns a prepared 4D mask unchanged from ``create_causal_mask``); the cache
 argument is ``cache`` (``past_key_values`` is deprecated in 5.x).
 
-Shapes: B rows, L cached columns, Q new tokens per row in one forward, V vocab.
+Shapes: B rows, R rows in one forward, L cached columns, Q new tokens per row, V vocab.
 """
 
 from __future__ import annotations
@@ -77,17 +80,24 @@ def sample_next(
 
 
 class BufferLayer(DynamicLayer):
-    """A ``DynamicLayer`` that appends into a preallocated buffer (capacity doubles).
+    """A ``DynamicLayer`` that appends into a preallocated buffer (capacity doubles),
+    optionally for a subset of its batch rows.
 
     ``DynamicLayer`` concatenates the whole cache at every decode step; here an
     append copies only the new tokens. ``keys``/``values`` are views of the
-    filled part of the buffers.
+    filled part of the buffers (all rows). With ``rows`` set, a forward over
+    those rows only writes their new columns (the other rows' new columns stay
+    zero and are masked) and attends over a gathered copy of their cache.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.key_buffer: torch.Tensor | None = None
         self.value_buffer: torch.Tensor | None = None
+        self.rows: torch.Tensor | None = None
+        """Batch rows of the current forward (None: all rows)."""
+        self.batch = 0
+        """Rows of the whole cache."""
 
     def replace(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Sets the cached states (e.g. rows re-ordered or columns dropped)."""
@@ -102,18 +112,25 @@ class BufferLayer(DynamicLayer):
         n = self.get_seq_length()
         q = key_states.shape[-2]
         if self.key_buffer is None or self.key_buffer.shape[-2] < n + q:
-            shape = (*key_states.shape[:2], max(2 * (n + q), 64), key_states.shape[-1])
-            key_buffer = key_states.new_empty(shape)
-            value_buffer = value_states.new_empty(shape)
+            # Zeros, not empty: masked columns must hold finite numbers (0 * nan = nan).
+            shape = (self.batch, key_states.shape[1], max(2 * (n + q), 64), key_states.shape[-1])
+            key_buffer = key_states.new_zeros(shape)
+            value_buffer = value_states.new_zeros(shape)
             if n:
                 key_buffer[:, :, :n] = self.keys
                 value_buffer[:, :, :n] = self.values
             self.key_buffer, self.value_buffer = key_buffer, value_buffer
-        self.key_buffer[:, :, n : n + q] = key_states
-        self.value_buffer[:, :, n : n + q] = value_states
+        if self.rows is None:
+            self.key_buffer[:, :, n : n + q] = key_states
+            self.value_buffer[:, :, n : n + q] = value_states
+        else:
+            self.key_buffer[:, :, n : n + q][self.rows] = key_states
+            self.value_buffer[:, :, n : n + q][self.rows] = value_states
         self.keys = self.key_buffer[:, :, : n + q]
         self.values = self.value_buffer[:, :, : n + q]
-        return self.keys, self.values
+        if self.rows is None:
+            return self.keys, self.values
+        return self.keys[self.rows], self.values[self.rows]
 
 
 class RowCache:
@@ -178,31 +195,65 @@ class RowCache:
             idx = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
             layer.replace(layer.keys.gather(2, idx), layer.values.gather(2, idx))
 
-    def forward(self, chunks: list[list[int]]) -> torch.Tensor:
-        """Append each row's chunk (possibly empty) and return the logits after each row's
-        last token (B, V); rows with an empty chunk get the logits of a masked pad."""
-        lengths = torch.tensor([len(c) for c in chunks], device=self.device)  # (B,)
+    def append(self, chunks: list[list[int]]) -> torch.Tensor:
+        """Appends each row's chunk (possibly empty); returns the logits after each row's last
+        token (B, V) (zeros for rows with an empty chunk).
+
+        Rows are grouped by chunk length (a group's chunks are at least half as long as
+        its longest) and each group runs in its own forward when that at least halves
+        the padded token count; rows with nothing to add are then left out (decoding
+        with most rows finished).
+        """
+        lengths = [len(c) for c in chunks]
+        batch = len(chunks)
+        busy = sorted((b for b in range(batch) if lengths[b]), key=lambda b: -lengths[b])
+        groups: list[list[int]] = []
+        for b in busy:
+            if groups and 2 * lengths[b] > lengths[groups[-1][0]]:
+                groups[-1].append(b)
+            else:
+                groups.append([b])
+        split_cost = sum(len(g) * lengths[g[0]] for g in groups)
+        if self.cache is None or not busy or 2 * split_cost > batch * lengths[busy[0]]:
+            return self.forward(chunks, None)
+        logits = None
+        for group in groups:
+            out = self.forward([chunks[b] for b in group], group)
+            if logits is None:
+                logits = out.new_zeros((batch, out.shape[-1]))
+            logits[group] = out
+        return logits
+
+    def forward(self, chunks: list[list[int]], rows: list[int] | None) -> torch.Tensor:
+        """One forward over ``rows`` (None: all rows; then ``chunks`` has one per row).
+        Returns the logits after each given row's last token (R, V)."""
+        lengths = torch.tensor([len(c) for c in chunks], device=self.device)  # (R,)
         q = max(int(lengths.max()), 1)
         ids = torch.full((len(chunks), q), self.pad_id, dtype=torch.long)
         for b, chunk in enumerate(chunks):
             ids[b, : len(chunk)] = torch.tensor(chunk, dtype=torch.long)
         ids = ids.to(self.device)
+        index = None if rows is None else torch.tensor(rows, device=self.device)
+        past_valid = self.valid if index is None else self.valid[index]  # (R, L)
+        past_length = self.length if index is None else self.length[index]  # (R,)
         steps = torch.arange(q, device=self.device)
-        new_valid = steps[None, :] < lengths[:, None]  # (B, Q)
-        position_ids = self.length[:, None] + steps[None, :]  # (B, Q)
+        new_valid = steps[None, :] < lengths[:, None]  # (R, Q)
+        position_ids = past_length[:, None] + steps[None, :]  # (R, Q)
         past = self.columns
-        key_valid = torch.cat([self.valid, new_valid], dim=1)  # (B, L+Q)
+        key_valid = torch.cat([past_valid, new_valid], dim=1)  # (R, L+Q)
         key_pos = torch.arange(past + q, device=self.device)
         query_pos = past + steps
         causal = key_pos[None, :] <= query_pos[:, None]  # (Q, L+Q)
         diagonal = key_pos[None, :] == query_pos[:, None]  # pads attend to themselves only
-        allowed = (key_valid[:, None, :] & causal[None]) | diagonal[None]  # (B, Q, L+Q)
+        allowed = (key_valid[:, None, :] & causal[None]) | diagonal[None]  # (R, Q, L+Q)
         dtype = self.model.dtype
         mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
         mask.masked_fill_(~allowed, torch.finfo(dtype).min)
         if self.cache is None:
             layers = self.model.config.num_hidden_layers
             self.cache = Cache(layers=[BufferLayer() for _ in range(layers)])
+        for layer in self.cache.layers:
+            layer.rows, layer.batch = index, len(self.keys)
         out = self.model(
             input_ids=ids,
             attention_mask=mask[:, None],
@@ -210,7 +261,15 @@ class RowCache:
             cache=self.cache,
             use_cache=True,
         )
-        self.valid = key_valid
-        self.length = self.length + lengths
+        for layer in self.cache.layers:
+            layer.rows = None
+        if index is None:
+            self.valid = key_valid
+            self.length = self.length + lengths
+        else:
+            grown = torch.zeros((len(self.keys), q), dtype=torch.bool, device=self.device)
+            grown[index] = new_valid
+            self.valid = torch.cat([self.valid, grown], dim=1)
+            self.length[index] += lengths
         last = (lengths - 1).clamp(min=0)
-        return out.logits[torch.arange(len(chunks), device=self.device), last]  # (B, V)
+        return out.logits[torch.arange(len(chunks), device=self.device), last]  # (R, V)

@@ -80,7 +80,7 @@ def test_row_cache_with_holes_matches_a_clean_forward():
                 chunk = torch.randint(9, 49, (n,), generator=g).tolist()
                 contexts[k] = chunk if r else contexts[k] + chunk
                 chunks.append(chunk)
-            logits = rc.forward(chunks)
+            logits = rc.append(chunks)
             for b, k in enumerate(keys):
                 if chunks[b]:
                     torch.testing.assert_close(
@@ -91,17 +91,40 @@ def test_row_cache_with_holes_matches_a_clean_forward():
         rc.arrange([0, 7], [False, False])
 
 
+def test_row_cache_runs_rows_in_groups_by_chunk_length():
+    rc = RowCache(model(), pad_id=0, device=torch.device("cpu"))
+    contexts = {k: list(range(10 + k, 16 + k)) for k in range(6)}
+    with torch.inference_mode():
+        rc.arrange(list(range(6)), [True] * 6)
+        rc.append([contexts[k] for k in range(6)])
+        # One long reset-like chunk, short ones, and rows with nothing to add.
+        chunks = [list(range(9, 49)), [11, 12], [13], [], [], []]
+        before = rc.columns
+        rc.arrange(list(range(6)), [True] + [False] * 5)
+        contexts[0] = []
+        for k, chunk in enumerate(chunks):
+            contexts[k] = contexts[k] + chunk
+        logits = rc.append(chunks)
+        assert rc.columns - before == 40 + 2 + 1  # one forward per length group: 40, 2, 1
+        for k in range(3):
+            torch.testing.assert_close(logits[k], clean_logits(contexts[k]), atol=1e-5, rtol=0)
+        logits = rc.append([[], [], [], [], [7 + 9], []])  # decoding with one row left
+        contexts[4].append(16)
+        torch.testing.assert_close(logits[4], clean_logits(contexts[4]), atol=1e-5, rtol=0)
+        assert rc.length.tolist() == [len(contexts[k]) for k in range(6)]
+
+
 def test_row_cache_repacks_masked_columns():
     rc = RowCache(model(), pad_id=0, device=torch.device("cpu"))
     long_row = [9, 10]
     with torch.inference_mode():
         rc.arrange([0, 1], [True, True])
-        rc.forward([list(range(9, 29)), long_row])
+        rc.append([list(range(9, 29)), long_row])
         for i in range(6):  # row 0 restarts each turn: its old columns become holes
             rc.arrange([0, 1], [True, False])
             chunk = list(range(10 + i, 30 + i))
             long_row = [*long_row, 14]
-            logits = rc.forward([chunk, [14]])
+            logits = rc.append([chunk, [14]])
             torch.testing.assert_close(logits[0], clean_logits(chunk), atol=1e-5, rtol=0)
             torch.testing.assert_close(logits[1], clean_logits(long_row), atol=1e-5, rtol=0)
             assert rc.columns <= len(chunk) + 32 + len(chunk)

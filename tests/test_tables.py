@@ -1,0 +1,185 @@
+"""Tables: the interval math on hand-computed numbers, and ``cxsim tables --preset smoke`` for real."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from cxsim.cli import main as cxsim
+from cxsim.tables import (
+    Interval,
+    Proportion,
+    cached_json,
+    config_tag,
+    fmt,
+    markdown_table,
+    mean_interval,
+    paired_difference,
+    seed_interval,
+    verdict,
+)
+
+# -- math ---------------------------------------------------------------------------------
+
+
+def test_seed_interval_is_t_over_seeds():
+    # values 0.3, 0.5, 0.4: mean 0.4, sd 0.1, t(2) = 4.303 -> half width 4.303 * 0.1 / sqrt(3)
+    x = seed_interval([Proportion(3, 10), Proportion(5, 10), Proportion(4, 10)])
+    half = 4.303 * 0.1 / math.sqrt(3)
+    assert x.method == "t" and x.n == 3
+    assert x.mean == pytest.approx(0.4)
+    assert (x.low, x.high) == pytest.approx((0.4 - half, 0.4 + half))
+
+
+def test_seed_interval_one_seed_is_wilson_and_empty_seeds_drop():
+    x = seed_interval([Proportion(0, 0), Proportion(8, 10)])  # the empty seed is left out
+    assert x.method == "wilson" and x.n == 10
+    # Wilson 8/10: (0.4902, 0.9433)
+    assert (x.low, x.high) == pytest.approx((0.4902, 0.9433), abs=1e-4)
+    assert math.isnan(seed_interval([Proportion(0, 0)]).mean)
+
+
+def test_paired_difference_newcombe_matches_the_published_example():
+    # Newcombe (1998), method 10: 56/70 - 48/80 = 0.175... here 0.8 - 0.6 -> (0.0524, 0.3339)
+    d = paired_difference([Proportion(56, 70)], [Proportion(48, 80)])
+    assert d.method == "newcombe" and d.mean == pytest.approx(0.2)
+    assert (d.low, d.high) == pytest.approx((0.0524, 0.3339), abs=1e-4)
+    assert d.excludes_zero()
+
+
+def test_paired_difference_over_seeds_pairs_by_seed():
+    # per-seed differences 0.2, 0.2, 0.2: zero variance -> a point interval
+    a = [Proportion(5, 10), Proportion(6, 10), Proportion(7, 10)]
+    b = [Proportion(3, 10), Proportion(4, 10), Proportion(5, 10)]
+    d = paired_difference(a, b)
+    assert d.method == "t" and (d.mean, d.low, d.high) == pytest.approx((0.2, 0.2, 0.2))
+    with pytest.raises(ValueError, match="one entry per seed"):
+        paired_difference(a, b[:2])
+
+
+def test_formatting_and_verdicts():
+    x = Interval(0.5, 0.25, 0.75, 3, "t")
+    assert fmt(x) == "0.50 [0.25, 0.75]"
+    assert fmt(Interval(0.1, -0.05, 0.2, 3, "t"), signed=True) == "+0.10 [-0.05, +0.20]"
+    assert fmt(mean_interval([0.3])) == "0.30"  # one value: no interval
+    assert fmt(mean_interval([math.nan])) == "-"
+    assert verdict(Interval(0.2, 0.1, 0.3, 3, "t"), "up", "down").startswith("up (")
+    assert verdict(Interval(-0.2, -0.3, -0.1, 3, "t"), "up", "down").startswith("down (")
+    assert verdict(Interval(0.1, -0.1, 0.3, 3, "t"), "up", "down").startswith("no detectable")
+    table = markdown_table(["a", "b"], [["1", "2"]])
+    assert table.splitlines() == ["| a | b |", "|---|---|", "| 1 | 2 |"]
+    with pytest.raises(ValueError, match="cells"):
+        markdown_table(["a", "b"], [["1"]])
+
+
+def test_cache_computes_once_and_tags_follow_settings(tmp_path: Path):
+    calls = []
+
+    def compute() -> dict:
+        calls.append(1)
+        return {"x": (1, 2), "y": math.nan}
+
+    path = tmp_path / "a" / "r.json"
+    first = cached_json(path, compute)
+    assert cached_json(path, compute) == first == {"x": [1, 2], "y": None}
+    assert len(calls) == 1
+    assert config_tag("full", {"a": 1}) == config_tag("full", {"a": 1})
+    assert config_tag("full", {"a": 1}) != config_tag("full", {"a": 2})
+
+
+# -- the entry point ----------------------------------------------------------------------
+
+
+def cells(page: str, first: str) -> list[str]:
+    """The cells of the table row that starts with ``first``."""
+    for line in page.splitlines():
+        parts = [c.strip() for c in line.strip().strip("|").split("|")]
+        if parts[0] == first:
+            return parts
+    raise AssertionError(f"no row {first!r} in the page")
+
+
+def rows_starting(page: str, prefix: str) -> list[list[str]]:
+    return [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in page.splitlines()
+        if line.startswith(f"| {prefix}")
+    ]
+
+
+def mean_of(cell: str) -> float:
+    return float(cell.split()[0])
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory) -> tuple[Path, Path]:
+    out = tmp_path_factory.mktemp("tables")
+    runs = tmp_path_factory.mktemp("runs")
+    cxsim(["tables", "--preset", "smoke", "--out-dir", str(out), "--runs-dir", str(runs)])
+    return out, runs
+
+
+def test_smoke_writes_the_page_and_plots(smoke: tuple[Path, Path]):
+    out, _ = smoke
+    page = (out / "tables.md").read_text()
+    for title in ("## Findings", "## Table 1", "## Table 2", "## Table 3", "## Table 4"):
+        assert title in page
+    assert "`cxsim tables --preset smoke --out-dir" in page
+    assert "Wilson 95% interval" in page  # one seed
+    assert re.search(r"\*\*Runtime\*\*: \d+\.\d min", page)
+    for png in ("tables_learning_curves.png", "tables_omission.png", "tables_summarizers.png"):
+        assert (out / png).stat().st_size > 5000, png
+        assert f"]({png})" in page
+    # four findings, each with a number
+    findings = page.split("## Findings")[1].split("## Table 1")[0]
+    assert len(re.findall(r"^- \*\*", findings, flags=re.M)) == 4
+
+
+def test_smoke_numbers_are_what_the_agents_guarantee(smoke: tuple[Path, Path]):
+    page = (smoke[0] / "tables.md").read_text()
+    # Table 1: the scripted summarizer keeps every fact at omission 0 and none at 1, and the
+    # oracle succeeds whenever the summaries keep everything
+    perfect = next(r for r in rows_starting(page, "oracle") if r[1] == "scripted, omission 0")
+    assert mean_of(perfect[2]) == 1.0 and mean_of(perfect[3]) == 1.0
+    for row in rows_starting(page, ""):
+        if row[1] == "scripted, omission 1":
+            assert mean_of(row[3]) == 0.0 and mean_of(row[4]) == 1.0
+    # Table 2: no episode of the tiny task fits in one window, so Single is 0 for every model
+    for model in ("base (SFT)", "PPO w/o compaction", "CompactionRL"):
+        single, compacted = cells(page, model)[1:3]
+        assert mean_of(single) == 0.0
+        low, high = map(float, re.findall(r"[-\d.]+", compacted)[1:3])
+        assert 0.0 <= low <= mean_of(compacted) <= high <= 1.0
+    # Table 4 has every ablation, each compared with CompactionRL
+    for label in ("w/o token-level loss", "w/o cross-segment correction", "stitched GAE"):
+        assert cells(page, label if label != "stitched GAE" else "stitched GAE (not in the paper)")
+
+
+def test_rerun_reuses_the_cache_and_more_seeds_give_t_intervals(smoke: tuple[Path, Path], tmp_path):
+    _, runs = smoke
+    (cache,) = runs.iterdir()
+    seed0 = cache / "s0" / "train" / "compactionrl-s0" / "results.json"
+    before = seed0.stat().st_mtime_ns
+    out = tmp_path / "two"
+    cxsim(["tables", "--preset", "smoke", "--seeds", "2", "--tables", "2",
+           "--out-dir", str(out), "--runs-dir", str(runs)])  # fmt: skip
+    assert seed0.stat().st_mtime_ns == before  # seed 0 read from the cache, not retrained
+    assert json.loads(seed0.read_text())["iterations_done"] == 2
+    assert (cache / "s1" / "sft" / "policy" / "config.json").is_file()  # its own SFT base
+    page = (out / "tables.md").read_text()
+    assert "K = 2 training seeds" in page and "## Table 1" not in page
+    assert "Does Single-window success improve?" in page
+    assert not (out / "tables_summarizers.png").exists()
+
+
+def test_unknown_preset_and_bad_flags_fail_before_any_work(tmp_path: Path, capsys):
+    with pytest.raises(SystemExit, match="unknown preset"):
+        cxsim(["tables", "--preset", "huge", "--runs-dir", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        cxsim(["tables", "--preset", "smoke", "--seeds", "0", "--runs-dir", str(tmp_path)])
+    assert "pass at least one seed" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

@@ -428,8 +428,21 @@ def table3(s: Seeds) -> str:
     return markdown_table(header, body)
 
 
+TRAIN_DIAGNOSTICS = (
+    ("critic/explained_variance", "critic EV"),
+    ("critic/ece", "critic ECE"),
+    ("gap/rel_err", "gap to stitched GAE (rel. err.)"),
+    ("credit/summary_first_over_last", "credit, 1st / last summary"),
+)
+"""Training diagnostics shown in Table 4 when the trainer's ``final`` metrics carry them."""
+
+
 def table4(cfg: Config, s: Seeds) -> str:
     single = "single" in cfg.eval.protocols
+    diagnostics = [
+        (key, name) for key, name in TRAIN_DIAGNOSTICS
+        if any(not math.isnan(v) for row in ROWS[4] for v in s.final(row, key))
+    ]  # fmt: skip
     body = []
     ref = [pass_prop(r) for r in s.result("compactionrl", "compacted")]
     for row in ROWS[4]:
@@ -441,10 +454,11 @@ def table4(cfg: Config, s: Seeds) -> str:
             fmt(pass_interval(s.result(row, "single"))) if single else "-",
             fmt(omission_interval(res)),
             fmt(mean_interval(s.final(row, "charts/success_rate"))),
-            fmt(mean_interval(s.final(row, "critic/explained_variance"))),
+            *(fmt(mean_interval(s.final(row, key)), digits=3) for key, _ in diagnostics),
         ])  # fmt: skip
     header = ["model", "Compacted Pass@1", "- CompactionRL (paired)", "Single Pass@1",
-              "summary omission", "train success (last 5 it.)", "critic EV (last 5 it.)"]  # fmt: skip
+              "summary omission", "train success (last 5 it.)",
+              *(f"{name} (last 5 it.)" for _, name in diagnostics)]  # fmt: skip
     return markdown_table(header, body)
 
 
@@ -638,6 +652,9 @@ def render(cfg: Config, s: Seeds, command: str, wall_s: float, cache: Path) -> s
         "## Findings",
         "",
         *[f"- {sentence}" for sentence in findings(cfg, s)],
+        "",
+        f"An interval that covers 0 says that this budget ({k} seed(s), {ppo.iterations} PPO "
+        "iterations per row) cannot tell the two rows apart, not that they do not differ.",
         "",
     ]
     if 1 in cfg.tables:

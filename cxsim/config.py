@@ -1,0 +1,276 @@
+"""Frozen dataclass configs shared by the entry points (parsed by ``tyro.cli``).
+
+Each field's docstring is its ``--help`` text. Every config validates itself in
+``__post_init__`` and says what to change, so a bad command fails before any
+model is built or any rollout is collected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal
+
+import gymnasium as gym
+import tyro
+
+from cxsim.compaction import CompactionConfig
+
+EstimatorName = Literal["cross-segment", "local", "stitched", "group-broadcast"]
+ESTIMATORS: tuple[str, ...] = ("cross-segment", "local", "stitched", "group-broadcast")
+LossMode = Literal["token-mean", "segment-mean", "rollout-mean", "seq-mean-token-sum"]
+LOSS_MODES: tuple[str, ...] = ("token-mean", "segment-mean", "rollout-mean", "seq-mean-token-sum")
+LambdaScope = Literal["fixed", "segment", "rollout"]
+LAMBDA_SCOPES: tuple[str, ...] = ("fixed", "segment", "rollout")
+TrainProtocol = Literal["compacted", "single"]
+PolicySize = Literal["tiny", "small", "base"]
+
+DEFAULT_ENV = "cxsim/KeyRecall-v0"
+DEFAULT_ENV_KWARGS: dict[str, int | float | bool] = {
+    "obs_words_mean": 8.0,
+    "obs_words_std": 2.0,
+    "num_values": 4,
+}
+"""The default task: KeyRecall with short corridor text and 4 key values (chance 1/4); under
+DEFAULT_COMPACTION 99% of episodes need 3 windows and none fits in one (Single: 0%)."""
+DEFAULT_COMPACTION = CompactionConfig(
+    budget=200, threshold=72, max_summary_tokens=32, max_response_tokens=8
+)
+"""Budget sized to the default task: threshold = summary reserve (|q_sum| 15 + 32) + header
++ response cap 8 + the longest observation, so no observation overflows a window."""
+
+
+def _scalar(text: str) -> int | float | bool:
+    if text in ("True", "true", "False", "false"):
+        return text in ("True", "true")
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    raise ValueError(f"env kwarg value {text!r} is not an int, float or bool")
+
+
+def _parse_kwargs(args: list[str]) -> dict[str, int | float | bool]:
+    if len(args) % 2:
+        raise ValueError(f"--env.kwargs takes KEY VALUE pairs; got {args}")
+    return {key: _scalar(value) for key, value in zip(args[::2], args[1::2], strict=True)}
+
+
+EnvKwargs = Annotated[
+    dict[str, int | float | bool],
+    tyro.constructors.PrimitiveConstructorSpec(
+        nargs="*",
+        metavar="KEY VALUE ...",
+        instance_from_str=_parse_kwargs,
+        is_instance=lambda x: isinstance(x, dict),
+        str_from_instance=lambda d: [s for k, v in d.items() for s in (k, str(v))],
+    ),
+]
+"""Env keyword arguments as one flag of KEY VALUE pairs (replacing the defaults as a whole)."""
+
+
+def _one_of(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is unknown; choose one of: {', '.join(choices)}")
+
+
+def check_env_id(env_id: str) -> None:
+    """Raises ValueError unless ``env_id`` is registered with gymnasium (cxsim ids included)."""
+    import cxsim.envs  # noqa: F401  (registers the cxsim ids)
+
+    if env_id not in gym.registry:
+        cxsim_ids = sorted(k for k in gym.registry if k.startswith("cxsim/"))
+        raise ValueError(
+            f"unknown environment id {env_id!r}; set --env.env-id to one of: {', '.join(cxsim_ids)}"
+        )
+
+
+def check_policy_dir(path: str | Path, flag: str = "--policy") -> None:
+    """Raises FileNotFoundError unless ``path`` holds a saved model (config.json)."""
+    if not (Path(path) / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{flag} {str(path)!r} holds no policy checkpoint (no config.json); run "
+            f"`cxsim sft` to make one, or pass {flag} PATH to a directory saved by cxsim"
+        )
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Which environment, and its keyword arguments."""
+
+    env_id: str = DEFAULT_ENV
+    """Gymnasium id (``cxsim/KeyRecall-v0``, ``cxsim/FactUpdate-v0``, ``cxsim/SimRepo-v0``, presets)."""
+    kwargs: EnvKwargs = field(default_factory=lambda: dict(DEFAULT_ENV_KWARGS))
+    """Keyword arguments for ``gymnasium.make`` (e.g. ``--env.kwargs memory_length 12 num_values 4``;
+    they replace the defaults, which suit KeyRecall and FactUpdate)."""
+
+    def __post_init__(self) -> None:
+        check_env_id(self.env_id)
+
+    @property
+    def system_prompt(self) -> str:
+        """The environment's system prompt (builds one instance; checks the kwargs too)."""
+        env = gym.make(self.env_id, **self.kwargs)
+        prompt = env.unwrapped.system_prompt
+        env.close()
+        return prompt
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """Behaviour cloning from scripted rollouts under compaction."""
+
+    episodes: int = 256
+    """Oracle episodes collected (each gives its execution and summary segments)."""
+    heldout_episodes: int = 32
+    """More episodes, kept aside for the held-out loss."""
+    omission_rate: float = 0.5
+    """Probability that the scripted summarizer drops each needed fact it could keep.
+    The cloned policy inherits it: an imperfect base, like the paper's SFT model."""
+    model: PolicySize = "tiny"
+    """Policy size preset (agents.models.POLICY_PRESETS)."""
+    epochs: int = 6
+    """Passes over the demonstrations."""
+    lr: float = 3e-3
+    """Adam learning rate."""
+    batch_rows: int = 32
+    """Segments per optimiser step."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.omission_rate <= 1.0:
+            raise ValueError(f"omission_rate={self.omission_rate} must lie in [0, 1]")
+        if min(self.episodes, self.heldout_episodes, self.epochs, self.batch_rows) < 1:
+            raise ValueError("episodes, heldout_episodes, epochs and batch_rows must be >= 1")
+        if self.lr <= 0:
+            raise ValueError(f"lr={self.lr} must be positive")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO with context compaction (METHOD.md sections 3-5); defaults are CompactionRL's."""
+
+    protocol: TrainProtocol = "compacted"
+    """``compacted``: rollouts under the compaction runtime (CompactionRL);
+    ``single``: no compaction, an episode fails when its window fills ("PPO without compaction")."""
+    estimator: EstimatorName = "cross-segment"
+    """``cross-segment`` (paper: local GAE times (gamma lambda)^N_{>s}), ``local`` (no correction),
+    ``stitched`` (exact GAE across boundaries), ``group-broadcast`` (SUPO/GRPO; no critic)."""
+    gamma: float = 1.0
+    """Discount per trainable token."""
+    lam: float = 0.95
+    """GAE lambda when ``lambda_scope`` is ``fixed``."""
+    lambda_scope: LambdaScope = "rollout"
+    """``fixed`` uses ``lam``; ``segment``/``rollout``: length-adaptive lambda = 1 - 1/(alpha l) with
+    l the trainable tokens of the segment / of the rollout (under the policy mask)."""
+    alpha: float = 1.5
+    """Length-adaptive lambda coefficient."""
+    loss_mode: LossMode = "token-mean"
+    """Policy-loss reduction: ``token-mean`` (paper; global token count), ``segment-mean``,
+    ``rollout-mean``, ``seq-mean-token-sum``."""
+    train_summaries: bool = True
+    """Train the summary tokens too (False: the "w/o summary training" ablation)."""
+    returns_from: Literal["corrected", "uncorrected"] = "corrected"
+    """Critic targets ``A + V`` from the corrected or the local (uncorrected) advantages."""
+    whiten: bool = True
+    """Whiten advantages over the batch's policy tokens before the policy loss."""
+    group_size: int = 1
+    """Rollouts per task (the same env seed); > 1 for group-broadcast."""
+    rollouts_per_batch: int = 64
+    """Rollouts per iteration (a multiple of group_size)."""
+    iterations: int = 40
+    """PPO iterations (after the critic warm-up)."""
+    critic_warmup: int = 3
+    """Value-only iterations before RL (paper: 50 steps); each collects a batch and trains
+    the critic only."""
+    epochs: int = 2
+    """Actor passes over each batch."""
+    critic_ratio: int = 2
+    """Critic passes per actor pass (paper: 2 critic updates per actor update)."""
+    minibatches: int = 2
+    """Optimiser steps per pass; rollouts are kept whole inside a minibatch."""
+    micro_batch_rows: int = 64
+    """Segments per forward pass inside a minibatch (gradient accumulation; the loss
+    denominator is still the whole minibatch's)."""
+    clip_eps: float = 0.2
+    """PPO ratio clip range."""
+    value_clip_eps: float | None = None
+    """Value clip range around the old values (None: unclipped value loss)."""
+    actor_lr: float = 1e-3
+    """Actor Adam learning rate (tiny models; the paper's 2e-6 is for 30B-106B)."""
+    critic_lr: float = 2e-3
+    """Critic Adam learning rate."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip for actor and critic."""
+    entropy_coef: float = 0.0
+    """Entropy bonus weight (0: none, as in the paper)."""
+    temperature: float = 1.0
+    """Sampling temperature for training rollouts (log-probs are under this distribution)."""
+
+    def __post_init__(self) -> None:
+        _one_of("estimator", self.estimator, ESTIMATORS)
+        _one_of("loss_mode", self.loss_mode, LOSS_MODES)
+        _one_of("lambda_scope", self.lambda_scope, LAMBDA_SCOPES)
+        _one_of("protocol", self.protocol, ("compacted", "single"))
+        _one_of("returns_from", self.returns_from, ("corrected", "uncorrected"))
+        if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.lam <= 1.0:
+            raise ValueError(f"gamma={self.gamma} and lam={self.lam} must lie in [0, 1]")
+        if self.alpha <= 0:
+            raise ValueError(f"alpha={self.alpha} must be positive")
+        if self.group_size < 1 or self.rollouts_per_batch % self.group_size:
+            raise ValueError(
+                f"rollouts_per_batch={self.rollouts_per_batch} must be a positive multiple of "
+                f"group_size={self.group_size}: change --ppo.rollouts-per-batch or --ppo.group-size"
+            )
+        if self.estimator == "group-broadcast" and self.group_size < 2:
+            raise ValueError(
+                "estimator='group-broadcast' normalises rewards within a group: set "
+                "--ppo.group-size to 2 or more"
+            )
+        for name in ("iterations", "critic_warmup"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 0")
+        for name in ("epochs", "critic_ratio", "minibatches", "micro_batch_rows"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.minibatches > self.rollouts_per_batch // self.group_size:
+            raise ValueError(
+                f"minibatches={self.minibatches} exceeds the number of groups per batch "
+                f"({self.rollouts_per_batch // self.group_size}); lower --ppo.minibatches"
+            )
+        if self.actor_lr <= 0 or self.critic_lr <= 0:
+            raise ValueError("actor_lr and critic_lr must be positive")
+        if self.clip_eps <= 0 or (self.value_clip_eps is not None and self.value_clip_eps <= 0):
+            raise ValueError("clip_eps and value_clip_eps must be positive")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature={self.temperature} must be positive")
+
+    @property
+    def uses_critic(self) -> bool:
+        return self.estimator != "group-broadcast"
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Evaluation under the Single and Compacted protocols."""
+
+    episodes: int = 128
+    """Distinct tasks (episode seeds), disjoint from training seeds."""
+    repeats: int = 1
+    """Samples per task; Pass@1 averages them, the CI counts tasks (see cxsim.evaluation)."""
+    protocols: tuple[Literal["single", "compacted"], ...] = ("single", "compacted")
+    """Protocols to run."""
+    temperature: float = 1.0
+    """Sampling temperature of an LM agent."""
+    seed: int = 0
+    """Seed of the evaluation tasks and of the sampling RNG."""
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1 or self.repeats < 1:
+            raise ValueError("episodes and repeats must be >= 1")
+        for p in self.protocols:
+            _one_of("protocol", p, ("single", "compacted"))
+        if self.temperature <= 0:
+            raise ValueError(f"temperature={self.temperature} must be positive")

@@ -1,0 +1,72 @@
+"""Behaviour cloning on recorded segments: token-mean cross-entropy on trainable tokens.
+
+The demonstrations are rollouts of a scripted agent (oracle executor plus the
+scripted summarizer) through the same compaction runtime the policy will face,
+so an execution segment's trainable tokens are exactly the oracle's actions
+and a summary segment's are the summary, each in the context the policy will
+see (rebuilt windows, summary prompts). Prompts and observations are context
+only.
+
+Loss of one optimiser step over rows ``B``:
+``L = -sum_{(s,t) in M_B} log pi(tok_{s,t} | tok_{s,<t}) / |M_B|``, with ``M_B``
+the trainable tokens of the whole step, counted once across micro-batches.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from cxsim.agents.models import sequence_logprobs
+from cxsim.losses import aggregate
+from cxsim.ppo import micro_batches
+from cxsim.segments import SegmentBatch
+
+
+def sft_step(
+    policy: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    batch: SegmentBatch,
+    micro_batch_rows: int,
+    max_grad_norm: float,
+) -> dict[str, float]:
+    """One optimiser step of token-mean cross-entropy over ``batch``'s trainable tokens."""
+    denom = batch.trainable.sum().clamp(min=1).float()
+    optimizer.zero_grad(set_to_none=True)
+    total, correct = 0.0, 0.0
+    for micro in micro_batches(batch, micro_batch_rows):
+        logprobs = sequence_logprobs(policy, micro.token_ids, micro.attention)  # (s, t)
+        loss = aggregate(-logprobs, micro.trainable, "token-mean", denominator=denom)
+        loss.backward()
+        total += float(loss.detach())
+        # a token is "right" when the model gives it more than half the mass (argmax for sure)
+        correct += float((logprobs.detach() > -0.6931)[micro.trainable].sum())
+    norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
+    optimizer.step()
+    return {
+        "losses/sft": total,
+        "charts/token_accuracy": correct / float(denom),
+        "losses/grad_norm": float(norm),
+    }
+
+
+@torch.no_grad()
+def sft_eval(
+    policy: PreTrainedModel, batch: SegmentBatch, micro_batch_rows: int
+) -> dict[str, float]:
+    """Held-out cross-entropy, split by role (execution vs summary tokens)."""
+    sums = {"execution": 0.0, "summary": 0.0}
+    counts = {"execution": 0.0, "summary": 0.0}
+    for micro in micro_batches(batch, micro_batch_rows):
+        nll = -sequence_logprobs(policy, micro.token_ids, micro.attention)
+        for role, rows in (("execution", ~micro.is_summary), ("summary", micro.is_summary)):
+            mask = micro.trainable & rows[:, None]
+            sums[role] += float(nll[mask].sum())
+            counts[role] += float(mask.sum())
+    return {f"losses/heldout_{role}": sums[role] / max(counts[role], 1.0) for role in sums}
+
+
+def epoch_batches(num_rows: int, rows_per_step: int) -> list[torch.Tensor]:
+    """A shuffled split of ``range(num_rows)`` into steps (torch's RNG)."""
+    order = torch.randperm(num_rows)
+    return list(torch.split(order, rows_per_step))

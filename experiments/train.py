@@ -1,0 +1,263 @@
+"""``cxsim train``: PPO with context compaction (CompactionRL and its ablations).
+
+Reads top to bottom: seed; load the policy (an SFT checkpoint) and initialise an
+independent critic from it; then per iteration collect rollouts under the
+compaction runtime, score them (critic values, advantages), update the critic
+(``critic_ratio`` passes per actor pass) and, after the value-only warm-up, the
+actor; log; checkpoint. ``--resume`` continues a killed run from its newest
+checkpoint (weights, optimisers, RNG states, history), so the same seed gives
+the same run whether or not it was interrupted.
+
+    cxsim train --policy runs/sft/policy --run-dir runs/train
+    cxsim train --preset no-summary-training --ppo.iterations 20
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel
+
+from cxsim.agents.critic import Critic
+from cxsim.agents.lm_agent import LMAgent
+from cxsim.agents.models import load_policy
+from cxsim.checkpoint import (
+    TrainingState,
+    capture_rng,
+    latest_checkpoint,
+    list_checkpoints,
+    load_state,
+    restore_rng,
+    save_checkpoint,
+    seed_everything,
+)
+from cxsim.compaction import CompactionConfig
+from cxsim.config import DEFAULT_COMPACTION, EnvConfig, PPOConfig, check_policy_dir
+from cxsim.evaluation import EVAL_SEED_OFFSET, rollout_metrics, torch_threads
+from cxsim.experiments.presets import DEFAULT_PRESET, PresetName, cli_with_preset, preset_ppo
+from cxsim.generation import SamplingConfig
+from cxsim.ppo import actor_update, critic_update, score_batch
+from cxsim.runtime import RolloutBatch, collect_rollouts
+from cxsim.segments import pack_segments
+from cxsim.tracking import (
+    log_config,
+    log_scalars,
+    log_transcripts,
+    open_writer,
+    progress,
+    write_json,
+)
+
+TRAIN_SEED_STRIDE = 1_000_000
+"""Training task seeds of run seed s are s * stride + k; evaluation seeds sit far above."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """PPO training from a policy checkpoint."""
+
+    preset: PresetName = DEFAULT_PRESET
+    """Named PPO preset (experiments/presets.py); resolved first, other flags override it."""
+    policy: str = "runs/sft/policy"
+    """Policy checkpoint to start from (made by ``cxsim sft``); the critic starts from it too."""
+    run_dir: str = "runs/train"
+    """Output folder: tb/ (TensorBoard), checkpoints/, results.json."""
+    seed: int = 0
+    """Seed of torch/numpy/python and of the training tasks."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    compaction: CompactionConfig = field(default_factory=lambda: DEFAULT_COMPACTION)
+    """Context budget and compaction; training rollouts use ``--ppo.protocol``."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    checkpoint_every: int = 5
+    """Save a checkpoint every this many iterations (and at the end)."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept on disk (newest)."""
+    resume: bool = False
+    """Continue from the newest checkpoint in run_dir (starts fresh if there is none)."""
+    time_limit_s: float | None = None
+    """Stop (and checkpoint) after this many seconds of training; None: run all iterations."""
+    transcripts_every: int = 10
+    """Log two sample transcripts to TensorBoard every this many iterations."""
+    threads: int = 0
+    """torch intra-op threads for the updates (0: torch's default)."""
+    rollout_threads: int = 1
+    """torch threads while sampling rollouts (1: fastest for tiny models; 0: as --threads)."""
+    progress_bar: bool = True
+    """Show a tqdm progress bar with an ETA."""
+
+    def __post_init__(self) -> None:
+        if self.compaction.protocol != "compacted":
+            raise ValueError(
+                f"--compaction.protocol {self.compaction.protocol!r}: training sets the protocol "
+                "with --ppo.protocol (compacted or single); leave --compaction.protocol at compacted"
+            )
+        if self.checkpoint_every < 1 or self.keep_checkpoints < 1:
+            raise ValueError("checkpoint_every and keep_checkpoints must be >= 1")
+        if self.time_limit_s is not None and self.time_limit_s <= 0:
+            raise ValueError(f"time_limit_s={self.time_limit_s} must be positive (or None)")
+
+    @property
+    def total_iterations(self) -> int:
+        return self.ppo.critic_warmup + self.ppo.iterations
+
+
+def task_seeds(cfg: Config, iteration: int) -> tuple[list[int], list[int]]:
+    """Env seeds and group ids of one iteration's rollouts (group_size rollouts per task)."""
+    tasks = cfg.ppo.rollouts_per_batch // cfg.ppo.group_size
+    first = cfg.seed * TRAIN_SEED_STRIDE + iteration * tasks
+    if first + tasks >= EVAL_SEED_OFFSET:
+        raise ValueError(f"training seeds reach the evaluation range; lower --seed ({cfg.seed})")
+    seeds = [first + k for k in range(tasks) for _ in range(cfg.ppo.group_size)]
+    groups = [k for k in range(tasks) for _ in range(cfg.ppo.group_size)]
+    return seeds, groups
+
+
+def collect(cfg: Config, agent: LMAgent, iteration: int) -> RolloutBatch:
+    """One iteration's rollouts under the training protocol."""
+    seeds, groups = task_seeds(cfg, iteration)
+    runtime = replace(cfg.compaction, protocol=cfg.ppo.protocol)
+    with torch.no_grad(), torch_threads(cfg.rollout_threads):
+        batch = collect_rollouts(
+            cfg.env.env_id, cfg.env.kwargs, agent, runtime, seeds, agent.chat, group_ids=groups
+        )
+    agent.forget()
+    return batch
+
+
+def build_optimizers(
+    policy: PreTrainedModel, critic: Critic | None, ppo: PPOConfig
+) -> dict[str, torch.optim.Optimizer]:
+    optimizers = {"actor": torch.optim.Adam(policy.parameters(), lr=ppo.actor_lr)}
+    if critic is not None:
+        optimizers["critic"] = torch.optim.Adam(critic.parameters(), lr=ppo.critic_lr)
+    return optimizers
+
+
+def train(cfg: Config) -> dict[str, Any]:
+    """Runs (or resumes) training; returns what results.json holds."""
+    check_policy_dir(cfg.policy)
+    run_dir = Path(cfg.run_dir)
+    checkpoint = latest_checkpoint(run_dir) if cfg.resume else None
+    if not cfg.resume and list_checkpoints(run_dir):
+        raise FileExistsError(
+            f"{run_dir} already holds checkpoints; pass --resume to continue that run, "
+            "or choose another --run-dir"
+        )
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    seed_everything(cfg.seed)
+
+    start_from = checkpoint / "policy" if checkpoint else Path(cfg.policy)
+    policy, tokenizer, chat = load_policy(start_from)
+    cfg.compaction.validate(chat, cfg.env.system_prompt)
+    critic = None
+    if cfg.ppo.uses_critic:
+        critic = (
+            Critic.from_pretrained(checkpoint / "critic")
+            if checkpoint
+            else Critic.from_policy(policy)
+        )
+    optimizers = build_optimizers(policy, critic, cfg.ppo)
+    state = TrainingState(iteration=0, optimizers={}, rng={}, history=[], extra={"elapsed_s": 0.0})
+    if checkpoint:
+        state = load_state(checkpoint)
+        for name, opt in optimizers.items():
+            opt.load_state_dict(state.optimizers[name])
+        restore_rng(state.rng)
+        print(f"resuming from {checkpoint} (iteration {state.iteration})")
+
+    writer = open_writer(run_dir, purge_step=state.iteration if checkpoint else None)
+    log_config(writer, cfg)
+    agent = LMAgent(policy, chat, SamplingConfig(temperature=cfg.ppo.temperature))
+    bar = progress(cfg.total_iterations, state.iteration, "train", disable=not cfg.progress_bar)
+    began = time.perf_counter() - state.extra["elapsed_s"]
+
+    def save(iteration: int) -> Path:
+        state.iteration = iteration
+        state.optimizers = {name: opt.state_dict() for name, opt in optimizers.items()}
+        state.rng = capture_rng()
+        state.extra["elapsed_s"] = time.perf_counter() - began
+        return save_checkpoint(run_dir, state, policy, tokenizer, critic, cfg, cfg.keep_checkpoints)
+
+    iteration = state.iteration
+    last_saved = checkpoint
+    while iteration < cfg.total_iterations:
+        tick = time.perf_counter()
+        rollouts = collect(cfg, agent, iteration)
+        rollout_s = time.perf_counter() - tick
+        batch = pack_segments(rollouts.segments, chat.pad_id)
+        batch, metrics = score_batch(batch, critic, cfg.ppo)
+        metrics |= rollout_metrics(rollouts.records)
+        if critic is not None:
+            passes = cfg.ppo.critic_ratio * cfg.ppo.epochs
+            metrics |= critic_update(critic, optimizers["critic"], batch, cfg.ppo, passes)
+        warmup = iteration < cfg.ppo.critic_warmup
+        if not warmup:
+            metrics |= actor_update(policy, optimizers["actor"], batch, cfg.ppo)
+        metrics["charts/rollout_seconds"] = rollout_s
+        metrics["charts/iteration_seconds"] = time.perf_counter() - tick
+        log_scalars(writer, metrics, iteration)
+        if iteration % cfg.transcripts_every == 0:
+            log_transcripts(writer, [r.transcript for r in rollouts.records[:2]], iteration)
+        state.history.append({"iteration": iteration, "warmup": float(warmup), **metrics})
+        iteration += 1
+        bar.update(1)
+        bar.set_postfix(success=f"{metrics['charts/success_rate']:.2f}", warmup=warmup)
+        out_of_time = (
+            cfg.time_limit_s is not None and time.perf_counter() - began > cfg.time_limit_s
+        )
+        if (
+            iteration % cfg.checkpoint_every == 0
+            or iteration == cfg.total_iterations
+            or out_of_time
+        ):
+            last_saved = save(iteration)
+        if out_of_time:
+            print(f"time limit {cfg.time_limit_s}s reached after {iteration} iterations")
+            break
+    bar.close()
+    if last_saved is None or not str(last_saved).endswith(f"{iteration:06d}"):
+        last_saved = save(iteration)  # resumed a finished run, or nothing ran
+    writer.close()
+
+    results = {
+        "preset": cfg.preset,
+        "iterations_done": iteration,
+        "wall_time_s": time.perf_counter() - began,
+        "checkpoint": str(last_saved),
+        "policy": str(last_saved / "policy"),
+        "final": _final_metrics(state.history),
+        "history": state.history,
+        "config": cfg,
+    }
+    write_json(run_dir / "results.json", results)
+    return results
+
+
+def _final_metrics(history: list[dict[str, float]], last: int = 5) -> dict[str, float]:
+    """Mean of each metric over the last ``last`` non-warm-up iterations."""
+    rows = [h for h in history if not h["warmup"]][-last:] or history[-last:]
+    if not rows:
+        return {}
+    keys = [k for k in rows[-1] if k not in ("iteration", "warmup")]
+    return {k: float(np.mean([r[k] for r in rows if k in r])) for k in keys}
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg = cli_with_preset(Config, lambda name: Config(preset=name, ppo=preset_ppo(name)), argv)
+    results = train(cfg)
+    final = results["final"] or {"charts/success_rate": float("nan")}
+    print(
+        f"done: {results['iterations_done']} iterations in {results['wall_time_s']:.0f}s; "
+        f"last success rate {final['charts/success_rate']:.3f}; "
+        f"policy at {results['policy']}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""Atomic checkpoints, RNG capture, and a training run killed with SIGKILL then resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from cxsim.agents import build_policy, build_tokenizer, default_tokenizer, load_policy
+from cxsim.agents.critic import Critic
+from cxsim.agents.models import save_policy
+from cxsim.checkpoint import (
+    TrainingState,
+    capture_rng,
+    latest_checkpoint,
+    list_checkpoints,
+    load_state,
+    restore_rng,
+    save_checkpoint,
+)
+from cxsim.config import PPOConfig
+
+TINY_ENV = [
+    "--env.kwargs", "memory_length", "5", "obs_words_mean", "6", "obs_words_std", "1",
+    "num_values", "4",
+    "--compaction.budget", "160",
+]  # fmt: skip
+
+
+def test_rng_roundtrip():
+    state = capture_rng()
+    a = (random.random(), np.random.rand(), torch.rand(2))
+    restore_rng(state)
+    b = (random.random(), np.random.rand(), torch.rand(2))
+    assert a[0] == b[0] and a[1] == b[1] and torch.equal(a[2], b[2])
+
+
+def test_save_load_and_keep(tmp_path: Path):
+    tokenizer = build_tokenizer(["a", "b"])
+    policy = build_policy("tiny", tokenizer)
+    critic = Critic.from_policy(policy)
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    for it in (1, 2, 3):
+        state = TrainingState(it, {"actor": opt.state_dict()}, capture_rng(), [{"x": float(it)}])
+        save_checkpoint(tmp_path, state, policy, tokenizer, critic, PPOConfig(), keep=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["iter-000002", "iter-000003"]
+    latest = latest_checkpoint(tmp_path)
+    assert load_state(latest).history == [{"x": 3.0}]
+    loaded, _, _ = load_policy(latest / "policy")
+    assert all(
+        torch.equal(a, b) for a, b in zip(policy.parameters(), loaded.parameters(), strict=True)
+    )
+    assert Critic.from_pretrained(latest / "critic").head.weight.shape == (1, 64)
+    assert json.loads((latest / "config.json").read_text())["estimator"] == "cross-segment"
+    # a half-written checkpoint (temporary directory) is never picked up
+    (tmp_path / "checkpoints" / ".tmp-iter-000009-x").mkdir()
+    assert latest_checkpoint(tmp_path) == latest
+
+
+def _train_cmd(policy: Path, run_dir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "cxsim.cli", "train", "--policy", str(policy),
+        "--run-dir", str(run_dir), *TINY_ENV,
+        "--ppo.rollouts-per-batch", "4", "--ppo.iterations", "3", "--ppo.critic-warmup", "1",
+        "--ppo.minibatches", "1", "--ppo.epochs", "1", "--checkpoint-every", "1",
+        "--keep-checkpoints", "5", "--threads", "1", "--no-progress-bar", *extra,
+    ]  # fmt: skip
+
+
+def _comparable(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in h.items() if "seconds" not in k} for h in history]
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_loses_nothing(tmp_path: Path):
+    tokenizer = default_tokenizer()
+    policy_dir = tmp_path / "base"
+    save_policy(build_policy("tiny", tokenizer, seed=0), tokenizer, policy_dir)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+    full_dir, killed_dir = tmp_path / "full", tmp_path / "killed"
+    full = subprocess.Popen(_train_cmd(policy_dir, full_dir), env=env, stderr=subprocess.DEVNULL)
+    killed = subprocess.Popen(
+        _train_cmd(policy_dir, killed_dir), env=env, stderr=subprocess.DEVNULL
+    )
+    deadline = time.time() + 240
+    while not (killed_dir / "checkpoints" / "iter-000002").is_dir():
+        assert killed.poll() is None, "the run finished before it could be killed"
+        assert time.time() < deadline, "no checkpoint within 240 s"
+        time.sleep(0.05)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert not (killed_dir / "results.json").exists()
+    assert latest_checkpoint(killed_dir).name in ("iter-000002", "iter-000003")
+
+    subprocess.run(_train_cmd(policy_dir, killed_dir, "--resume"), env=env, check=True,
+                   stderr=subprocess.DEVNULL)  # fmt: skip
+    assert full.wait(timeout=240) == 0
+    resumed = json.loads((killed_dir / "results.json").read_text())
+    reference = json.loads((full_dir / "results.json").read_text())
+    assert resumed["iterations_done"] == reference["iterations_done"] == 4
+    assert _comparable(resumed["history"]) == _comparable(reference["history"])
+    a, _, _ = load_policy(resumed["policy"])
+    b, _, _ = load_policy(reference["policy"])
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))

@@ -1,0 +1,123 @@
+"""CPU smoke tests: every entry point runs for real on a tiny budget and writes what it promises."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from cxsim.cli import main as cxsim
+
+# A short KeyRecall that still compacts twice per episode (6 turns, budget 160).
+TINY_ENV = [
+    "--env.kwargs", "memory_length", "5", "obs_words_mean", "6", "obs_words_std", "1",
+    "num_values", "4",
+    "--compaction.budget", "160",
+]  # fmt: skip
+TINY_SFT = ["--sft.episodes", "6", "--sft.epochs", "1", "--sft.heldout-episodes", "2"]
+TINY_PPO = [
+    "--ppo.rollouts-per-batch", "4", "--ppo.iterations", "1", "--ppo.critic-warmup", "1",
+    "--ppo.minibatches", "1", "--ppo.epochs", "1",
+]  # fmt: skip
+TINY_EVAL = ["--eval.episodes", "3"]
+QUIET = ["--no-progress-bar"]
+
+
+def finite(x: float) -> bool:
+    return isinstance(x, float) and math.isfinite(x)
+
+
+@pytest.fixture(scope="module")
+def sft_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sft")
+    cxsim(["sft", "--run-dir", str(out), *TINY_ENV, *TINY_SFT, *QUIET])
+    return out
+
+
+def test_sft_writes_a_loadable_policy(sft_dir: Path):
+    results = json.loads((sft_dir / "results.json").read_text())
+    assert (sft_dir / "policy" / "config.json").is_file()
+    assert (sft_dir / "policy" / "tokenizer.json").is_file()
+    assert results["trainable_tokens"] > 0 and results["segments"] > 0
+    assert finite(results["final"]["losses/sft"])
+    assert finite(results["final"]["losses/heldout_summary"])
+    assert results["demonstrations"]["compaction/compactions_mean"] >= 1
+    assert any(p.name.startswith("events") for p in (sft_dir / "tb").iterdir())
+
+
+def test_train_logs_checkpoints_and_results(sft_dir: Path, tmp_path: Path):
+    run_dir = tmp_path / "train"
+    cxsim(["train", "--policy", str(sft_dir / "policy"), "--run-dir", str(run_dir),
+           *TINY_ENV, *TINY_PPO, *QUIET])  # fmt: skip
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["iterations_done"] == 2 and len(results["history"]) == 2
+    assert results["history"][0]["warmup"] == 1.0 and "losses/policy" not in results["history"][0]
+    last = results["history"][-1]
+    for key in ("losses/policy", "losses/value", "losses/approx_kl", "charts/success_rate"):
+        assert finite(last[key]), key
+    assert (Path(results["policy"]) / "config.json").is_file()
+    assert (Path(results["checkpoint"]) / "critic").is_dir()
+    assert results["config"]["preset"] == "compactionrl"
+
+
+def test_train_preset_and_override(sft_dir: Path, tmp_path: Path):
+    run_dir = tmp_path / "supo"
+    cxsim(["train", "--preset", "supo", "--policy", str(sft_dir / "policy"),
+           "--run-dir", str(run_dir), *TINY_ENV, *TINY_PPO, "--ppo.group-size", "2", *QUIET])  # fmt: skip
+    results = json.loads((run_dir / "results.json").read_text())
+    ppo = results["config"]["ppo"]
+    assert ppo["estimator"] == "group-broadcast" and ppo["group_size"] == 2
+    assert not (Path(results["checkpoint"]) / "critic").exists()  # no critic
+    assert finite(results["history"][-1]["losses/policy"])
+
+
+def test_eval_policy_and_scripted_agent(sft_dir: Path, tmp_path: Path, capsys):
+    out = tmp_path / "eval.json"
+    cxsim(["eval", "--policy", str(sft_dir / "policy"), "--out", str(out), *TINY_ENV, *TINY_EVAL])
+    payload = json.loads(out.read_text())
+    protocols = {r["protocol"]: r for r in payload["results"]}
+    assert set(protocols) == {"single", "compacted"}
+    for r in protocols.values():
+        for key in ("episodes", "pass_at_1", "ci95_low", "ci95_high", "mean_compactions"):
+            assert key in r
+        assert r["ci95_low"] <= r["pass_at_1"] <= r["ci95_high"]
+        assert "summary_recall" in r
+    assert protocols["single"]["mean_compactions"] == 0
+    assert "| compacted |" in capsys.readouterr().out
+
+    oracle = tmp_path / "oracle.json"
+    cxsim(["eval", "--agent", "oracle", "--out", str(oracle), *TINY_ENV, *TINY_EVAL])
+    results = {r["protocol"]: r for r in json.loads(oracle.read_text())["results"]}
+    assert results["compacted"]["pass_at_1"] == 1.0 and results["single"]["pass_at_1"] == 0.0
+    assert results["compacted"]["summary_recall"] == 1.0
+
+
+def test_run_main_job(tmp_path: Path, capsys):
+    run_dir = tmp_path / "main"
+    cxsim(["run", "--run-dir", str(run_dir), *TINY_ENV, *TINY_SFT, *TINY_PPO, *TINY_EVAL, *QUIET])
+    results = json.loads((run_dir / "results.json").read_text())
+    labels = {(r["label"], r["protocol"]) for r in results["table"]}
+    assert labels == {
+        (m, p) for m in ("base (SFT)", "compactionrl") for p in ("single", "compacted")
+    }
+    report = (run_dir / "report.md").read_text()
+    assert "| compactionrl | compacted |" in report
+    assert (run_dir / "learning_curves.png").stat().st_size > 1000
+    assert "| base (SFT) | compacted |" in capsys.readouterr().out
+
+
+def test_invalid_configs_fail_before_any_work(tmp_path: Path, capsys):
+    bad = [
+        (["train", "--policy", str(tmp_path / "missing")], "cxsim sft"),
+        (["eval", "--agent", "oracle", "--compaction.threshold", "500"], "threshold"),
+        (["eval", "--agent", "oracle", "--env.env-id", "cxsim/Nope-v0"], "unknown environment"),
+        (["train", "--preset", "nope"], "unknown preset"),
+    ]
+    for argv, message in bad:
+        with pytest.raises((ValueError, FileNotFoundError, SystemExit)) as info:
+            cxsim(argv)
+        said = str(info.value) + capsys.readouterr().err  # tyro reports config errors on stderr
+        assert message in said, (argv, said)
+    assert not any(tmp_path.iterdir())

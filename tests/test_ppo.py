@@ -1,0 +1,188 @@
+"""PPO pieces on hand-made segment batches: denominators, scoring, updates."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import pytest
+import torch
+
+from cxsim.advantages import cross_segment_gae, segment_gae
+from cxsim.agents import build_policy, build_tokenizer
+from cxsim.agents.critic import Critic
+from cxsim.config import PPOConfig
+from cxsim.ppo import (
+    actor_update,
+    critic_update,
+    loss_denominator,
+    micro_batches,
+    minibatch_rows,
+    score_batch,
+)
+from cxsim.segments import Segment, pack_segments
+
+WORDS = ["a", "b", "c", "d", "e"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer(WORDS)
+
+
+def make_batch(num_rollouts: int = 3, seed: int = 0, reward_of=lambda r: float(r % 2)):
+    """Rollouts of exec, summary, exec segments with random lengths and tokens."""
+    g = torch.Generator().manual_seed(seed)
+    segments = []
+    for r in range(num_rollouts):
+        for s, role in enumerate(("execution", "summary", "execution")):
+            n = int(torch.randint(5, 12, (1,), generator=g))
+            ids = torch.randint(9, 9 + len(WORDS), (n,), generator=g).tolist()
+            trainable = [False, False] + [bool(b) for b in torch.rand(n - 2, generator=g) < 0.6]
+            logprobs = [-1.5 if t else 0.0 for t in trainable]
+            segments.append(
+                Segment(
+                    role,
+                    ids,
+                    trainable,
+                    logprobs,
+                    rollout_id=r,
+                    segment_index=s,
+                    reward=reward_of(r),
+                    group_id=r // 2,
+                )
+            )
+    return pack_segments(segments)
+
+
+def test_loss_denominator_counts_per_mode():
+    batch = make_batch()
+    mask = batch.trainable
+    assert float(loss_denominator(mask, "token-mean", batch.rollout_id)) == mask.sum()
+    assert float(loss_denominator(mask, "segment-mean", batch.rollout_id)) == mask.any(1).sum()
+    assert float(loss_denominator(mask, "rollout-mean", batch.rollout_id)) == 3
+    doubled = loss_denominator(mask, "token-mean", batch.rollout_id, global_sum=lambda x: 2 * x)
+    assert float(doubled) == 2 * mask.sum()
+
+
+def test_minibatches_keep_rollouts_whole_and_cover_the_batch():
+    batch = make_batch(num_rollouts=5)
+    torch.manual_seed(0)
+    parts = minibatch_rows(batch, 2)
+    rows = torch.cat(parts).sort().values
+    assert torch.equal(rows, torch.arange(len(batch)))
+    ids = [set(batch.rollout_id[p].tolist()) for p in parts]
+    assert not ids[0] & ids[1]
+
+
+def test_micro_batches_trim_padding():
+    batch = make_batch()
+    for micro in micro_batches(batch, 2):
+        assert micro.attention[:, -1].any()
+
+
+def test_score_batch_cross_segment_with_zero_critic_matches_estimator():
+    batch = make_batch()
+    cfg = PPOConfig(lambda_scope="fixed", lam=0.9, gamma=1.0, whiten=False)
+    scored, stats = score_batch(batch, None, cfg)
+    zeros = torch.zeros(batch.token_ids.shape)
+    expected = cross_segment_gae(
+        zeros, batch.trainable, batch.rewards, batch.rollout_id, batch.segment_index, 1.0, 0.9
+    )
+    assert torch.allclose(scored.extras["advantages"], expected)
+    assert torch.allclose(scored.extras["returns"], expected)  # A + V with V = 0
+    uncorrected = score_batch(batch, None, replace(cfg, returns_from="uncorrected"))[0]
+    local = segment_gae(zeros, batch.trainable, batch.rewards, 1.0, 0.9)
+    assert torch.allclose(uncorrected.extras["returns"], local)
+    assert stats["charts/policy_tokens"] == batch.num_trainable
+
+
+def test_score_batch_without_summary_training_zeroes_summary_rows():
+    batch = make_batch()
+    cfg = PPOConfig(train_summaries=False, whiten=True)
+    scored, _ = score_batch(batch, None, cfg)
+    summary = batch.is_summary
+    assert not scored.extras["policy_mask"][summary].any()
+    assert (scored.extras["advantages"][summary] == 0).all()
+    # N_{>s} counts only trained tokens: the first segment's correction skips the summary
+    full = score_batch(batch, None, replace(cfg, train_summaries=True, whiten=False))[0]
+    masked = score_batch(batch, None, replace(cfg, whiten=False))[0]
+    first = (batch.segment_index == 0) & (batch.rewards > 0)
+    assert (
+        masked.extras["advantages"][first].abs().sum()
+        > full.extras["advantages"][first].abs().sum()
+    )
+
+
+def test_group_broadcast_needs_no_critic():
+    batch = make_batch(num_rollouts=4)
+    cfg = PPOConfig(estimator="group-broadcast", group_size=2, whiten=False)
+    scored, _ = score_batch(batch, None, cfg)
+    adv = scored.extras["advantages"]
+    assert adv[batch.trainable].abs().min() > 0.5  # rewards 0/1 in every group of 2
+
+
+def test_token_mean_is_global_across_micro_batches(tokenizer):
+    """One step with micro-batches of 1 row equals one step over the whole minibatch."""
+    batch = make_batch(num_rollouts=3)
+    cfg = PPOConfig(lambda_scope="fixed", whiten=False, minibatches=1, epochs=1)
+    scored, _ = score_batch(batch, None, cfg)
+    results = []
+    for rows in (1, 64):
+        policy = build_policy("tiny", tokenizer, seed=0)
+        opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+        torch.manual_seed(0)
+        actor_update(policy, opt, scored, replace(cfg, micro_batch_rows=rows, max_grad_norm=1e9))
+        results.append(torch.cat([p.detach().flatten() for p in policy.parameters()]))
+    assert torch.allclose(results[0], results[1], atol=1e-6)
+
+
+def test_actor_update_raises_logprob_of_advantaged_tokens(tokenizer):
+    batch = make_batch(num_rollouts=2, reward_of=lambda r: 1.0)
+    cfg = PPOConfig(lambda_scope="fixed", whiten=False, minibatches=1, epochs=4)
+    scored, _ = score_batch(batch, None, cfg)
+    policy = build_policy("tiny", tokenizer, seed=0)
+    from cxsim.agents import sequence_logprobs
+
+    with torch.no_grad():
+        before = sequence_logprobs(policy, batch.token_ids, batch.attention)
+    scored = replace(scored, logprobs=before * batch.trainable)  # on-policy behaviour
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-2)
+    stats = actor_update(policy, opt, scored, cfg)
+    with torch.no_grad():
+        after = sequence_logprobs(policy, batch.token_ids, batch.attention)
+    assert after[batch.trainable].sum() > before[batch.trainable].sum()
+    assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
+    assert stats["losses/clip_fraction"] >= 0
+
+
+def test_critic_update_fits_returns(tokenizer):
+    batch = make_batch(num_rollouts=3)
+    policy = build_policy("tiny", tokenizer, seed=0)
+    critic = Critic.from_policy(policy)
+    cfg = PPOConfig(lambda_scope="fixed", whiten=False, minibatches=1)
+    opt = torch.optim.Adam(critic.parameters(), lr=1e-2)
+    scored, _ = score_batch(batch, critic, cfg)
+    first = critic_update(critic, opt, scored, cfg, passes=1)
+    for _ in range(10):
+        last = critic_update(critic, opt, scored, cfg, passes=1)
+    assert last["losses/value"] < first["losses/value"]
+
+
+def test_score_batch_uses_critic_values(tokenizer):
+    batch = make_batch()
+    policy = build_policy("tiny", tokenizer, seed=0)
+    critic = Critic.from_policy(policy)
+    torch.nn.init.constant_(critic.head.bias, 0.25)
+    scored, stats = score_batch(batch, critic, PPOConfig(whiten=False))
+    values = scored.extras["values"]
+    assert torch.allclose(values[batch.trainable], torch.full_like(values[batch.trainable], 0.25))
+    assert (values[~batch.attention] == 0).all()
+    assert stats["critic/value_mean"] == pytest.approx(0.25)
+
+
+def test_copy_of_batch_unchanged_by_scoring():
+    batch = make_batch()
+    before = copy.deepcopy(batch)
+    score_batch(batch, None, PPOConfig())
+    assert torch.equal(before.token_ids, batch.token_ids) and not batch.extras

@@ -37,7 +37,7 @@ from cxsim.runtime import RolloutRecord, collect_rollouts
 
 Protocol = Literal["single", "compacted"]
 PROTOCOLS: tuple[Protocol, ...] = ("single", "compacted")
-EVAL_SEED_OFFSET = 1_000_000
+EVAL_SEED_OFFSET = 1_000_000_000
 """Evaluation task seeds start here; training seeds count up from 0, so they never meet."""
 Z95 = 1.959963984540054
 # Student-t 0.975 quantiles for 1..30 degrees of freedom (two-sided 95%).

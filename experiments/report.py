@@ -63,7 +63,7 @@ FINAL_KEYS: tuple[str, ...] = (
 class Config:
     """Plots and a Markdown report from a finished run directory."""
 
-    run_dir: Annotated[str, tyro.conf.Positional]
+    run_dir: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")]
     """A ``cxsim train`` or ``cxsim run`` output folder (it holds results.json)."""
     out_dir: str | None = None
     """Where report.md and curves.png go (default: RUN_DIR/report)."""

@@ -105,8 +105,6 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     compaction: CompactionConfig = field(default_factory=lambda: DEFAULT_COMPACTION)
     sft: SFTConfig = field(default_factory=SFTConfig)
-    heldout_episodes: int = 32
-    """SFT held-out demonstrations (held-out loss only)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO settings every row starts from; each row's preset applies its changes on top."""
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -156,7 +154,7 @@ BUDGETS: dict[str, Config] = {
     "smoke": Config(
         preset="smoke", seeds=1, env=SMOKE_ENV,
         compaction=replace(DEFAULT_COMPACTION, budget=160),
-        sft=SFTConfig(episodes=6, epochs=1), heldout_episodes=2,
+        sft=SFTConfig(episodes=6, epochs=1, heldout_episodes=2),
         ppo=PPOConfig(rollouts_per_batch=4, iterations=1, critic_warmup=1, minibatches=1, epochs=1),
         eval=EvalConfig(episodes=3),
     ),
@@ -244,7 +242,7 @@ def table1_agent(name: str, cfg: Config, seed: int, policies: dict[str, str]) ->
 def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
     """SFT, PPO rows, evaluations and Table 1 for one seed; every stage cached on disk."""
     rc = cfg.run_config(seed_dir, seed)
-    sft_cfg = replace(run_entry.sft_config(rc), heldout_episodes=cfg.heldout_episodes)
+    sft_cfg = run_entry.sft_config(rc)
     tick = time.perf_counter()
     sft = cached_json(Path(sft_cfg.run_dir) / "results.json", lambda: sft_entry.run_sft(sft_cfg))
     log(f"seed {seed}: SFT base ready ({time.perf_counter() - tick:.0f}s)")
@@ -254,7 +252,7 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
         tick = time.perf_counter()
         train_cfg = run_entry.train_config(rc, sft["policy"], row, seed)
         result = cached_json(
-            Path(train_cfg.run_dir) / "results.json", lambda c=train_cfg: train_row(c)
+            Path(train_cfg.run_dir) / "results.json", lambda c=train_cfg: train_entry.train(c)
         )
         trained[row] = result
         policies[row] = result["policy"]
@@ -281,28 +279,6 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
                 external[key] = cached_json(seed_dir / "tables" / f"t1-{key}.json", compute)
         log(f"seed {seed}: Table 1 evaluated ({len(external)} executor/summarizer pairs)")
     return {"sft": sft, "train": trained, "eval": evals, "external": external}
-
-
-SEED_STRIDE = 10_000
-"""Training tasks per seed when train.py's own stride would put seed >= 1 on evaluation tasks."""
-
-
-def train_row(cfg: train_entry.Config) -> dict[str, Any]:
-    """``train_entry.train(cfg)``; works around a seed stride that reaches the evaluation seeds.
-
-    train.py draws seed s's training tasks from ``s * TRAIN_SEED_STRIDE``; with a stride of
-    ``EVAL_SEED_OFFSET`` every seed >= 1 is refused. Until that changes there, seed s >= 1 uses
-    tasks from ``s * SEED_STRIDE`` (40 iterations x 64 rollouts use 2,560), still disjoint from
-    the other seeds' and the evaluation's tasks. Seed 0 and a fixed train.py are untouched.
-    """
-    stride = train_entry.TRAIN_SEED_STRIDE
-    if cfg.seed * stride < EVAL_SEED_OFFSET:
-        return train_entry.train(cfg)
-    train_entry.TRAIN_SEED_STRIDE = SEED_STRIDE
-    try:
-        return train_entry.train(cfg)
-    finally:
-        train_entry.TRAIN_SEED_STRIDE = stride
 
 
 def log(message: str) -> None:
@@ -703,10 +679,10 @@ def run_tables(cfg: Config, command: str) -> dict[str, Any]:
     torch.set_num_threads(1)  # tiny models: one thread is 10-100x faster on a busy 2-core box
     settings = {  # what changes a run's result; seeds, tables and paths do not
         "env": cfg.env, "compaction": cfg.compaction, "sft": cfg.sft, "ppo": cfg.ppo,
-        "eval": cfg.eval, "heldout_episodes": cfg.heldout_episodes,
-        "train_time_limit_s": cfg.train_time_limit_s,
+        "eval": cfg.eval, "train_time_limit_s": cfg.train_time_limit_s,
     }  # fmt: skip
     cache = Path(cfg.runs_dir) / config_tag(cfg.preset, settings)
+    cached_json(cache / "settings.json", lambda: settings)  # what the hash stands for
     seeds = Seeds([run_seed(cfg, cache / f"s{seed}", seed) for seed in range(cfg.seeds)])
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ TINY_ENV = [
     "num_values", "4",
     "--compaction.budget", "160",
 ]  # fmt: skip
-TINY_SFT = ["--sft.episodes", "6", "--sft.epochs", "1", "--heldout-episodes", "2"]
+TINY_SFT = ["--sft.episodes", "6", "--sft.epochs", "1", "--sft.heldout-episodes", "2"]
 TINY_PPO = [
     "--ppo.rollouts-per-batch", "4", "--ppo.iterations", "2", "--ppo.critic-warmup", "1",
     "--ppo.minibatches", "1", "--ppo.epochs", "1",
@@ -57,7 +57,7 @@ def test_report_of_a_training_run(train_dir: Path, capsys):
 
 def test_report_of_a_main_job_with_out_dir(tmp_path: Path):
     run_dir = tmp_path / "main"
-    cxsim(["run", "--run-dir", str(run_dir), *TINY_ENV, *TINY_SFT[:4], *TINY_PPO,
+    cxsim(["run", "--run-dir", str(run_dir), *TINY_ENV, *TINY_SFT, *TINY_PPO,
            "--eval.episodes", "3", *QUIET])  # fmt: skip
     out = tmp_path / "pages"
     cxsim(["report", str(run_dir), "--out-dir", str(out)])

@@ -13,6 +13,7 @@ loss by role; save the policy with its tokenizer.
 from __future__ import annotations
 
 import math
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,18 @@ def demonstrations(cfg: Config, chat: WordChatFormat, seeds: list[int]):
     return collect_rollouts(cfg.env.env_id, cfg.env.kwargs, agent, cfg.compaction, seeds, chat)
 
 
+def save_atomically(policy, tokenizer, path: Path) -> None:
+    """``save_policy`` into a temporary sibling, then renamed over ``path``."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_policy(policy, tokenizer, tmp)
+    old = path.with_name(f".{path.name}.old")
+    if path.exists():
+        path.rename(old)
+    tmp.rename(path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def run_sft(cfg: Config) -> dict[str, Any]:
     """Trains and saves the SFT policy; returns what results.json holds."""
     began = time.perf_counter()
@@ -130,9 +143,9 @@ def run_sft(cfg: Config) -> dict[str, Any]:
         heldout_metrics = sft_eval(policy, heldout_batch, cfg.micro_batch_rows)
         log_scalars(writer, heldout_metrics, step)
         history.append({"epoch": epoch, **metrics, **heldout_metrics})
+        save_atomically(policy, tokenizer, run_dir / "policy")  # usable if the run is cut short
     bar.close()
     writer.close()
-    save_policy(policy, tokenizer, run_dir / "policy")
     results = {
         "policy": str(run_dir / "policy"),
         "parameters": count_parameters(policy),

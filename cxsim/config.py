@@ -121,7 +121,7 @@ class EnvConfig:
 class SFTConfig:
     """Behaviour cloning from scripted rollouts under compaction."""
 
-    episodes: int = 256
+    episodes: int = 512
     """Oracle episodes collected (each gives its execution and summary segments)."""
     heldout_episodes: int = 32
     """More episodes, kept aside for the held-out loss."""
@@ -130,11 +130,11 @@ class SFTConfig:
     The cloned policy inherits it: an imperfect base, like the paper's SFT model."""
     model: PolicySize = "tiny"
     """Policy size preset (agents.models.POLICY_PRESETS)."""
-    epochs: int = 6
+    epochs: int = 2
     """Passes over the demonstrations."""
     lr: float = 3e-3
     """Adam learning rate."""
-    batch_rows: int = 32
+    batch_rows: int = 16
     """Segments per optimiser step."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip."""
@@ -178,14 +178,14 @@ class PPOConfig:
     """Whiten advantages over the batch's policy tokens before the policy loss."""
     group_size: int = 1
     """Rollouts per task (the same env seed); > 1 for group-broadcast."""
-    rollouts_per_batch: int = 64
+    rollouts_per_batch: int = 32
     """Rollouts per iteration (a multiple of group_size)."""
-    iterations: int = 40
+    iterations: int = 10
     """PPO iterations (after the critic warm-up)."""
-    critic_warmup: int = 3
+    critic_warmup: int = 2
     """Value-only iterations before RL (paper: 50 steps); each collects a batch and trains
     the critic only."""
-    epochs: int = 2
+    epochs: int = 1
     """Actor passes over each batch."""
     critic_ratio: int = 2
     """Critic passes per actor pass (paper: 2 critic updates per actor update)."""
@@ -256,7 +256,7 @@ class PPOConfig:
 class EvalConfig:
     """Evaluation under the Single and Compacted protocols."""
 
-    episodes: int = 128
+    episodes: int = 64
     """Distinct tasks (episode seeds), disjoint from training seeds."""
     repeats: int = 1
     """Samples per task; Pass@1 averages them, the CI counts tasks (see cxsim.evaluation)."""

@@ -142,6 +142,7 @@ def pooled(name: str, evals: list[dict[str, Any]], protocol: str) -> dict[str, A
     low, high = wilson_interval(float(tasks.sum()), len(tasks))
     seed_low, seed_high = t_interval([r["pass_at_1"] for r in per_seed])
     recalls = [r["summary_recall"] for r in per_seed if r["summary_recall"] is not None]
+    recalls = [x for x in recalls if not np.isnan(x)]  # Single writes no summaries
     return {
         "label": name,
         "protocol": protocol,
@@ -153,7 +154,7 @@ def pooled(name: str, evals: list[dict[str, Any]], protocol: str) -> dict[str, A
         "seed_ci95_high": seed_high,
         "per_seed_pass_at_1": [r["pass_at_1"] for r in per_seed],
         "mean_compactions": float(np.mean([r["mean_compactions"] for r in per_seed])),
-        "summary_recall": float(np.nanmean(recalls)) if recalls else float("nan"),
+        "summary_recall": float(np.mean(recalls)) if recalls else float("nan"),
         "runs": int(sum(r["runs"] for r in per_seed)),
     }
 

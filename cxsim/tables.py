@@ -5,7 +5,8 @@
 - K >= 2: a Student-t 95% interval over the K per-seed values
   (``cxsim.evaluation.t_interval``). It counts the variance between training
   seeds, the variance that decides whether a method is better, and is wide for
-  small K by design (t = 4.30 at K = 3).
+  small K by design (t = 4.30 at K = 3). It is clipped to [0, 1] (a difference
+  to [-1, 1]): the normal-theory interval ignores that a proportion is bounded.
 - K = 1: a Wilson score 95% interval over the pooled proportion (tasks for
   Pass@1, needed facts for summary omission). It counts only evaluation noise;
   for omission it is optimistic, because the facts of one rollout are not
@@ -79,7 +80,7 @@ def seed_interval(per_seed: Sequence[Proportion]) -> Interval:
     if len(seeds) >= 2:
         values = [p.value for p in seeds]
         low, high = t_interval(values)
-        return Interval(sum(values) / len(values), low, high, len(values), "t")
+        return Interval(sum(values) / len(values), max(low, 0.0), min(high, 1.0), len(values), "t")
     (p,) = seeds
     low, high = wilson_interval(p.successes, p.trials)
     return Interval(p.value, low, high, p.trials, "wilson")
@@ -98,7 +99,7 @@ def paired_difference(a: Sequence[Proportion], b: Sequence[Proportion]) -> Inter
     if len(pairs) >= 2:
         diffs = [x.value - y.value for x, y in pairs]
         low, high = t_interval(diffs)
-        return Interval(sum(diffs) / len(diffs), low, high, len(diffs), "t")
+        return Interval(sum(diffs) / len(diffs), max(low, -1.0), min(high, 1.0), len(diffs), "t")
     ((x, y),) = pairs
     l1, u1 = wilson_interval(x.successes, x.trials)
     l2, u2 = wilson_interval(y.successes, y.trials)
@@ -108,12 +109,16 @@ def paired_difference(a: Sequence[Proportion], b: Sequence[Proportion]) -> Inter
     return Interval(d, low, high, min(x.trials, y.trials), "newcombe")
 
 
-def mean_interval(values: Sequence[float]) -> Interval:
-    """Mean of per-seed values (NaNs dropped) with a t-interval; K = 1: no interval."""
+def mean_interval(
+    values: Sequence[float], bounds: tuple[float, float] = (-math.inf, math.inf)
+) -> Interval:
+    """Mean of per-seed values (NaNs dropped) with a t-interval clipped to ``bounds``; K = 1:
+    no interval."""
     kept = [v for v in values if not math.isnan(v)]
     if not kept:
         return NAN_INTERVAL
     low, high = t_interval(kept)
+    low, high = max(low, bounds[0]), min(high, bounds[1])
     return Interval(sum(kept) / len(kept), low, high, len(kept), "t")
 
 
@@ -143,6 +148,8 @@ def verdict(diff: Interval, higher: str, lower: str) -> str:
         return "not measured"
     if math.isnan(diff.low):
         return f"{fmt(diff, signed=True)} (one seed, no interval)"
+    if diff.low == diff.high == 0.0:
+        return "equal on every seed (+0.00)"
     if diff.excludes_zero():
         return f"{higher if diff.mean > 0 else lower} ({fmt(diff, signed=True)})"
     return f"no detectable difference ({fmt(diff, signed=True)}, the interval covers 0)"

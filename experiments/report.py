@@ -105,6 +105,7 @@ def plot_curves(
         raise ValueError(f"no curve to plot: none of {[k for k, _ in curves]} is in the history")
     rows = math.ceil(len(present) / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.0 * rows), squeeze=False)
+    colors = {label: f"C{i % 10}" for i, label in enumerate(runs)}  # one colour per run everywhere
     for ax, (key, title) in zip(axes.flat, present, strict=False):
         for label, histories in runs.items():
             per_run = [dict(zip(*series(h, key), strict=True)) for h in histories]
@@ -115,21 +116,18 @@ def plot_curves(
             values = np.asarray(stack, dtype=float)
             mean = np.nanmean(values, axis=0)
             marker = "o" if len(iters) < 12 else None  # a few points: show them
-            (line,) = ax.plot(iters, mean, label=label, linewidth=1.3, marker=marker, markersize=3)
+            ax.plot(iters, mean, label=label, color=colors[label], linewidth=1.3, marker=marker,
+                    markersize=3)  # fmt: skip
             if len(histories) > 1:
-                ax.fill_between(
-                    iters,
-                    np.nanmin(values, axis=0),
-                    np.nanmax(values, axis=0),
-                    color=line.get_color(),
-                    alpha=0.15,
-                )
+                low, high = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
+                ax.fill_between(iters, low, high, color=colors[label], alpha=0.15)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("iteration")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(present) :]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
+    handles = [plt.Line2D([], [], color=c, label=label) for label, c in colors.items()]
+    axes.flat[0].legend(handles=handles, fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

@@ -345,7 +345,9 @@ def omission_by_compaction(results: list[dict[str, Any]]) -> dict[int, Interval]
          if k.startswith("omission/compaction")}
     )  # fmt: skip
     return {
-        k: mean_interval([r["omission"].get(f"omission/compaction{k}", math.nan) for r in results])
+        k: mean_interval(
+            [r["omission"].get(f"omission/compaction{k}", math.nan) for r in results], (0.0, 1.0)
+        )
         for k in ks
     }
 
@@ -472,27 +474,48 @@ def findings(cfg: Config, s: Seeds) -> list[str]:
     if "single" in cfg.eval.protocols and {"compactionrl", "ppo-single"} <= rows:
         crl = paired_difference(passes("compactionrl", "single"), passes("base", "single"))
         ppo = paired_difference(passes("ppo-single", "single"), passes("base", "single"))
+        rows_single = [passes(r, "single") for r in ("base", "compactionrl", "ppo-single")]
+        never = all(p.successes == 0 for seeds in rows_single for p in seeds)
+        default = cfg.env == EnvConfig() and cfg.compaction == DEFAULT_COMPACTION
         out.append(
             "**Does Single-window success improve?** Single Pass@1 of CompactionRL minus the SFT "
             f"base: {verdict(crl, 'improves', 'drops')}; PPO w/o compaction minus the base: "
             f"{verdict(ppo, 'improves', 'drops')}."
+            + (
+                " No model solved a task within one window (Single Pass@1 = 0 for every model "
+                "and seed)."
+                if never
+                else ""
+            )
+            + (
+                " The default task is sized so that no episode fits in one window "
+                "(cxsim/config.py), so Single cannot improve on it."
+                if never and default
+                else ""
+            )
         )
-    if 1 in cfg.tables and "oracle" in cfg.executors:
+    if 1 in cfg.tables:
         lo, hi = min(cfg.omission_rates), max(cfg.omission_rates)
-        spread = paired_difference(
-            [pass_prop(r) for r in s.external(f"oracle+scripted-{lo:g}")],
-            [pass_prop(r) for r in s.external(f"oracle+scripted-{hi:g}")],
-        )
-        trained = paired_difference(
-            [pass_prop(r) for r in s.external("oracle+compactionrl")],
-            [pass_prop(r) for r in s.external("oracle+base")],
-        )
-        out.append(
-            f"**Does the summarizer matter (Table 1)?** With the oracle executor, Pass@1 with the "
-            f"scripted summarizer at omission {lo:g} minus at {hi:g}: "
-            f"{verdict(spread, 'higher', 'lower')}; trained CompactionRL summarizer minus the "
-            f"untrained SFT base: {verdict(trained, 'higher', 'lower')}."
-        )
+        parts = []
+        for executor in cfg.executors:
+
+            def diff(a: str, b: str, e: str = executor) -> Interval:
+                return paired_difference(
+                    [pass_prop(r) for r in s.external(f"{e}+{a}")],
+                    [pass_prop(r) for r in s.external(f"{e}+{b}")],
+                )
+
+            name = "the oracle" if executor == "oracle" else "the SFT base"
+            spread = diff(f"scripted-{lo:g}", f"scripted-{hi:g}")
+            trained = diff("compactionrl", "base")
+            parts.append(
+                f"with {name} as executor, Pass@1 with the scripted summarizer at omission "
+                f"{lo:g} minus at {hi:g}: {verdict(spread, 'higher', 'lower')}, and with the "
+                f"trained CompactionRL summarizer minus the untrained SFT base: "
+                f"{verdict(trained, 'higher', 'lower')}"
+            )
+        text = "; ".join(parts)
+        out.append(f"**Does the summarizer matter (Table 1)?** {text[0].upper()}{text[1:]}.")
     return out
 
 
@@ -503,6 +526,7 @@ def plot_omission(cfg: Config, s: Seeds, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     panels = [("Compacted evaluation (policy summarizes itself)",
                {ROW_LABELS[r]: s.result(r, "compacted") for r in ("base", *cfg.rows)})]  # fmt: skip
@@ -513,7 +537,7 @@ def plot_omission(cfg: Config, s: Seeds, path: Path) -> None:
                        {summarizer_label(n): s.external(f"{executor}+{n}") for n in names}))  # fmt: skip
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
     for ax, (title, series) in zip(axes.flat, panels, strict=True):
-        for label, results in series.items():
+        for i, (label, results) in enumerate(series.items()):
             by_k = omission_by_compaction(results)
             if not by_k:
                 continue
@@ -523,8 +547,11 @@ def plot_omission(cfg: Config, s: Seeds, path: Path) -> None:
             if not any(math.isnan(by_k[k].low) for k in ks):
                 err = [[by_k[k].mean - by_k[k].low for k in ks],
                        [by_k[k].high - by_k[k].mean for k in ks]]  # fmt: skip
-            ax.errorbar(ks, mean, yerr=err, marker="o", capsize=3, label=label, linewidth=1.2)
+            dodge = 0.04 * (i - (len(series) - 1) / 2)  # keep overlapping error bars apart
+            ax.errorbar([k + dodge for k in ks], mean, yerr=err, marker="o", capsize=3,
+                        label=label, linewidth=1.2, color=f"C{i % 10}")  # fmt: skip
         ax.set_title(title, fontsize=10)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("compaction index k (0: first summary)")
         ax.set_ylabel("fraction of needed facts missing")
         ax.set_ylim(-0.02, 1.02)

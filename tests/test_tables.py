@@ -35,6 +35,14 @@ def test_seed_interval_is_t_over_seeds():
     assert (x.low, x.high) == pytest.approx((0.4 - half, 0.4 + half))
 
 
+def test_t_intervals_are_clipped_to_the_range_of_a_proportion():
+    x = seed_interval([Proportion(0, 10), Proportion(0, 10), Proportion(3, 10)])
+    assert x.low == 0.0 and x.high < 1.0 and x.mean == pytest.approx(0.1)
+    d = paired_difference([Proportion(10, 10), Proportion(0, 10)], [Proportion(0, 10)] * 2)
+    assert (d.low, d.high) == (-1.0, 1.0)
+    assert mean_interval([0.0, 0.1, 0.9], bounds=(0.0, 1.0)).low == 0.0
+
+
 def test_seed_interval_one_seed_is_wilson_and_empty_seeds_drop():
     x = seed_interval([Proportion(0, 0), Proportion(8, 10)])  # the empty seed is left out
     assert x.method == "wilson" and x.n == 10
@@ -70,6 +78,7 @@ def test_formatting_and_verdicts():
     assert verdict(Interval(0.2, 0.1, 0.3, 3, "t"), "up", "down").startswith("up (")
     assert verdict(Interval(-0.2, -0.3, -0.1, 3, "t"), "up", "down").startswith("down (")
     assert verdict(Interval(0.1, -0.1, 0.3, 3, "t"), "up", "down").startswith("no detectable")
+    assert verdict(Interval(0.0, 0.0, 0.0, 3, "t"), "up", "down") == "equal on every seed (+0.00)"
     table = markdown_table(["a", "b"], [["1", "2"]])
     assert table.splitlines() == ["| a | b |", "|---|---|", "| 1 | 2 |"]
     with pytest.raises(ValueError, match="cells"):

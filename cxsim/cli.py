@@ -8,6 +8,7 @@ lazily so that ``cxsim --help`` stays fast.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 # command -> (module, one-line description); "bench" and others nest one level.
@@ -46,8 +47,22 @@ def _dispatch(table: dict[str, tuple[str, str]], argv: list[str], prefix: str) -
     if name not in table:
         sys.exit(f"{prefix}: unknown command {name!r}; choose one of: {', '.join(table)}")
     module = importlib.import_module(table[name][0])
+    _set_threads()
     sys.argv[0] = f"{prefix} {name}"
     module.main(rest)
+
+
+def _set_threads() -> None:
+    """torch intra-op threads: ``CXSIM_THREADS`` (default 1).
+
+    The models cxsim trains on a CPU are tiny; measured here, their ops ran
+    10-100x slower with torch's default of one thread per core whenever another
+    process shared the cores, and no faster on an idle machine. Entry points
+    with a ``--threads`` flag override this.
+    """
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("CXSIM_THREADS", "1")))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -57,7 +57,7 @@ def _set_threads() -> None:
 
     The models cxsim trains on a CPU are tiny; measured here, their ops ran
     10-100x slower with torch's default of one thread per core whenever another
-    process shared the cores, and no faster on an idle machine. Entry points
+    process shared the cores. Entry points
     with a ``--threads`` flag override this.
     """
     import torch

@@ -158,15 +158,10 @@ BUDGETS: dict[str, Config] = {
         ppo=PPOConfig(rollouts_per_batch=4, iterations=1, critic_warmup=1, minibatches=1, epochs=1),
         eval=EvalConfig(episodes=3),
     ),
-    "full": Config(
-        preset="full", seeds=3,
-        sft=SFTConfig(episodes=256, epochs=6),
-        ppo=PPOConfig(rollouts_per_batch=32, iterations=8, critic_warmup=2),
-        eval=EvalConfig(episodes=64),
-    ),
+    "full": Config(preset="full", seeds=3),
 }  # fmt: skip
-"""``full``: the main job's env, compaction, model and SFT; PPO and evaluation shortened so
-that 3 seeds x 7 rows fit in about an hour on 2 shared cores (tables.md gives the runtime)."""
+"""``full``: the main job's defaults (cxsim/config.py: env, compaction, model, SFT, PPO and
+evaluation budgets, sized for 2 shared cores), 3 seeds; tables.md gives the runtime."""
 
 
 # -- evaluation -------------------------------------------------------------------------

@@ -49,10 +49,18 @@ from cxsim.segments import SegmentBatch
 
 GlobalSum = Callable[[torch.Tensor], torch.Tensor]
 """Sums a local count over data-parallel ranks (identity on one process)."""
+SyncGrads = Callable[[torch.nn.Module], None]
+"""Sums a model's gradients over data-parallel ranks, in place (nothing on one process)."""
+Whiten = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""Whitens (S, T) advantages over a (S, T) mask: ``whiten``, or its all-rank version."""
 
 
 def _identity(x: torch.Tensor) -> torch.Tensor:
     return x
+
+
+def _no_sync(model: torch.nn.Module) -> None:
+    return None
 
 
 # --------------------------------------------------------------------------- batching
@@ -136,7 +144,10 @@ def critic_values(critic: torch.nn.Module, batch: SegmentBatch, rows: int) -> to
 
 
 def score_batch(
-    batch: SegmentBatch, critic: torch.nn.Module | None, cfg: PPOConfig
+    batch: SegmentBatch,
+    critic: torch.nn.Module | None,
+    cfg: PPOConfig,
+    whiten_fn: Whiten = whiten,
 ) -> tuple[SegmentBatch, dict[str, float]]:
     """Adds ``values``, ``advantages`` (as trained), ``returns`` and ``policy_mask`` to extras.
 
@@ -165,7 +176,7 @@ def score_batch(
         advantages = group_broadcast(batch.rewards, mask, batch.rollout_id, batch.group_id)
     target_adv = advantages if cfg.returns_from == "corrected" else local
     returns = critic_returns(target_adv, values, mask)
-    trained = whiten(advantages, mask) if cfg.whiten else advantages
+    trained = whiten_fn(advantages, mask) if cfg.whiten else advantages
 
     summary_rows = batch.is_summary[:, None] & mask
     exec_rows = ~batch.is_summary[:, None] & mask
@@ -201,6 +212,7 @@ def critic_update(
     cfg: PPOConfig,
     passes: int,
     global_sum: GlobalSum = _identity,
+    sync_grads: SyncGrads = _no_sync,
 ) -> dict[str, float]:
     """``passes`` passes of ``cfg.minibatches`` steps on the token-mean value loss.
 
@@ -223,6 +235,7 @@ def critic_update(
                 loss = aggregate(per_token, micro.extras["policy_mask"], "token-mean", None, denom)
                 loss.backward()
                 total += float(loss.detach())
+            sync_grads(critic)  # summed over ranks: with the global denominator, the full gradient
             norms.append(
                 float(torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm))
             )
@@ -240,6 +253,7 @@ def actor_update(
     batch: SegmentBatch,
     cfg: PPOConfig,
     global_sum: GlobalSum = _identity,
+    sync_grads: SyncGrads = _no_sync,
 ) -> dict[str, float]:
     """``cfg.epochs`` passes of ``cfg.minibatches`` clipped-PPO steps.
 
@@ -278,6 +292,7 @@ def actor_update(
                 sums["entropy"] += float(masked_mean(entropy.detach(), mask)) * n
                 if n:
                     sums["ratio_max"] = max(sums["ratio_max"], float(stats["ratio"][mask].max()))
+            sync_grads(policy)  # summed over ranks: with the global denominator, the full gradient
             norms.append(
                 float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))
             )

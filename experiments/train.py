@@ -29,6 +29,7 @@ from cxsim.agents.models import load_policy
 from cxsim.checkpoint import (
     TrainingState,
     capture_rng,
+    checkpoint_dir,
     latest_checkpoint,
     list_checkpoints,
     load_state,
@@ -38,6 +39,21 @@ from cxsim.checkpoint import (
 )
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, PPOConfig, check_policy_dir
+from cxsim.distributed import (
+    DistContext,
+    allreduce_gradients,
+    barrier,
+    broadcast_object,
+    gather_objects,
+    gather_records,
+    global_count,
+    global_whiten,
+    init_distributed,
+    mean_metrics,
+    rank_seed,
+    shard_seeds,
+    shutdown_distributed,
+)
 from cxsim.evaluation import EVAL_SEED_OFFSET, rollout_metrics, torch_threads
 from cxsim.experiments.presets import DEFAULT_PRESET, PresetName, cli_with_preset, preset_ppo
 from cxsim.generation import SamplingConfig
@@ -83,8 +99,9 @@ class Config:
     """Stop (and checkpoint) after this many seconds of training; None: run all iterations."""
     transcripts_every: int = 10
     """Log two sample transcripts to TensorBoard every this many iterations."""
-    threads: int = 0
-    """torch intra-op threads for the updates (0: torch's default)."""
+    threads: int = 1
+    """torch intra-op threads for training (0: torch's default). 1 is the safe choice on shared
+    cores: a second thread that must wait for a busy core made a tiny-model update 8x slower."""
     rollout_threads: int = 1
     """torch threads while sampling rollouts (1: fastest for tiny models; 0: as --threads)."""
     progress_bar: bool = True
@@ -117,13 +134,24 @@ def task_seeds(cfg: Config, iteration: int) -> tuple[list[int], list[int]]:
     return seeds, groups
 
 
-def collect(cfg: Config, agent: LMAgent, iteration: int) -> RolloutBatch:
-    """One iteration's rollouts under the training protocol."""
+def collect(cfg: Config, agent: LMAgent, iteration: int, ctx: DistContext) -> RolloutBatch:
+    """This rank's share of one iteration's rollouts under the training protocol.
+
+    Whole task groups go to one rank, and rollout ids are those of a one-process run.
+    """
     seeds, groups = task_seeds(cfg, iteration)
+    shard = shard_seeds(seeds, ctx, groups)
     runtime = replace(cfg.compaction, protocol=cfg.ppo.protocol)
     with torch.no_grad(), torch_threads(cfg.rollout_threads):
         batch = collect_rollouts(
-            cfg.env.env_id, cfg.env.kwargs, agent, runtime, seeds, agent.chat, group_ids=groups
+            cfg.env.env_id,
+            cfg.env.kwargs,
+            agent,
+            runtime,
+            shard.seeds,
+            agent.chat,
+            rollout_id_start=shard.rollout_id_start,
+            group_ids=shard.group_ids,
         )
     agent.forget()
     return batch
@@ -139,10 +167,18 @@ def build_optimizers(
 
 
 def train(cfg: Config) -> dict[str, Any]:
-    """Runs (or resumes) training; returns what results.json holds."""
+    """Runs (or resumes) training; returns what results.json holds.
+
+    Under torchrun each rank collects its shard of the rollouts; loss denominators,
+    gradients and whitening statistics are summed over ranks, so an update equals
+    the one-process update on the same global batch (docs/distributed.md). Rank 0
+    alone logs and writes checkpoints.
+    """
+    ctx = init_distributed(device="cpu")  # a one-process context without torchrun
     check_policy_dir(cfg.policy)
     run_dir = Path(cfg.run_dir)
-    checkpoint = latest_checkpoint(run_dir) if cfg.resume else None
+    # every rank resumes from the checkpoint rank 0 found
+    checkpoint = broadcast_object(latest_checkpoint(run_dir) if cfg.resume else None, ctx)
     if not cfg.resume and list_checkpoints(run_dir):
         raise FileExistsError(
             f"{run_dir} already holds checkpoints; pass --resume to continue that run, "
@@ -150,7 +186,7 @@ def train(cfg: Config) -> dict[str, Any]:
         )
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    seed_everything(cfg.seed)
+    seed_everything(rank_seed(cfg.seed, ctx))  # rank 0 keeps cfg.seed
 
     start_from = checkpoint / "policy" if checkpoint else Path(cfg.policy)
     policy, tokenizer, chat = load_policy(start_from)
@@ -168,42 +204,75 @@ def train(cfg: Config) -> dict[str, Any]:
         state = load_state(checkpoint)
         for name, opt in optimizers.items():
             opt.load_state_dict(state.optimizers[name])
-        restore_rng(state.rng)
-        print(f"resuming from {checkpoint} (iteration {state.iteration})")
+        rngs = state.extra["rng_per_rank"]
+        if len(rngs) == ctx.world_size:
+            restore_rng(rngs[ctx.rank])
+        else:  # another number of processes: same weights, new shards and RNG streams
+            seed_everything(rank_seed(cfg.seed + state.iteration, ctx))
+        if ctx.is_main:
+            print(f"resuming from {checkpoint} (iteration {state.iteration})")
 
-    writer = open_writer(run_dir, purge_step=state.iteration if checkpoint else None)
-    log_config(writer, cfg)
+    writer = None
+    if ctx.is_main:
+        writer = open_writer(run_dir, purge_step=state.iteration if checkpoint else None)
+        log_config(writer, cfg)
     agent = LMAgent(policy, chat, SamplingConfig(temperature=cfg.ppo.temperature))
-    bar = progress(cfg.total_iterations, state.iteration, "train", disable=not cfg.progress_bar)
+    show_bar = cfg.progress_bar and ctx.is_main
+    bar = progress(cfg.total_iterations, state.iteration, "train", disable=not show_bar)
+
+    def global_sum(count: torch.Tensor) -> torch.Tensor:
+        return global_count(count, ctx)
+
+    def sync_grads(model: torch.nn.Module) -> None:
+        allreduce_gradients(model, ctx)
+
+    def whiten_all(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return global_whiten(advantages, mask, ctx)
+
     began = time.perf_counter() - state.extra["elapsed_s"]
 
     def save(iteration: int) -> Path:
         state.iteration = iteration
         state.optimizers = {name: opt.state_dict() for name, opt in optimizers.items()}
-        state.rng = capture_rng()
+        rngs = gather_objects(capture_rng(), ctx)  # rank r resumes from rngs[r]
+        state.rng = rngs[0]
+        state.extra["rng_per_rank"] = rngs
         state.extra["elapsed_s"] = time.perf_counter() - began
-        return save_checkpoint(run_dir, state, policy, tokenizer, critic, cfg, cfg.keep_checkpoints)
+        path = checkpoint_dir(run_dir, iteration)
+        if ctx.is_main:
+            path = save_checkpoint(
+                run_dir, state, policy, tokenizer, critic, cfg, cfg.keep_checkpoints
+            )
+        barrier(ctx)  # no rank runs ahead of a checkpoint being written
+        return path
 
     iteration = state.iteration
     last_saved = checkpoint
     while iteration < cfg.total_iterations:
         tick = time.perf_counter()
-        rollouts = collect(cfg, agent, iteration)
+        rollouts = collect(cfg, agent, iteration, ctx)
         rollout_s = time.perf_counter() - tick
         batch = pack_segments(rollouts.segments, chat.pad_id)
-        batch, metrics = score_batch(batch, critic, cfg.ppo)
-        metrics |= rollout_metrics(rollouts.records)
+        batch, metrics = score_batch(batch, critic, cfg.ppo, whiten_all)
         if critic is not None:
             passes = cfg.ppo.critic_ratio * cfg.ppo.epochs
-            metrics |= critic_update(critic, optimizers["critic"], batch, cfg.ppo, passes)
+            metrics |= critic_update(
+                critic, optimizers["critic"], batch, cfg.ppo, passes, global_sum, sync_grads
+            )
         warmup = iteration < cfg.ppo.critic_warmup
         if not warmup:
-            metrics |= actor_update(policy, optimizers["actor"], batch, cfg.ppo)
+            metrics |= actor_update(
+                policy, optimizers["actor"], batch, cfg.ppo, global_sum, sync_grads
+            )
         metrics["charts/rollout_seconds"] = rollout_s
         metrics["charts/iteration_seconds"] = time.perf_counter() - tick
-        log_scalars(writer, metrics, iteration)
-        if iteration % cfg.transcripts_every == 0:
-            log_transcripts(writer, [r.transcript for r in rollouts.records[:2]], iteration)
+        metrics = mean_metrics(metrics, ctx)  # update statistics: mean over ranks
+        records = gather_records(rollouts.records, ctx)  # the whole batch, on every rank
+        metrics |= rollout_metrics(records)
+        if writer is not None:
+            log_scalars(writer, metrics, iteration)
+            if iteration % cfg.transcripts_every == 0:
+                log_transcripts(writer, [r.transcript for r in records[:2]], iteration)
         state.history.append({"iteration": iteration, "warmup": float(warmup), **metrics})
         iteration += 1
         bar.update(1)
@@ -211,6 +280,7 @@ def train(cfg: Config) -> dict[str, Any]:
         out_of_time = (
             cfg.time_limit_s is not None and time.perf_counter() - began > cfg.time_limit_s
         )
+        out_of_time = broadcast_object(out_of_time, ctx)  # rank 0's clock: all stop together
         if (
             iteration % cfg.checkpoint_every == 0
             or iteration == cfg.total_iterations
@@ -218,12 +288,14 @@ def train(cfg: Config) -> dict[str, Any]:
         ):
             last_saved = save(iteration)
         if out_of_time:
-            print(f"time limit {cfg.time_limit_s}s reached after {iteration} iterations")
+            if ctx.is_main:
+                print(f"time limit {cfg.time_limit_s}s reached after {iteration} iterations")
             break
     bar.close()
     if last_saved is None or not str(last_saved).endswith(f"{iteration:06d}"):
         last_saved = save(iteration)  # resumed a finished run, or nothing ran
-    writer.close()
+    if writer is not None:
+        writer.close()
 
     results = {
         "preset": cfg.preset,
@@ -235,7 +307,8 @@ def train(cfg: Config) -> dict[str, Any]:
         "history": state.history,
         "config": cfg,
     }
-    write_json(run_dir / "results.json", results)
+    if ctx.is_main:
+        write_json(run_dir / "results.json", results)
     return results
 
 
@@ -251,6 +324,10 @@ def _final_metrics(history: list[dict[str, float]], last: int = 5) -> dict[str, 
 def main(argv: list[str] | None = None) -> None:
     cfg = cli_with_preset(Config, lambda name: Config(preset=name, ppo=preset_ppo(name)), argv)
     results = train(cfg)
+    is_main = init_distributed(device="cpu").is_main  # the context train() joined
+    shutdown_distributed()
+    if not is_main:
+        return
     final = results["final"] or {"charts/success_rate": float("nan")}
     print(
         f"done: {results['iterations_done']} iterations in {results['wall_time_s']:.0f}s; "

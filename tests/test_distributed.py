@@ -11,6 +11,7 @@ that it is.
 
 from __future__ import annotations
 
+import json
 from functools import cache
 from pathlib import Path
 
@@ -305,3 +306,37 @@ def test_bench_distributed_smoke(capsys):
     out = bench.run(tyro.cli(bench.Config, args=argv))
     assert out["cpu/rollouts_per_s/2"] > 0
     assert "cpu x2: 2 rollouts" in capsys.readouterr().out
+
+
+def test_torchrun_trains_two_processes_and_resumes(tmp_path):
+    """`torchrun --nproc-per-node 2 cxsim train` runs end to end, then resumes from rank 0's
+    checkpoint and finishes the remaining iterations."""
+    import os
+    import subprocess
+    import sys
+
+    from cxsim.cli import main as cxsim
+
+    env_flags = ["--env.kwargs", "memory_length", "5", "obs_words_mean", "6", "obs_words_std",
+                 "1", "--compaction.budget", "160"]  # fmt: skip
+    cxsim(["sft", "--run-dir", str(tmp_path / "sft"), *env_flags, "--sft.episodes", "6",
+           "--sft.epochs", "1", "--sft.heldout-episodes", "2", "--no-progress-bar"])  # fmt: skip
+    run_dir = tmp_path / "train"
+    train = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+             "2", "-m", "cxsim.cli", "train", "--policy", str(tmp_path / "sft" / "policy"),
+             "--run-dir", str(run_dir), *env_flags, "--ppo.rollouts-per-batch", "4",
+             "--ppo.critic-warmup", "1", "--ppo.minibatches", "1", "--ppo.epochs", "1",
+             "--checkpoint-every", "1", "--no-progress-bar"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.run([*train, "--ppo.iterations", "1"], env=env, capture_output=True,
+                           text=True, timeout=240)  # fmt: skip
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert first.stdout.count("done: 2 iterations") == 1  # rank 0 alone reports
+    second = subprocess.run([*train, "--ppo.iterations", "2", "--resume"], env=env,
+                            capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "resuming from" in second.stdout and "(iteration 2)" in second.stdout
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["iterations_done"] == 3
+    assert [h["iteration"] for h in results["history"]] == [0, 1, 2]
+    assert (run_dir / "checkpoints" / "iter-000003" / "policy").is_dir()

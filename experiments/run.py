@@ -64,8 +64,9 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     train_time_limit_s: float | None = None
     """Cap on each training run's wall time (it stops and checkpoints); None: all iterations."""
-    threads: int = 0
-    """torch intra-op threads for SFT and PPO updates (0: torch's default)."""
+    threads: int = 1
+    """torch intra-op threads for training (0: torch's default). 1 is the safe choice on shared
+    cores: a second thread that must wait for a busy core made a tiny-model update 8x slower."""
     rollout_threads: int = 1
     """torch threads while sampling rollouts and evaluating (1: fastest for tiny models)."""
     progress_bar: bool = True

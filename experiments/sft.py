@@ -58,8 +58,9 @@ class Config:
     sft: SFTConfig = field(default_factory=SFTConfig)
     micro_batch_rows: int = 32
     """Segments per forward pass (gradient accumulation inside a step)."""
-    threads: int = 0
-    """torch intra-op threads (0: torch's default)."""
+    threads: int = 1
+    """torch intra-op threads for training (0: torch's default). 1 is the safe choice on shared
+    cores: a second thread that must wait for a busy core made a tiny-model update 8x slower."""
     progress_bar: bool = True
     """Show a tqdm progress bar with an ETA."""
 

@@ -149,7 +149,8 @@ def score_batch(
     cfg: PPOConfig,
     whiten_fn: Whiten = whiten,
 ) -> tuple[SegmentBatch, dict[str, float]]:
-    """Adds ``values``, ``advantages`` (as trained), ``returns`` and ``policy_mask`` to extras.
+    """Adds ``values``, ``advantages`` (as trained), ``returns``, ``policy_mask`` and the
+    per-row ``lam`` (S,) to extras.
 
     Advantages per ``cfg.estimator`` on ``policy_mask``; lambda fixed or length-
     adaptive (``cfg.lambda_scope``); critic targets ``A + V`` from the corrected or
@@ -190,7 +191,10 @@ def score_batch(
         "charts/lambda_mean": lam_mean,
         "charts/policy_tokens": float(mask.sum()),
     }
-    batch = batch.with_extras(values=values, advantages=trained, returns=returns, policy_mask=mask)
+    lam_rows = torch.as_tensor(lam, dtype=torch.float32).expand(len(batch))  # (S,)
+    batch = batch.with_extras(
+        values=values, advantages=trained, returns=returns, policy_mask=mask, lam=lam_rows
+    )
     return batch, stats
 
 

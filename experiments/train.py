@@ -15,7 +15,7 @@ the same run whether or not it was interrupted.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from cxsim.checkpoint import (
 )
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, PPOConfig, check_policy_dir
+from cxsim.diagnostics import ComputeMeter, summarize_all
 from cxsim.distributed import (
     DistContext,
     allreduce_gradients,
@@ -59,7 +60,7 @@ from cxsim.experiments.presets import DEFAULT_PRESET, PresetName, cli_with_prese
 from cxsim.generation import SamplingConfig
 from cxsim.ppo import actor_update, critic_update, score_batch
 from cxsim.runtime import RolloutBatch, collect_rollouts
-from cxsim.segments import pack_segments
+from cxsim.segments import SegmentBatch, pack_segments
 from cxsim.tracking import (
     log_config,
     log_scalars,
@@ -157,6 +158,39 @@ def collect(cfg: Config, agent: LMAgent, iteration: int, ctx: DistContext) -> Ro
     return batch
 
 
+def diagnostics(
+    batch: SegmentBatch,
+    rollouts: RolloutBatch,
+    cfg: Config,
+    has_critic: bool,
+    warmup: bool,
+    meter: ComputeMeter,
+) -> dict[str, float]:
+    """This rank's diagnostics of one iteration (docs/diagnostics.md): omission, credit
+    decay, segment weights, critic calibration, estimator gap, and compute so far."""
+    tokens = float(batch.attention.sum())
+    passes = cfg.ppo.critic_ratio * cfg.ppo.epochs if has_critic else 0
+    actor_passes = 0 if warmup else cfg.ppo.epochs
+    meter.add_records(rollouts.records)
+    meter.add(
+        iterations=1,
+        actor_forward_tokens=tokens * actor_passes,
+        actor_backward_tokens=tokens * actor_passes,
+        critic_forward_tokens=tokens * (passes + int(has_critic)),  # + the scoring pass
+        critic_backward_tokens=tokens * passes,
+    )
+    return summarize_all(
+        batch,
+        rollouts.records,
+        advantages=batch.extras["advantages"],
+        values=batch.extras["values"] if has_critic else None,
+        gamma=cfg.ppo.gamma,
+        lam=batch.extras["lam"],
+        train_summaries=cfg.ppo.train_summaries,
+        meter=meter,
+    )
+
+
 def build_optimizers(
     policy: PreTrainedModel, critic: Critic | None, ppo: PPOConfig
 ) -> dict[str, torch.optim.Optimizer]:
@@ -220,6 +254,15 @@ def train(cfg: Config) -> dict[str, Any]:
     show_bar = cfg.progress_bar and ctx.is_main
     bar = progress(cfg.total_iterations, state.iteration, "train", disable=not show_bar)
 
+    meter = (
+        ComputeMeter(**state.extra["compute"])
+        if checkpoint
+        else ComputeMeter(
+            actor_params=sum(p.numel() for p in policy.parameters()),
+            critic_params=sum(p.numel() for p in critic.parameters()) if critic else None,
+        )
+    )
+
     def global_sum(count: torch.Tensor) -> torch.Tensor:
         return global_count(count, ctx)
 
@@ -238,6 +281,7 @@ def train(cfg: Config) -> dict[str, Any]:
         state.rng = rngs[0]
         state.extra["rng_per_rank"] = rngs
         state.extra["elapsed_s"] = time.perf_counter() - began
+        state.extra["compute"] = asdict(meter)
         path = checkpoint_dir(run_dir, iteration)
         if ctx.is_main:
             path = save_checkpoint(
@@ -266,6 +310,7 @@ def train(cfg: Config) -> dict[str, Any]:
             )
         metrics["charts/rollout_seconds"] = rollout_s
         metrics["charts/iteration_seconds"] = time.perf_counter() - tick
+        metrics |= diagnostics(batch, rollouts, cfg, critic is not None, warmup, meter)
         metrics = mean_metrics(metrics, ctx)  # update statistics: mean over ranks
         records = gather_records(rollouts.records, ctx)  # the whole batch, on every rank
         metrics |= rollout_metrics(records)

@@ -200,6 +200,58 @@ def build_optimizers(
     return optimizers
 
 
+def restore(
+    checkpoint: Path, optimizers: dict[str, torch.optim.Optimizer], seed: int, ctx: DistContext
+) -> TrainingState:
+    """Loads a checkpoint's state into the optimisers and this rank's RNGs."""
+    state = load_state(checkpoint)
+    for name, opt in optimizers.items():
+        opt.load_state_dict(state.optimizers[name])
+    rngs = state.extra["rng_per_rank"]
+    if len(rngs) == ctx.world_size:
+        restore_rng(rngs[ctx.rank])
+    else:  # another number of processes: same weights, new shards and RNG streams
+        seed_everything(rank_seed(seed + state.iteration, ctx))
+    if ctx.is_main:
+        print(f"resuming from {checkpoint} (iteration {state.iteration})")
+    return state
+
+
+def update(
+    batch: SegmentBatch,
+    policy: PreTrainedModel,
+    critic: Critic | None,
+    optimizers: dict[str, torch.optim.Optimizer],
+    ppo: PPOConfig,
+    warmup: bool,
+    ctx: DistContext,
+) -> tuple[SegmentBatch, dict[str, float]]:
+    """Scores one iteration's batch, then updates the critic and, after the warm-up, the actor.
+
+    Denominators, gradients and whitening statistics are summed over ranks, so on
+    several processes the update equals the one-process update on the whole batch.
+    """
+
+    def global_sum(count: torch.Tensor) -> torch.Tensor:
+        return global_count(count, ctx)
+
+    def sync_grads(model: torch.nn.Module) -> None:
+        allreduce_gradients(model, ctx)
+
+    def whiten_all(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return global_whiten(advantages, mask, ctx)
+
+    batch, metrics = score_batch(batch, critic, ppo, whiten_all)
+    if critic is not None:
+        passes = ppo.critic_ratio * ppo.epochs
+        metrics |= critic_update(
+            critic, optimizers["critic"], batch, ppo, passes, global_sum, sync_grads
+        )
+    if not warmup:
+        metrics |= actor_update(policy, optimizers["actor"], batch, ppo, global_sum, sync_grads)
+    return batch, metrics
+
+
 def train(cfg: Config) -> dict[str, Any]:
     """Runs (or resumes) training; returns what results.json holds.
 
@@ -235,16 +287,7 @@ def train(cfg: Config) -> dict[str, Any]:
     optimizers = build_optimizers(policy, critic, cfg.ppo)
     state = TrainingState(iteration=0, optimizers={}, rng={}, history=[], extra={"elapsed_s": 0.0})
     if checkpoint:
-        state = load_state(checkpoint)
-        for name, opt in optimizers.items():
-            opt.load_state_dict(state.optimizers[name])
-        rngs = state.extra["rng_per_rank"]
-        if len(rngs) == ctx.world_size:
-            restore_rng(rngs[ctx.rank])
-        else:  # another number of processes: same weights, new shards and RNG streams
-            seed_everything(rank_seed(cfg.seed + state.iteration, ctx))
-        if ctx.is_main:
-            print(f"resuming from {checkpoint} (iteration {state.iteration})")
+        state = restore(checkpoint, optimizers, cfg.seed, ctx)
 
     writer = None
     if ctx.is_main:
@@ -262,15 +305,6 @@ def train(cfg: Config) -> dict[str, Any]:
             critic_params=sum(p.numel() for p in critic.parameters()) if critic else None,
         )
     )
-
-    def global_sum(count: torch.Tensor) -> torch.Tensor:
-        return global_count(count, ctx)
-
-    def sync_grads(model: torch.nn.Module) -> None:
-        allreduce_gradients(model, ctx)
-
-    def whiten_all(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return global_whiten(advantages, mask, ctx)
 
     began = time.perf_counter() - state.extra["elapsed_s"]
 
@@ -297,17 +331,8 @@ def train(cfg: Config) -> dict[str, Any]:
         rollouts = collect(cfg, agent, iteration, ctx)
         rollout_s = time.perf_counter() - tick
         batch = pack_segments(rollouts.segments, chat.pad_id)
-        batch, metrics = score_batch(batch, critic, cfg.ppo, whiten_all)
-        if critic is not None:
-            passes = cfg.ppo.critic_ratio * cfg.ppo.epochs
-            metrics |= critic_update(
-                critic, optimizers["critic"], batch, cfg.ppo, passes, global_sum, sync_grads
-            )
         warmup = iteration < cfg.ppo.critic_warmup
-        if not warmup:
-            metrics |= actor_update(
-                policy, optimizers["actor"], batch, cfg.ppo, global_sum, sync_grads
-            )
+        batch, metrics = update(batch, policy, critic, optimizers, cfg.ppo, warmup, ctx)
         metrics["charts/rollout_seconds"] = rollout_s
         metrics["charts/iteration_seconds"] = time.perf_counter() - tick
         metrics |= diagnostics(batch, rollouts, cfg, critic is not None, warmup, meter)

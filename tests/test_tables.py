@@ -168,13 +168,13 @@ def test_smoke_numbers_are_what_the_agents_guarantee(smoke: tuple[Path, Path]):
         assert cells(page, label if label != "stitched GAE" else "stitched GAE (not in the paper)")
 
 
-def test_rerun_reuses_the_cache_and_more_seeds_give_t_intervals(smoke: tuple[Path, Path], tmp_path):
+def test_rerun_reuses_the_cache_and_runs_new_seeds_in_parallel(smoke: tuple[Path, Path], tmp_path):
     _, runs = smoke
     (cache,) = runs.iterdir()
     seed0 = cache / "s0" / "train" / "compactionrl-s0" / "results.json"
     before = seed0.stat().st_mtime_ns
     out = tmp_path / "two"
-    cxsim(["tables", "--preset", "smoke", "--seeds", "2", "--tables", "2",
+    cxsim(["tables", "--preset", "smoke", "--seeds", "2", "--tables", "2", "--jobs", "2",
            "--out-dir", str(out), "--runs-dir", str(runs)])  # fmt: skip
     assert seed0.stat().st_mtime_ns == before  # seed 0 read from the cache, not retrained
     assert json.loads(seed0.read_text())["iterations_done"] == 2
@@ -191,4 +191,7 @@ def test_unknown_preset_and_bad_flags_fail_before_any_work(tmp_path: Path, capsy
     with pytest.raises(SystemExit):
         cxsim(["tables", "--preset", "smoke", "--seeds", "0", "--runs-dir", str(tmp_path)])
     assert "pass at least one seed" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cxsim(["tables", "--preset", "smoke", "--jobs", "0", "--runs-dir", str(tmp_path)])
+    assert "pass at least one process" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())

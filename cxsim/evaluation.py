@@ -2,7 +2,9 @@
 
 Protocols (METHOD.md section 1): **Compacted** runs the compaction runtime as
 configured; **Single** is the same runtime with no compaction allowed, so an
-episode whose context fills up fails.
+episode whose context fills up fails. :func:`evaluate_protocol` also runs the
+runtime's other protocols, e.g. ``external-summarizer`` (a fixed executor with
+another agent writing the summaries: ``cxsim tables``' Table 1).
 
 Pass@1 over N tasks (episode seeds) x M repeats (independent samples of the
 agent on the same task) is the mean success over all N*M runs. Its 95%
@@ -32,7 +34,9 @@ import torch
 
 from cxsim.agent_api import Agent
 from cxsim.agents.chat import ChatFormat
+from cxsim.compaction import PROTOCOLS as RUNTIME_PROTOCOLS
 from cxsim.compaction import CompactionConfig
+from cxsim.compaction import Protocol as RuntimeProtocol
 from cxsim.runtime import RolloutRecord, collect_rollouts
 
 Protocol = Literal["single", "compacted"]
@@ -114,10 +118,10 @@ def pass_at_1(success: np.ndarray) -> PassAt1:
     return PassAt1(float(per_task.mean()), low, high, len(per_task), int(success.size))
 
 
-def protocol_config(compaction: CompactionConfig, protocol: Protocol) -> CompactionConfig:
-    """The runtime config of an evaluation protocol (Single: no compaction, same budget)."""
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol must be one of {PROTOCOLS}; got {protocol!r}")
+def protocol_config(compaction: CompactionConfig, protocol: RuntimeProtocol) -> CompactionConfig:
+    """The runtime config of a protocol (Single: no compaction, same budget)."""
+    if protocol not in RUNTIME_PROTOCOLS:
+        raise ValueError(f"protocol must be one of {RUNTIME_PROTOCOLS}; got {protocol!r}")
     return replace(compaction, protocol=protocol)
 
 
@@ -150,18 +154,20 @@ def evaluate_protocol(
     agent: Agent,
     chat: ChatFormat,
     compaction: CompactionConfig,
-    protocol: Protocol,
+    protocol: RuntimeProtocol,
     episodes: int,
     repeats: int = 1,
     seed: int = 0,
     batch_size: int = 64,
     threads: int = 1,
+    summarizer_agent: Agent | None = None,
 ) -> tuple[dict[str, Any], list[RolloutRecord]]:
     """Runs ``episodes`` tasks x ``repeats`` samples under one protocol.
 
     Task seeds are ``EVAL_SEED_OFFSET + seed * 10_000 + i``; repeat ``r`` reseeds
     torch's RNG (which LM sampling draws from) with ``seed * 1000 + r``. Rollouts run
-    with ``threads`` torch threads (see :func:`torch_threads`).
+    with ``threads`` torch threads (see :func:`torch_threads`). ``summarizer_agent``
+    writes the summaries under ``external-summarizer`` (and is needed there only).
     Returns the JSON-ready summary and the records.
     """
     if episodes < 1 or repeats < 1:
@@ -176,8 +182,9 @@ def evaluate_protocol(
             chunk = task_seeds[start : start + batch_size]
             with torch.no_grad(), torch_threads(threads):
                 batch = collect_rollouts(
-                    env_id, env_kwargs, agent, runtime, chunk, chat, rollout_id_start=len(records)
-                )
+                    env_id, env_kwargs, agent, runtime, chunk, chat,
+                    summarizer_agent=summarizer_agent, rollout_id_start=len(records),
+                )  # fmt: skip
             for i, rec in enumerate(batch.records):
                 success[start + i, r] = float(rec.success)
             records.extend(batch.records)

@@ -16,7 +16,8 @@ of that seed):
 Then ``tables.md`` (mean over seeds with a 95% interval, the findings, the exact
 command, the runtime) and PNG plots go to ``--out-dir``. Every (row, seed)
 result is cached under ``--runs-dir/<preset>-<hash of the settings>/``: a rerun
-or another table reuses it, a killed run resumes. Intervals: cxsim/tables.py.
+or another table reuses it, a killed run resumes. The page is written by
+experiments/tables_page.py, its intervals by cxsim/tables.py.
 
     cxsim tables --preset smoke --out-dir /tmp/tables
     cxsim tables --preset full --seeds 3
@@ -24,7 +25,6 @@ or another table reuses it, a killed run resumes. Intervals: cxsim/tables.py.
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import shlex
 import sys
@@ -34,7 +34,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 import tyro
 
@@ -45,48 +44,27 @@ from cxsim.agents.scripted import ScriptedAgent
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
 from cxsim.diagnostics import rollout_figures, summary_omission
-from cxsim.evaluation import EVAL_SEED_OFFSET, evaluate_protocol, pass_at_1
+from cxsim.evaluation import evaluate_protocol
 from cxsim.experiments import run as run_entry
 from cxsim.experiments import sft as sft_entry
 from cxsim.experiments import train as train_entry
 from cxsim.experiments.presets import preset_from_argv
 from cxsim.experiments.report import plot_curves
-from cxsim.generation import SamplingConfig
-from cxsim.runtime import collect_rollouts
-from cxsim.tables import (
-    Interval,
-    Proportion,
-    cached_json,
-    config_tag,
-    fmt,
-    markdown_table,
-    mean_interval,
-    paired_difference,
-    seed_interval,
-    verdict,
+from cxsim.experiments.tables_page import (
+    LEARNING_CURVES,
+    ROW_LABELS,
+    ROWS,
+    Seeds,
+    plot_omission,
+    plot_summarizers,
+    render,
 )
+from cxsim.generation import SamplingConfig
+from cxsim.tables import cached_json, config_tag
 
 BudgetName = Literal["smoke", "full"]
 Executor = Literal["oracle", "base"]
 TableId = Literal[1, 2, 3, 4]
-
-ROWS: dict[int, tuple[str, ...]] = {
-    1: ("compactionrl",),
-    2: ("ppo-single", "compactionrl"),
-    3: ("no-summary-training", "compactionrl"),
-    4: ("compactionrl", "segment-mean-loss", "no-cross-segment", "stitched", "supo"),
-}
-"""PPO presets each table trains (Table 1 uses the trained CompactionRL policy as a summarizer)."""
-ROW_LABELS = {
-    "base": "base (SFT)",
-    "compactionrl": "CompactionRL",
-    "ppo-single": "PPO w/o compaction",
-    "no-summary-training": "w/o summary training",
-    "segment-mean-loss": "w/o token-level loss",
-    "no-cross-segment": "w/o cross-segment correction",
-    "stitched": "stitched GAE (not in the paper)",
-    "supo": "group broadcast, SUPO-like (not in the paper)",
-}
 
 
 @dataclass(frozen=True)
@@ -201,29 +179,12 @@ def evaluate_policy(cfg: Config, policy_dir: str, label: str) -> dict[str, Any]:
 def evaluate_external(
     cfg: Config, executor: Agent, summarizer: Agent, chat: Any, label: str
 ) -> dict[str, Any]:
-    """Pass@1 under ``external-summarizer``: the same tasks and repeat seeds as evaluate_protocol."""
+    """Pass@1 under ``external-summarizer``: the same tasks and repeat seeds as evaluate_policy."""
     began = time.perf_counter()
-    runtime = replace(cfg.compaction, protocol="external-summarizer")
-    n, m = cfg.eval.episodes, cfg.eval.repeats
-    task_seeds = [EVAL_SEED_OFFSET + cfg.eval.seed * 10_000 + i for i in range(n)]
-    success = np.zeros((n, m))
-    records = []
-    for r in range(m):
-        torch.manual_seed(cfg.eval.seed * 1000 + r)
-        for start in range(0, n, 64):
-            with torch.no_grad():
-                batch = collect_rollouts(
-                    cfg.env.env_id, cfg.env.kwargs, executor, runtime,
-                    task_seeds[start : start + 64], chat, summarizer_agent=summarizer,
-                )  # fmt: skip
-            success[start : start + len(batch.records), r] = [x.success for x in batch.records]
-            records += batch.records
-    stats = pass_at_1(success)
-    result = {
-        "protocol": "external-summarizer", "pass_at_1": stats.mean, "ci95_low": stats.low,
-        "ci95_high": stats.high, "per_task_success": success.mean(axis=1).tolist(),
-        "mean_compactions": float(np.mean([x.compactions for x in records])),
-    }  # fmt: skip
+    result, records = evaluate_protocol(
+        cfg.env.env_id, cfg.env.kwargs, executor, chat, cfg.compaction, "external-summarizer",
+        cfg.eval.episodes, cfg.eval.repeats, cfg.eval.seed, summarizer_agent=summarizer,
+    )  # fmt: skip
     return {"label": label, "results": {"external-summarizer": with_omission(result, records)},
             "wall_time_s": time.perf_counter() - began}  # fmt: skip
 
@@ -300,421 +261,6 @@ def run_seeds(cfg: Config, cache: Path) -> list[dict[str, Any]]:
 
 def log(message: str) -> None:
     print(f"[tables {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-# -- per-seed numbers -> intervals ------------------------------------------------------
-
-
-def pass_prop(result: dict[str, Any]) -> Proportion:
-    tasks = result["per_task_success"]
-    return Proportion(float(sum(tasks)), len(tasks))
-
-
-def omission_prop(result: dict[str, Any]) -> Proportion:
-    om = result["omission"]
-    if "omission/overall" not in om:
-        return Proportion(0.0, 0)
-    facts = int(om["omission/num_facts"])
-    return Proportion(om["omission/overall"] * facts, facts)
-
-
-def recall_prop(result: dict[str, Any]) -> Proportion:
-    om = omission_prop(result)
-    return Proportion(om.trials - om.successes, om.trials)
-
-
-@dataclass(frozen=True)
-class Seeds:
-    """Per-seed results of every run, with accessors returning one value per seed."""
-
-    runs: list[dict[str, Any]]
-
-    def result(self, row: str, protocol: str) -> list[dict[str, Any]]:
-        return [s["eval"][row]["results"][protocol] for s in self.runs]
-
-    def external(self, key: str) -> list[dict[str, Any]]:
-        return [s["external"][key]["results"]["external-summarizer"] for s in self.runs]
-
-    def final(self, row: str, key: str) -> list[float]:
-        values = [s["train"][row]["final"].get(key) for s in self.runs]
-        return [math.nan if v is None else float(v) for v in values]
-
-    def histories(self, row: str) -> list[list[dict[str, Any]]]:
-        return [s["train"][row]["history"] for s in self.runs]
-
-
-def pass_interval(results: list[dict[str, Any]]) -> Interval:
-    return seed_interval([pass_prop(r) for r in results])
-
-
-def omission_interval(results: list[dict[str, Any]]) -> Interval:
-    return seed_interval([omission_prop(r) for r in results])
-
-
-def recall_interval(results: list[dict[str, Any]]) -> Interval:
-    return seed_interval([recall_prop(r) for r in results])
-
-
-def omission_by_compaction(results: list[dict[str, Any]]) -> dict[int, Interval]:
-    """k -> mean over seeds of ``omission/compaction{k}`` (t over seeds; K = 1: no interval)."""
-    ks = sorted(
-        {int(k.removeprefix("omission/compaction")) for r in results for k in r["omission"]
-         if k.startswith("omission/compaction")}
-    )  # fmt: skip
-    return {
-        k: mean_interval(
-            [r["omission"].get(f"omission/compaction{k}", math.nan) for r in results], (0.0, 1.0)
-        )
-        for k in ks
-    }
-
-
-# -- the page ---------------------------------------------------------------------------
-
-
-def table1(cfg: Config, s: Seeds) -> str:
-    rows = []
-    for executor in cfg.executors:
-        for rate in cfg.omission_rates:
-            rows.append((executor, f"scripted, omission {rate:g}", f"{executor}+scripted-{rate:g}"))
-        rows.append((executor, "CompactionRL (trained)", f"{executor}+compactionrl"))
-        rows.append((executor, "SFT base (untrained)", f"{executor}+base"))
-    body = []
-    for executor, name, key in rows:
-        res = s.external(key)
-        by_k = omission_by_compaction(res)
-        body.append([
-            "oracle" if executor == "oracle" else "SFT base", name, fmt(pass_interval(res)),
-            fmt(recall_interval(res)), fmt(by_k[0]) if 0 in by_k else "-",
-            fmt(by_k[max(by_k)]) + f" (k={max(by_k)})" if by_k else "-",
-        ])  # fmt: skip
-    header = ["executor", "summarizer", "Pass@1", "summary recall", "omission, 1st summary",
-              "omission, last summary"]  # fmt: skip
-    return markdown_table(header, body)
-
-
-def table2(s: Seeds) -> str:
-    body = []
-    for row in ("base", "ppo-single", "compactionrl"):
-        single, compacted = s.result(row, "single"), s.result(row, "compacted")
-        gain = paired_difference([pass_prop(r) for r in compacted], [pass_prop(r) for r in single])
-        body.append([ROW_LABELS[row], fmt(pass_interval(single)), fmt(pass_interval(compacted)),
-                     fmt(gain, signed=True)])  # fmt: skip
-    return markdown_table(
-        ["model", "Single Pass@1", "Compacted Pass@1", "Compacted - Single"], body
-    )
-
-
-def table3(s: Seeds) -> str:
-    body = []
-    for row in ("base", "no-summary-training", "compactionrl"):
-        res = s.result(row, "compacted")
-        by_k = omission_by_compaction(res)
-        body.append([
-            ROW_LABELS[row], fmt(pass_interval(res)), fmt(omission_interval(res)),
-            " / ".join(fmt(by_k[k]) for k in sorted(by_k)) or "-",
-        ])  # fmt: skip
-    header = [
-        "model",
-        "Compacted Pass@1",
-        "summary omission",
-        "omission by compaction k = 0 / 1 / ...",
-    ]
-    return markdown_table(header, body)
-
-
-TRAIN_DIAGNOSTICS = (
-    ("critic/explained_variance", "critic EV"),
-    ("critic/ece", "critic ECE"),
-    ("gap/rel_err", "gap to stitched GAE (rel. err.)"),
-    ("credit/summary_first_over_last", "credit, 1st / last summary"),
-)
-"""Training diagnostics shown in Table 4 when the trainer's ``final`` metrics carry them."""
-
-
-def table4(cfg: Config, s: Seeds) -> str:
-    single = "single" in cfg.eval.protocols
-    diagnostics = [
-        (key, name) for key, name in TRAIN_DIAGNOSTICS
-        if any(not math.isnan(v) for row in ROWS[4] for v in s.final(row, key))
-    ]  # fmt: skip
-    body = []
-    ref = [pass_prop(r) for r in s.result("compactionrl", "compacted")]
-    for row in ROWS[4]:
-        res = s.result(row, "compacted")
-        props = [pass_prop(r) for r in res]
-        delta = "-" if row == "compactionrl" else fmt(paired_difference(props, ref), signed=True)
-        body.append([
-            ROW_LABELS[row], fmt(pass_interval(res)), delta,
-            fmt(pass_interval(s.result(row, "single"))) if single else "-",
-            fmt(omission_interval(res)),
-            fmt(mean_interval(s.final(row, "charts/success_rate"))),
-            *(fmt(mean_interval(s.final(row, key)), digits=3) for key, _ in diagnostics),
-        ])  # fmt: skip
-    header = ["model", "Compacted Pass@1", "- CompactionRL (paired)", "Single Pass@1",
-              "summary omission", "train success (last 5 it.)",
-              *(f"{name} (last 5 it.)" for _, name in diagnostics)]  # fmt: skip
-    return markdown_table(header, body)
-
-
-def findings(cfg: Config, s: Seeds) -> list[str]:
-    """One sentence per question, each from a paired interval."""
-
-    def passes(row: str, protocol: str = "compacted") -> list[Proportion]:
-        return [pass_prop(r) for r in s.result(row, protocol)]
-
-    out = []
-    rows = set(cfg.rows)
-    if {"no-summary-training", "compactionrl"} <= rows:
-        om = paired_difference(
-            [omission_prop(r) for r in s.result("compactionrl", "compacted")],
-            [omission_prop(r) for r in s.result("no-summary-training", "compacted")],
-        )
-        base = paired_difference(
-            [omission_prop(r) for r in s.result("compactionrl", "compacted")],
-            [omission_prop(r) for r in s.result("base", "compacted")],
-        )
-        out.append(
-            "**Does summary training reduce omission?** Summary omission of CompactionRL minus "
-            f"w/o summary training: {verdict(om, 'higher with summary training', 'lower with summary training')}; "
-            f"CompactionRL minus the SFT base: {verdict(base, 'higher after training', 'lower after training')}."
-        )
-    if {"no-cross-segment", "stitched", "compactionrl"} <= rows:
-        vs_local = paired_difference(passes("compactionrl"), passes("no-cross-segment"))
-        vs_stitched = paired_difference(passes("compactionrl"), passes("stitched"))
-        out.append(
-            "**Does the cross-segment correction change success?** Compacted Pass@1 of "
-            "CompactionRL minus w/o correction (local GAE): "
-            f"{verdict(vs_local, 'higher with the correction', 'lower with the correction')}; "
-            f"minus stitched GAE: {verdict(vs_stitched, 'higher than stitched', 'lower than stitched')}."
-        )
-    if "single" in cfg.eval.protocols and {"compactionrl", "ppo-single"} <= rows:
-        crl = paired_difference(passes("compactionrl", "single"), passes("base", "single"))
-        ppo = paired_difference(passes("ppo-single", "single"), passes("base", "single"))
-        rows_single = [passes(r, "single") for r in ("base", "compactionrl", "ppo-single")]
-        never = all(p.successes == 0 for seeds in rows_single for p in seeds)
-        default = cfg.env == EnvConfig() and cfg.compaction == DEFAULT_COMPACTION
-        out.append(
-            "**Does Single-window success improve?** Single Pass@1 of CompactionRL minus the SFT "
-            f"base: {verdict(crl, 'improves', 'drops')}; PPO w/o compaction minus the base: "
-            f"{verdict(ppo, 'improves', 'drops')}."
-            + (
-                " No model solved a task within one window (Single Pass@1 = 0 for every model "
-                "and seed)."
-                if never
-                else ""
-            )
-            + (
-                " The default task is sized so that no episode fits in one window "
-                "(cxsim/config.py), so Single cannot improve on it."
-                if never and default
-                else ""
-            )
-        )
-    if 1 in cfg.tables:
-        lo, hi = min(cfg.omission_rates), max(cfg.omission_rates)
-        parts = []
-        for executor in cfg.executors:
-
-            def diff(a: str, b: str, e: str = executor) -> Interval:
-                return paired_difference(
-                    [pass_prop(r) for r in s.external(f"{e}+{a}")],
-                    [pass_prop(r) for r in s.external(f"{e}+{b}")],
-                )
-
-            name = "the oracle" if executor == "oracle" else "the SFT base"
-            spread = diff(f"scripted-{lo:g}", f"scripted-{hi:g}")
-            trained = diff("compactionrl", "base")
-            parts.append(
-                f"with {name} as executor, Pass@1 with the scripted summarizer at omission "
-                f"{lo:g} minus at {hi:g}: {verdict(spread, 'higher', 'lower')}, and with the "
-                f"trained CompactionRL summarizer minus the untrained SFT base: "
-                f"{verdict(trained, 'higher', 'lower')}"
-            )
-        text = "; ".join(parts)
-        out.append(f"**Does the summarizer matter (Table 1)?** {text[0].upper()}{text[1:]}.")
-    return out
-
-
-def plot_omission(cfg: Config, s: Seeds, path: Path) -> None:
-    """Omission by compaction index: the trained rows and the base (Compacted evaluation), and
-    the Table 1 summarizers with the oracle executor."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    panels = [("Compacted evaluation (policy summarizes itself)",
-               {ROW_LABELS[r]: s.result(r, "compacted") for r in ("base", *cfg.rows)})]  # fmt: skip
-    if 1 in cfg.tables:
-        executor = cfg.executors[0]
-        names = [f"scripted-{p:g}" for p in cfg.omission_rates] + ["compactionrl", "base"]
-        panels.append((f"Table 1 summarizers ({executor} executor)",
-                       {summarizer_label(n): s.external(f"{executor}+{n}") for n in names}))  # fmt: skip
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
-    for ax, (title, series) in zip(axes.flat, panels, strict=True):
-        for i, (label, results) in enumerate(series.items()):
-            by_k = omission_by_compaction(results)
-            if not by_k:
-                continue
-            ks = sorted(by_k)
-            mean = [by_k[k].mean for k in ks]
-            err = None
-            if not any(math.isnan(by_k[k].low) for k in ks):
-                err = [[by_k[k].mean - by_k[k].low for k in ks],
-                       [by_k[k].high - by_k[k].mean for k in ks]]  # fmt: skip
-            dodge = 0.04 * (i - (len(series) - 1) / 2)  # keep overlapping error bars apart
-            ax.errorbar([k + dodge for k in ks], mean, yerr=err, marker="o", capsize=3,
-                        label=label, linewidth=1.2, color=f"C{i % 10}")  # fmt: skip
-        ax.set_title(title, fontsize=10)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("compaction index k (0: first summary)")
-        ax.set_ylabel("fraction of needed facts missing")
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def summarizer_label(name: str) -> str:
-    if name.startswith("scripted-"):
-        return f"scripted, omission {name.removeprefix('scripted-')}"
-    return f"{ROW_LABELS[name]} summarizer"
-
-
-def plot_summarizers(cfg: Config, s: Seeds, path: Path) -> None:
-    """Table 1: Pass@1 against the scripted summarizer's omission rate, per executor, with the
-    trained and untrained policy summarizers as horizontal bands."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for executor in cfg.executors:
-        cells = [
-            pass_interval(s.external(f"{executor}+scripted-{p:g}")) for p in cfg.omission_rates
-        ]
-        err = None
-        if not any(math.isnan(c.low) for c in cells):
-            err = [[c.mean - c.low for c in cells], [c.high - c.mean for c in cells]]
-        (line,) = ax.plot([], [])
-        ax.errorbar(cfg.omission_rates, [c.mean for c in cells], yerr=err, marker="o", capsize=3,
-                    color=line.get_color(), label=f"{executor} executor, scripted summarizer")  # fmt: skip
-        for name, style in (("compactionrl", "--"), ("base", ":")):
-            cell = pass_interval(s.external(f"{executor}+{name}"))
-            ax.axhline(cell.mean, linestyle=style, color=line.get_color(),
-                       label=f"{executor} executor, {ROW_LABELS[name]} summarizer")  # fmt: skip
-    ax.set_xlabel("scripted summarizer omission rate")
-    ax.set_ylabel("Pass@1 (external-summarizer protocol)")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-LEARNING_CURVES = (
-    ("charts/success_rate", "training success rate"),
-    ("omission", "summary omission (1 - recall)"),
-    ("compaction/compactions_mean", "compactions per rollout"),
-    ("critic/explained_variance", "critic explained variance"),
-    ("losses/approx_kl", "approx. KL"),
-    ("losses/entropy", "entropy (nats/token)"),
-)
-
-
-def compute_seconds(s: Seeds) -> float:
-    """Wall time of every cached stage this page reads (SFT, training, evaluations)."""
-    total = 0.0
-    for run in s.runs:
-        total += run["sft"]["wall_time_s"]
-        total += sum(r["wall_time_s"] for r in run["train"].values())
-        total += sum(e["wall_time_s"] for e in run["eval"].values())
-        total += sum(e["wall_time_s"] for e in run["external"].values())
-    return total
-
-
-def render(cfg: Config, s: Seeds, command: str, wall_s: float, cache: Path) -> str:
-    k = cfg.seeds
-    method = (
-        f"mean over K = {k} training seeds with a Student-t 95% interval over the per-seed values"
-        if k >= 2
-        else "one training seed: a Wilson 95% interval over the pooled proportion (tasks for "
-        "Pass@1, needed facts for omission and recall); it counts evaluation noise only"
-    )
-    ppo = cfg.ppo
-    lines = [
-        "# The paper's tables in miniature",
-        "",
-        f"Made by `{command}` ({cfg.preset} preset). Environment `{cfg.env.env_id}` "
-        f"{cfg.env.kwargs}; budget C = {cfg.compaction.budget}, T_comp = "
-        f"{cfg.compaction.threshold}, at most {cfg.compaction.max_compactions} compactions; "
-        f"`{cfg.sft.model}` policy. Per seed: one SFT base ({cfg.sft.episodes} demonstrations "
-        f"x {cfg.sft.epochs} epochs, summarizer omission {cfg.sft.omission_rate:g}); each row "
-        f"trained from it for {ppo.critic_warmup} critic warm-up + {ppo.iterations} PPO "
-        f"iterations of {ppo.rollouts_per_batch} rollouts; evaluation on {cfg.eval.episodes} "
-        f"held-out tasks x {cfg.eval.repeats} sample(s), the same tasks for every row.",
-        "",
-        f'**Intervals**: {method}. Differences ("paired") pair rows by seed (same SFT base, '
-        "same tasks). Formulas: `cxsim/tables.py`. Omission = fraction of the needed facts "
-        "(current values) a summary misses, from the evaluation records "
-        "(`cxsim.diagnostics.summary_omission`); summary recall = 1 - omission.",
-        "",
-        f"**Runtime**: {compute_seconds(s) / 60:.1f} min of compute in the runs this page "
-        f"reads (SFT, training, evaluation), measured when each ran; this invocation took "
-        f"{wall_s / 60:.1f} min (runs found in the cache `{cache}` are read, not rerun).",
-        "",
-        "## Findings",
-        "",
-        *[f"- {sentence}" for sentence in findings(cfg, s)],
-        "",
-        f"An interval that covers 0 says that this budget ({k} seed(s), {ppo.iterations} PPO "
-        "iterations per row) cannot tell the two rows apart, not that they do not differ.",
-        "",
-    ]
-    if 1 in cfg.tables:
-        lines += [
-            "## Table 1: fixed executor, swapped summarizers",
-            "",
-            "Protocol `external-summarizer`: the executor acts, another agent writes every "
-            "summary. The oracle executor acts from what its context holds (a lost fact costs a "
-            "guess), so its Pass@1 measures the summaries alone.",
-            "",
-            table1(cfg, s),
-            "",
-            "![Table 1](tables_summarizers.png)",
-            "",
-        ]
-    if 2 in cfg.tables:
-        lines += ["## Table 2: Single and Compacted evaluation", "", table2(s), ""]
-    if 3 in cfg.tables:
-        lines += ["## Table 3: summary training", "", table3(s), ""]
-    if 4 in cfg.tables:
-        lines += [
-            "## Table 4: ablations of the estimator and the loss",
-            "",
-            "Train success and critic explained variance are the training diagnostics of the "
-            "last five iterations (`results.json` `final`).",
-            "",
-            table4(cfg, s),
-            "",
-        ]
-    lines += [
-        "## Plots",
-        "",
-        "![learning curves](tables_learning_curves.png)",
-        "",
-        "Learning curves: mean over seeds, shaded min-max.",
-        "",
-        "![omission by compaction](tables_omission.png)",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 def run_tables(cfg: Config, command: str) -> dict[str, Any]:

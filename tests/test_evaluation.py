@@ -87,3 +87,25 @@ def test_scripted_oracle_under_both_protocols():
                 assert 0.2 < result["summary_recall"] < 0.6
     table = format_table(rows)
     assert table.count("\n") == 2 + len(rows) - 1
+
+
+def test_external_summarizer_protocol_follows_the_summarizer():
+    """A fixed oracle executor with swapped summarizers (Table 1): a summarizer that keeps
+    every fact gives Pass@1 1 and recall 1; one that drops every fact gives recall 0 and
+    Pass@1 near chance (1/4 values)."""
+    chat = WordChatFormat(default_tokenizer())
+    executor = ScriptedAgent(DEFAULT_ENV, chat, omission_rate=0.0, seed=0)
+    results = {}
+    for omission in (0.0, 1.0):
+        summarizer = ScriptedAgent(DEFAULT_ENV, chat, omission_rate=omission, seed=1)
+        results[omission], records = evaluate_protocol(
+            DEFAULT_ENV, DEFAULT_ENV_KWARGS, executor, chat, DEFAULT_COMPACTION,
+            "external-summarizer", episodes=48, summarizer_agent=summarizer,
+        )  # fmt: skip
+        assert results[omission]["protocol"] == "external-summarizer" and len(records) == 48
+        assert results[omission]["mean_compactions"] >= 1.9
+    assert results[0.0]["pass_at_1"] == 1.0 and results[0.0]["summary_recall"] == 1.0
+    assert results[1.0]["summary_recall"] == 0.0 and results[1.0]["pass_at_1"] < 0.5
+    with pytest.raises(ValueError, match="summarizer_agent"):
+        evaluate_protocol(DEFAULT_ENV, DEFAULT_ENV_KWARGS, executor, chat, DEFAULT_COMPACTION,
+                          "external-summarizer", episodes=2)  # fmt: skip

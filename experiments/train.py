@@ -217,6 +217,26 @@ def restore(
     return state
 
 
+def compute_meter(
+    state: TrainingState | None,
+    policy: PreTrainedModel,
+    critic: Critic | None,
+    ctx: DistContext,
+) -> ComputeMeter:
+    """This rank's compute meter: fresh, or as the checkpoint left it. Resumed on another
+    number of processes, rank 0 carries the merged totals and the others start at 0."""
+    fresh = ComputeMeter(
+        actor_params=sum(p.numel() for p in policy.parameters()),
+        critic_params=sum(p.numel() for p in critic.parameters()) if critic else None,
+    )
+    if state is None:
+        return fresh
+    saved = [ComputeMeter(**m) for m in state.extra["compute_per_rank"]]
+    if len(saved) == ctx.world_size:
+        return saved[ctx.rank]
+    return ComputeMeter.merged(saved) if ctx.is_main else fresh
+
+
 def update(
     batch: SegmentBatch,
     policy: PreTrainedModel,
@@ -297,14 +317,7 @@ def train(cfg: Config) -> dict[str, Any]:
     show_bar = cfg.progress_bar and ctx.is_main
     bar = progress(cfg.total_iterations, state.iteration, "train", disable=not show_bar)
 
-    meter = (
-        ComputeMeter(**state.extra["compute"])
-        if checkpoint
-        else ComputeMeter(
-            actor_params=sum(p.numel() for p in policy.parameters()),
-            critic_params=sum(p.numel() for p in critic.parameters()) if critic else None,
-        )
-    )
+    meter = compute_meter(state if checkpoint else None, policy, critic, ctx)
 
     began = time.perf_counter() - state.extra["elapsed_s"]
 
@@ -315,7 +328,7 @@ def train(cfg: Config) -> dict[str, Any]:
         state.rng = rngs[0]
         state.extra["rng_per_rank"] = rngs
         state.extra["elapsed_s"] = time.perf_counter() - began
-        state.extra["compute"] = asdict(meter)
+        state.extra["compute_per_rank"] = [asdict(m) for m in gather_objects(meter, ctx)]
         path = checkpoint_dir(run_dir, iteration)
         if ctx.is_main:
             path = save_checkpoint(
@@ -337,6 +350,8 @@ def train(cfg: Config) -> dict[str, Any]:
         metrics["charts/iteration_seconds"] = time.perf_counter() - tick
         metrics |= diagnostics(batch, rollouts, cfg, critic is not None, warmup, meter)
         metrics = mean_metrics(metrics, ctx)  # update statistics: mean over ranks
+        if ctx.is_distributed:  # compute: work adds up over ranks, clocks run side by side
+            metrics |= ComputeMeter.merged(gather_objects(meter, ctx)).as_dict()
         records = gather_records(rollouts.records, ctx)  # the whole batch, on every rank
         metrics |= rollout_metrics(records)
         if writer is not None:

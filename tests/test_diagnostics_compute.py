@@ -60,3 +60,23 @@ def test_timed_phases_add_to_wall_clock():
 def test_unknown_counter_is_named():
     with pytest.raises(ValueError, match="tokens_generatd"):
         ComputeMeter().add(tokens_generatd=1)
+
+
+def test_merged_ranks_sum_work_and_keep_the_slowest_clock():
+    """Two data-parallel ranks, each metering its shard of one iteration: the merged meter
+    counts every rollout and token once, and the wall-clock of the slower rank."""
+    ranks = [ComputeMeter(actor_params=10), ComputeMeter(actor_params=10)]
+    for rank, meter in enumerate(ranks):
+        meter.add_records([_record(rank == 0, 100), _record(False, 100)])
+        meter.add(actor_forward_tokens=50, wall_clock_s=2.0 + rank, iterations=1)
+        meter.phases["rollout"] = 1.0 + rank
+    stats = ComputeMeter.merged(ranks).as_dict()
+    assert stats["compute/iterations"] == 1
+    assert stats["compute/rollouts"] == 4 and stats["compute/successes"] == 1
+    assert stats["compute/tokens_generated"] == 400
+    assert stats["compute/tokens_generated_per_success"] == 400
+    assert stats["compute/actor_forward_tokens_per_iter"] == 100
+    assert stats["compute/wall_clock_s"] == 3.0 and stats["compute/wall_rollout_s"] == 2.0
+    assert stats["compute/actor_flops"] == 10 * (2 * (400 + 800 + 100))
+    with pytest.raises(ValueError, match="at least one"):
+        ComputeMeter.merged([])

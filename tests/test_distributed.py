@@ -339,4 +339,6 @@ def test_torchrun_trains_two_processes_and_resumes(tmp_path):
     results = json.loads((run_dir / "results.json").read_text())
     assert results["iterations_done"] == 3
     assert [h["iteration"] for h in results["history"]] == [0, 1, 2]
+    # compute adds up over the ranks (4 rollouts per global batch), across the resume too
+    assert [h["compute/rollouts"] for h in results["history"]] == [4.0, 8.0, 12.0]
     assert (run_dir / "checkpoints" / "iter-000003" / "policy").is_dir()

@@ -98,6 +98,29 @@ class ComputeMeter:
             self.totals["wall_clock_s"] += elapsed
             self.phases[phase] = self.phases.get(phase, 0.0) + elapsed
 
+    @classmethod
+    def merged(cls, meters: Sequence[ComputeMeter]) -> ComputeMeter:
+        """One meter for data-parallel ranks that each metered their own shard.
+
+        Token counts, rollouts and successes add up over the ranks; wall-clock (in
+        total and by phase) is the slowest rank's, since the ranks run side by side;
+        iterations are the ranks' common count. Parameter counts are the first rank's.
+        """
+        if not meters:
+            raise ValueError("merged needs at least one meter")
+        phases = {name for m in meters for name in m.phases}
+        totals = {name: sum(m.totals[name] for m in meters) for name in COUNTERS}
+        totals["wall_clock_s"] = max(m.totals["wall_clock_s"] for m in meters)
+        return cls(
+            actor_params=meters[0].actor_params,
+            critic_params=meters[0].critic_params,
+            totals=totals,
+            phases={p: max(m.phases.get(p, 0.0) for m in meters) for p in sorted(phases)},
+            iterations=max(m.iterations for m in meters),
+            rollouts=sum(m.rollouts for m in meters),
+            successes=sum(m.successes for m in meters),
+        )
+
     def as_dict(self) -> dict[str, float]:
         """``compute/{name}`` (total), ``compute/{name}_per_iter`` and
         ``compute/{name}_per_success`` for every counter (FLOPs included when

@@ -149,21 +149,24 @@ def _seq_mean_token_sum(loss, mask, rollout_id, denominator):
     return _divide(row_sum.sum(), (row_count > 0).sum(), denominator)
 
 
-def _rollout_mean(loss, mask, rollout_id, denominator):
+def _rollout_mean(loss, mask, rollout_id, denominator, rollout_tokens=None):
     if rollout_id is None:
         raise ValueError("rollout_id is required for mode 'rollout-mean'")
-    if tuple(rollout_id.shape) != (loss.shape[0],):
-        raise ValueError(
-            f"rollout_id must have shape ({loss.shape[0]},), got {tuple(rollout_id.shape)}"
-        )
+    rows = (loss.shape[0],)
+    if tuple(rollout_id.shape) != rows:
+        raise ValueError(f"rollout_id must have shape {rows}, got {tuple(rollout_id.shape)}")
     row_sum, row_count = _masked_rows(loss, mask)
-    rollout_sum = per_group_sum(row_sum, rollout_id)
-    rollout_count = per_group_sum(row_count, rollout_id)
-    # one representative row per rollout casts the rollout's vote
-    votes = first_in_group(rollout_id) & (rollout_count > 0)
-    zero = torch.zeros((), dtype=loss.dtype, device=loss.device)
-    rollout_means = torch.where(votes, rollout_sum / rollout_count.clamp(min=1), zero)
-    return _divide(rollout_means.sum(), votes.sum(), denominator)
+    tokens_here = per_group_sum(row_count, rollout_id)
+    if rollout_tokens is None:  # every rollout lies whole in this batch
+        rollout_tokens = tokens_here
+    elif tuple(rollout_tokens.shape) != rows:
+        raise ValueError(
+            f"rollout_tokens must have shape {rows}, got {tuple(rollout_tokens.shape)}"
+        )
+    # each row adds its share of its rollout's mean; one row per rollout casts the vote
+    shares = row_sum / rollout_tokens.to(loss.dtype).clamp(min=1)
+    votes = first_in_group(rollout_id) & (tokens_here > 0)
+    return _divide(shares.sum(), votes.sum(), denominator)
 
 
 _AGGREGATORS: dict[LossMode, Callable[..., torch.Tensor]] = {
@@ -180,6 +183,7 @@ def aggregate(
     mode: LossMode,
     rollout_id: torch.Tensor | None = None,
     denominator: float | torch.Tensor | None = None,
+    rollout_tokens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reduces a per-token loss (S, T) over ``mask`` (S, T) bool to a scalar.
 
@@ -199,9 +203,11 @@ def aggregate(
     ``denominator`` replaces the local count in the final division (``|M|``,
     ``S'`` or ``R'``) with one counted over all micro-batches, accumulation steps
     and ranks: summing ``aggregate(...)`` over micro-batches with the global
-    count then equals the aggregate over the whole batch. For ``rollout-mean``
-    that holds only when each micro-batch holds whole rollouts. A batch with an
-    empty mask gives 0 (never NaN).
+    count then equals the aggregate over the whole batch. ``rollout-mean`` also
+    divides by each rollout's token count ``|M_tau|``: a micro-batch holding part
+    of a rollout passes ``rollout_tokens`` (S,), each row's ``|M_tau|`` counted over
+    the whole batch (:func:`rollout_token_counts`); without it every rollout must
+    lie whole in ``loss``. A batch with an empty mask gives 0 (never NaN).
     """
     _same_shape(loss=loss, mask=mask)
     if loss.dim() != 2:
@@ -210,4 +216,11 @@ def aggregate(
         raise ValueError(f"mask must be a bool tensor, got dtype {mask.dtype}")
     if mode not in _AGGREGATORS:
         raise ValueError(f"mode must be one of {LOSS_MODES}, got {mode!r}")
+    if mode == "rollout-mean":
+        return _rollout_mean(loss, mask, rollout_id, denominator, rollout_tokens)
     return _AGGREGATORS[mode](loss, mask, rollout_id, denominator)
+
+
+def rollout_token_counts(mask: torch.Tensor, rollout_id: torch.Tensor) -> torch.Tensor:
+    """(S,): for each row, the masked tokens of its whole rollout in ``mask`` (S, T)."""
+    return per_group_sum(mask.sum(dim=1).to(torch.float32), rollout_id)

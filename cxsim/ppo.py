@@ -44,7 +44,7 @@ from cxsim.advantages import (
 )
 from cxsim.agents.models import sequence_logprobs
 from cxsim.config import PPOConfig
-from cxsim.losses import aggregate, masked_mean, policy_loss, value_loss
+from cxsim.losses import aggregate, masked_mean, policy_loss, rollout_token_counts, value_loss
 from cxsim.segments import SegmentBatch
 
 GlobalSum = Callable[[torch.Tensor], torch.Tensor]
@@ -274,18 +274,27 @@ def actor_update(
             denom = loss_denominator(
                 minibatch.extras["policy_mask"], cfg.loss_mode, minibatch.rollout_id, global_sum
             )
+            if cfg.loss_mode == "rollout-mean":  # micro-batches may split a rollout
+                minibatch.extras["rollout_tokens"] = rollout_token_counts(
+                    minibatch.extras["policy_mask"], minibatch.rollout_id
+                )
             optimizer.zero_grad(set_to_none=True)
             for micro in micro_batches(minibatch, cfg.micro_batch_rows):
                 mask = micro.extras["policy_mask"]
+                per_rollout = micro.extras.get("rollout_tokens")
                 logprobs, entropy = sequence_logprobs(
                     policy, micro.token_ids, micro.attention, cfg.temperature, return_entropy=True
                 )
                 per_token, stats = policy_loss(
                     logprobs, micro.logprobs, micro.extras["advantages"], cfg.clip_eps
                 )
-                loss = aggregate(per_token, mask, cfg.loss_mode, micro.rollout_id, denom)
+                loss = aggregate(
+                    per_token, mask, cfg.loss_mode, micro.rollout_id, denom, per_rollout
+                )
                 if cfg.entropy_coef:
-                    bonus = aggregate(entropy, mask, cfg.loss_mode, micro.rollout_id, denom)
+                    bonus = aggregate(
+                        entropy, mask, cfg.loss_mode, micro.rollout_id, denom, per_rollout
+                    )
                     loss = loss - cfg.entropy_coef * bonus
                 loss.backward()
                 n = float(mask.sum())

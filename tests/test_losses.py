@@ -15,6 +15,7 @@ from cxsim.losses import (
     entropy_from_logits,
     masked_mean,
     policy_loss,
+    rollout_token_counts,
     value_loss,
 )
 
@@ -149,6 +150,28 @@ def test_other_modes_with_a_global_denominator(mode, count):
         for rows in ([0], [1, 2])
     ]
     close(sum(parts), whole)
+
+
+def test_rollout_mean_over_micro_batches_that_split_a_rollout():
+    """Rows 0 and 1 are one rollout (row 2, without tokens, casts no vote: R' = 1);
+    micro-batches [0] and [1, 2] cut it in two. With the rollout's token count from the
+    whole batch the parts add up to the whole; without it each part would divide by its
+    own share of the rollout's tokens (6/3 + 10/1 = 12 instead of 16/4)."""
+    rid = torch.tensor([4, 4, 5])
+    whole = aggregate(LOSS, MASK, "rollout-mean", rid)
+    counts = rollout_token_counts(MASK, rid)
+    assert counts.tolist() == [4.0, 4.0, 0.0]
+    parts = [
+        aggregate(LOSS[r], MASK[r], "rollout-mean", rid[r], denominator=1, rollout_tokens=counts[r])
+        for r in ([0], [1, 2])
+    ]
+    close(sum(parts), whole)
+    naive = [
+        aggregate(LOSS[r], MASK[r], "rollout-mean", rid[r], denominator=1) for r in ([0], [1, 2])
+    ]
+    close(sum(naive), t64(12.0))
+    with pytest.raises(ValueError, match="rollout_tokens must have shape"):
+        aggregate(LOSS, MASK, "rollout-mean", rid, rollout_tokens=counts[:2])
 
 
 @st.composite

@@ -11,7 +11,7 @@ import torch
 from cxsim.advantages import cross_segment_gae, segment_gae
 from cxsim.agents import build_policy, build_tokenizer
 from cxsim.agents.critic import Critic
-from cxsim.config import PPOConfig
+from cxsim.config import LOSS_MODES, PPOConfig
 from cxsim.ppo import (
     actor_update,
     critic_update,
@@ -122,10 +122,12 @@ def test_group_broadcast_needs_no_critic():
     assert adv[batch.trainable].abs().min() > 0.5  # rewards 0/1 in every group of 2
 
 
-def test_token_mean_is_global_across_micro_batches(tokenizer):
-    """One step with micro-batches of 1 row equals one step over the whole minibatch."""
+@pytest.mark.parametrize("mode", LOSS_MODES)
+def test_every_loss_mode_is_exact_across_micro_batches(tokenizer, mode):
+    """One step with micro-batches of 1 row (which split every rollout) equals one step
+    over the whole minibatch."""
     batch = make_batch(num_rollouts=3)
-    cfg = PPOConfig(lambda_scope="fixed", whiten=False, minibatches=1, epochs=1)
+    cfg = PPOConfig(lambda_scope="fixed", whiten=False, minibatches=1, epochs=1, loss_mode=mode)
     scored, _ = score_batch(batch, None, cfg)
     results = []
     for rows in (1, 64):

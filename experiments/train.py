@@ -59,7 +59,7 @@ from cxsim.evaluation import EVAL_SEED_OFFSET, rollout_metrics, torch_threads
 from cxsim.experiments.presets import DEFAULT_PRESET, PresetName, cli_with_preset, preset_ppo
 from cxsim.generation import SamplingConfig
 from cxsim.ppo import actor_update, critic_update, score_batch
-from cxsim.runtime import RolloutBatch, collect_rollouts
+from cxsim.runtime import RolloutBatch, RolloutRecord, collect_rollouts
 from cxsim.segments import SegmentBatch, pack_segments
 from cxsim.tracking import (
     log_config,
@@ -272,6 +272,34 @@ def update(
     return batch, metrics
 
 
+def iterate(
+    cfg: Config,
+    agent: LMAgent,
+    policy: PreTrainedModel,
+    critic: Critic | None,
+    optimizers: dict[str, torch.optim.Optimizer],
+    meter: ComputeMeter,
+    iteration: int,
+    warmup: bool,
+    ctx: DistContext,
+) -> tuple[dict[str, float], list[RolloutRecord]]:
+    """One PPO iteration: collect, pack, score and update, then the iteration's metrics
+    (the same on every rank) and the whole batch's rollout records."""
+    tick = time.perf_counter()
+    rollouts = collect(cfg, agent, iteration, ctx)
+    rollout_s = time.perf_counter() - tick
+    batch = pack_segments(rollouts.segments, agent.chat.pad_id)
+    batch, metrics = update(batch, policy, critic, optimizers, cfg.ppo, warmup, ctx)
+    metrics["charts/rollout_seconds"] = rollout_s
+    metrics["charts/iteration_seconds"] = time.perf_counter() - tick
+    metrics |= diagnostics(batch, rollouts, cfg, critic is not None, warmup, meter)
+    metrics = mean_metrics(metrics, ctx)  # update statistics: mean over ranks
+    if ctx.is_distributed:  # compute: work adds up over ranks, clocks run side by side
+        metrics |= ComputeMeter.merged(gather_objects(meter, ctx)).as_dict()
+    records = gather_records(rollouts.records, ctx)  # the whole batch, on every rank
+    return metrics | rollout_metrics(records), records
+
+
 def train(cfg: Config) -> dict[str, Any]:
     """Runs (or resumes) training; returns what results.json holds.
 
@@ -340,20 +368,10 @@ def train(cfg: Config) -> dict[str, Any]:
     iteration = state.iteration
     last_saved = checkpoint
     while iteration < cfg.total_iterations:
-        tick = time.perf_counter()
-        rollouts = collect(cfg, agent, iteration, ctx)
-        rollout_s = time.perf_counter() - tick
-        batch = pack_segments(rollouts.segments, chat.pad_id)
         warmup = iteration < cfg.ppo.critic_warmup
-        batch, metrics = update(batch, policy, critic, optimizers, cfg.ppo, warmup, ctx)
-        metrics["charts/rollout_seconds"] = rollout_s
-        metrics["charts/iteration_seconds"] = time.perf_counter() - tick
-        metrics |= diagnostics(batch, rollouts, cfg, critic is not None, warmup, meter)
-        metrics = mean_metrics(metrics, ctx)  # update statistics: mean over ranks
-        if ctx.is_distributed:  # compute: work adds up over ranks, clocks run side by side
-            metrics |= ComputeMeter.merged(gather_objects(meter, ctx)).as_dict()
-        records = gather_records(rollouts.records, ctx)  # the whole batch, on every rank
-        metrics |= rollout_metrics(records)
+        metrics, records = iterate(
+            cfg, agent, policy, critic, optimizers, meter, iteration, warmup, ctx
+        )
         if writer is not None:
             log_scalars(writer, metrics, iteration)
             if iteration % cfg.transcripts_every == 0:

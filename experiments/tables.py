@@ -20,7 +20,7 @@ or another table reuses it, a killed run resumes. The page is written by
 experiments/tables_page.py, its intervals by cxsim/tables.py.
 
     cxsim tables --preset smoke --out-dir /tmp/tables
-    cxsim tables --preset full --seeds 3
+    cxsim tables --preset full --jobs 2   # 3 seeds, two at a time
 """
 
 from __future__ import annotations
@@ -42,7 +42,14 @@ from cxsim.agents.lm_agent import LMAgent
 from cxsim.agents.models import load_policy
 from cxsim.agents.scripted import ScriptedAgent
 from cxsim.compaction import CompactionConfig
-from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
+from cxsim.config import (
+    DEFAULT_COMPACTION,
+    EnvConfig,
+    EnvKwargs,
+    EvalConfig,
+    PPOConfig,
+    SFTConfig,
+)
 from cxsim.diagnostics import rollout_figures, summary_omission
 from cxsim.evaluation import evaluate_protocol
 from cxsim.experiments import run as run_entry
@@ -52,6 +59,7 @@ from cxsim.experiments.presets import preset_from_argv
 from cxsim.experiments.report import plot_curves
 from cxsim.experiments.tables_page import (
     LEARNING_CURVES,
+    ONE_WINDOW,
     ROW_LABELS,
     ROWS,
     Seeds,
@@ -88,6 +96,9 @@ class Config:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO settings every row starts from; each row's preset applies its changes on top."""
     eval: EvalConfig = field(default_factory=EvalConfig)
+    one_window_kwargs: EnvKwargs = field(default_factory=lambda: {"memory_length": 4})
+    """Table 2: env kwargs set over ``--env.kwargs`` for a shorter task whose episodes fit
+    in one window (the default task never does), where Single can succeed; empty: skip."""
     omission_rates: tuple[float, ...] = (0.0, 0.3, 0.6, 1.0)
     """Table 1: omission rates of the scripted summarizer."""
     executors: tuple[Executor, ...] = ("oracle", "base")
@@ -137,7 +148,7 @@ smoke tests."""
 BUDGETS: dict[str, Config] = {
     "smoke": Config(
         preset="smoke", seeds=1, env=SMOKE_ENV,
-        compaction=replace(DEFAULT_COMPACTION, budget=160),
+        compaction=replace(DEFAULT_COMPACTION, budget=160), one_window_kwargs={"memory_length": 2},
         sft=SFTConfig(episodes=6, epochs=1, heldout_episodes=2),
         ppo=PPOConfig(rollouts_per_batch=4, iterations=1, critic_warmup=1, minibatches=1, epochs=1),
         eval=EvalConfig(episodes=3),
@@ -161,19 +172,38 @@ def with_omission(result: dict[str, Any], records: list) -> dict[str, Any]:
     return result | {"omission": summary_omission(records), "figures": rollout_figures(records)}
 
 
-def evaluate_policy(cfg: Config, policy_dir: str, label: str) -> dict[str, Any]:
-    """Pass@1 (Wilson over tasks) and diagnostics under each protocol of ``cfg.eval``."""
-    began = time.perf_counter()
+def evaluate_policy(
+    cfg: Config,
+    policy_dir: str,
+    label: str,
+    env_kwargs: dict[str, Any] | None = None,
+    protocols: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
+    """:func:`evaluate_agent` of the policy saved at ``policy_dir``."""
     agent, chat = lm_agent(policy_dir, cfg)
+    return evaluate_agent(cfg, agent, chat, label, env_kwargs, protocols) | {"policy": policy_dir}
+
+
+def evaluate_agent(
+    cfg: Config,
+    agent: Agent,
+    chat: Any,
+    label: str,
+    env_kwargs: dict[str, Any] | None = None,
+    protocols: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
+    """Pass@1 (Wilson over tasks) and diagnostics under each protocol (``cfg.eval``'s by
+    default), on ``cfg.env`` or on its kwargs updated with ``env_kwargs``."""
+    began = time.perf_counter()
+    kwargs = cfg.env.kwargs | (env_kwargs or {})
     results = {}
-    for protocol in cfg.eval.protocols:
+    for protocol in protocols or cfg.eval.protocols:
         result, records = evaluate_protocol(
-            cfg.env.env_id, cfg.env.kwargs, agent, chat, cfg.compaction, protocol,
+            cfg.env.env_id, kwargs, agent, chat, cfg.compaction, protocol,
             cfg.eval.episodes, cfg.eval.repeats, cfg.eval.seed,
         )  # fmt: skip
         results[protocol] = with_omission(result, records)
-    return {"label": label, "policy": policy_dir, "results": results,
-            "wall_time_s": time.perf_counter() - began}  # fmt: skip
+    return {"label": label, "results": results, "wall_time_s": time.perf_counter() - began}
 
 
 def evaluate_external(
@@ -189,8 +219,8 @@ def evaluate_external(
             "wall_time_s": time.perf_counter() - began}  # fmt: skip
 
 
-def table1_agent(name: str, cfg: Config, seed: int, policies: dict[str, str]) -> tuple[Agent, Any]:
-    """An executor or summarizer of Table 1 by name: ``oracle``, ``scripted-<p>``, a row's policy."""
+def agent_by_name(name: str, cfg: Config, seed: int, policies: dict[str, str]) -> tuple[Agent, Any]:
+    """An agent of the tables by name: ``oracle``, ``scripted-<p>``, a row's policy."""
     if name == "oracle" or name.startswith("scripted-"):
         _, chat = lm_agent(policies["base"], cfg)  # the same word chat format as the policies
         rate = float(name.split("-", 1)[1]) if name.startswith("scripted-") else 0.0
@@ -226,6 +256,18 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
             lambda r=row, p=policy: evaluate_policy(cfg, p, r),
         )
     log(f"seed {seed}: {len(evals)} policies evaluated")
+    if 2 in cfg.tables and cfg.one_window_kwargs:
+        tag = config_tag("one-window", cfg.one_window_kwargs)
+        for row in ("oracle", "base", *ROWS[2]):
+
+            def one_window(r: str = row) -> dict[str, Any]:
+                agent, chat = agent_by_name(r, cfg, seed, policies)
+                return evaluate_agent(cfg, agent, chat, r, cfg.one_window_kwargs, ("single",))
+
+            evals[f"{row}/{ONE_WINDOW}"] = cached_json(
+                seed_dir / "tables" / f"eval-{row}-{tag}.json", one_window
+            )
+        log(f"seed {seed}: Table 2 one-window task evaluated ({cfg.one_window_kwargs})")
     external = {}
     if 1 in cfg.tables:
         summarizers = [f"scripted-{p:g}" for p in cfg.omission_rates] + ["compactionrl", "base"]
@@ -233,8 +275,8 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
             for summarizer in summarizers:
 
                 def compute(e: str = executor, s: str = summarizer) -> dict[str, Any]:
-                    ex, chat = table1_agent(e, cfg, seed, policies)
-                    su, _ = table1_agent(s, cfg, seed, policies)
+                    ex, chat = agent_by_name(e, cfg, seed, policies)
+                    su, _ = agent_by_name(s, cfg, seed, policies)
                     return evaluate_external(cfg, ex, su, chat, f"{e} + {s}")
 
                 key = f"{executor}+{summarizer}"

@@ -138,15 +138,40 @@ def table1(cfg: Config, s: Seeds) -> str:
     return markdown_table(header, body)
 
 
-def table2(s: Seeds) -> str:
+ONE_WINDOW = "one-window"
+"""Suffix of the Table 2 rows evaluated on the task that fits in one window."""
+
+
+def has_one_window(cfg: Config, s: Seeds) -> bool:
+    return bool(cfg.one_window_kwargs) and all(
+        f"base/{ONE_WINDOW}" in run["eval"] for run in s.runs
+    )
+
+
+def table2(cfg: Config, s: Seeds) -> str:
+    short = has_one_window(cfg, s)
     body = []
     for row in ("base", "ppo-single", "compactionrl"):
         single, compacted = s.result(row, "single"), s.result(row, "compacted")
         gain = paired_difference([pass_prop(r) for r in compacted], [pass_prop(r) for r in single])
-        body.append([ROW_LABELS[row], fmt(pass_interval(single)), fmt(pass_interval(compacted)),
-                     fmt(gain, signed=True)])  # fmt: skip
-    return markdown_table(
-        ["model", "Single Pass@1", "Compacted Pass@1", "Compacted - Single"], body
+        cells = [ROW_LABELS[row], fmt(pass_interval(single)), fmt(pass_interval(compacted)),
+                 fmt(gain, signed=True)]  # fmt: skip
+        if short:
+            cells.append(fmt(pass_interval(s.result(f"{row}/{ONE_WINDOW}", "single"))))
+        body.append(cells)
+    header = ["model", "Single Pass@1", "Compacted Pass@1", "Compacted - Single"]
+    if short:
+        header.append("Single Pass@1, one-window task")
+    return markdown_table(header, body)
+
+
+def one_window_note(cfg: Config, s: Seeds) -> str:
+    kwargs = ", ".join(f"{k} = {v}" for k, v in cfg.one_window_kwargs.items())
+    oracle = fmt(pass_interval(s.result(f"oracle/{ONE_WINDOW}", "single")))
+    return (
+        f"The last column evaluates Single on the same task with {kwargs}, a task short "
+        f"enough for one window (the oracle's Single Pass@1 there: {oracle}), with the same "
+        "policies: trained on the long task, tested without compaction."
     )
 
 
@@ -239,6 +264,16 @@ def findings(cfg: Config, s: Seeds) -> list[str]:
         rows_single = [passes(r, "single") for r in ("base", "compactionrl", "ppo-single")]
         never = all(p.successes == 0 for seeds in rows_single for p in seeds)
         default = cfg.env == EnvConfig() and cfg.compaction == DEFAULT_COMPACTION
+        one_window = ""
+        if has_one_window(cfg, s):
+            short = f"base/{ONE_WINDOW}", f"compactionrl/{ONE_WINDOW}", f"ppo-single/{ONE_WINDOW}"
+            base, crl_short, ppo_short = (passes(r, "single") for r in short)
+            one_window = (
+                " On the task that fits in one window (Table 2, last column), CompactionRL "
+                f"minus the base: {verdict(paired_difference(crl_short, base), 'improves', 'drops')}"
+                "; PPO w/o compaction minus the base: "
+                f"{verdict(paired_difference(ppo_short, base), 'improves', 'drops')}."
+            )
         out.append(
             "**Does Single-window success improve?** Single Pass@1 of CompactionRL minus the SFT "
             f"base: {verdict(crl, 'improves', 'drops')}; PPO w/o compaction minus the base: "
@@ -255,6 +290,7 @@ def findings(cfg: Config, s: Seeds) -> list[str]:
                 if never and default
                 else ""
             )
+            + one_window
         )
     if 1 in cfg.tables:
         lo, hi = min(cfg.omission_rates), max(cfg.omission_rates)
@@ -436,7 +472,9 @@ def render(cfg: Config, s: Seeds, command: str, wall_s: float, cache: Path) -> s
             "",
         ]
     if 2 in cfg.tables:
-        lines += ["## Table 2: Single and Compacted evaluation", "", table2(s), ""]
+        lines += ["## Table 2: Single and Compacted evaluation", "", table2(cfg, s), ""]
+        if has_one_window(cfg, s):
+            lines += [one_window_note(cfg, s), ""]
     if 3 in cfg.tables:
         lines += ["## Table 3: summary training", "", table3(s), ""]
     if 4 in cfg.tables:

@@ -231,7 +231,9 @@ def compute_meter(
     )
     if state is None:
         return fresh
-    saved = [ComputeMeter(**m) for m in state.extra["compute_per_rank"]]
+    # checkpoints written before meters were kept per rank hold one meter, "compute"
+    per_rank = state.extra.get("compute_per_rank") or [state.extra["compute"]]
+    saved = [ComputeMeter(**m) for m in per_rank]
     if len(saved) == ctx.world_size:
         return saved[ctx.rank]
     return ComputeMeter.merged(saved) if ctx.is_main else fresh

@@ -112,3 +112,26 @@ def test_sigkill_then_resume_loses_nothing(tmp_path: Path):
     a, _, _ = load_policy(resumed["policy"])
     b, _, _ = load_policy(reference["policy"])
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
+
+
+def test_compute_meter_restores_per_rank_and_from_older_checkpoints():
+    """The meter a resumed rank continues from: its own; the merged totals on rank 0 when
+    the number of processes changed; and the single meter of checkpoints written before
+    meters were kept per rank."""
+    from dataclasses import asdict
+
+    from cxsim.diagnostics import ComputeMeter
+    from cxsim.distributed import DistContext
+    from cxsim.experiments.train import compute_meter
+
+    policy = build_policy("tiny", default_tokenizer(), seed=0)
+    meters = [ComputeMeter(rollouts=3, iterations=2), ComputeMeter(rollouts=5, iterations=2)]
+    state = TrainingState(1, {}, {}, extra={"compute_per_rank": [asdict(m) for m in meters]})
+    rank1 = DistContext(rank=1, world_size=2, local_rank=1, device=torch.device("cpu"))
+    assert compute_meter(state, policy, None, rank1).rollouts == 5
+    alone = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    assert compute_meter(state, policy, None, alone).rollouts == 8
+    older = TrainingState(1, {}, {}, extra={"compute": asdict(meters[0])})
+    assert compute_meter(older, policy, None, alone).rollouts == 3
+    fresh = compute_meter(None, policy, None, alone)
+    assert fresh.rollouts == 0 and fresh.actor_params == sum(p.numel() for p in policy.parameters())

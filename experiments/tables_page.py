@@ -138,6 +138,20 @@ def table1(cfg: Config, s: Seeds) -> str:
     return markdown_table(header, body)
 
 
+def over_base(s: Seeds, row: str, protocol: str = "compacted") -> str:
+    """``row`` minus the SFT base, paired by seed (each seed's row starts from its base)."""
+    if row == "base":
+        return "-"
+    ours, base = s.result(row, protocol), s.result("base", protocol)
+    diff = paired_difference([pass_prop(r) for r in ours], [pass_prop(r) for r in base])
+    return fmt(diff, signed=True)
+
+
+def never_rewarded(s: Seeds, row: str) -> bool:
+    """No training rollout of ``row`` succeeded, on any seed or iteration."""
+    return all(h["charts/success_rate"] == 0 for run in s.histories(row) for h in run)
+
+
 ONE_WINDOW = "one-window"
 """Suffix of the Table 2 rows evaluated on the task that fits in one window."""
 
@@ -155,11 +169,12 @@ def table2(cfg: Config, s: Seeds) -> str:
         single, compacted = s.result(row, "single"), s.result(row, "compacted")
         gain = paired_difference([pass_prop(r) for r in compacted], [pass_prop(r) for r in single])
         cells = [ROW_LABELS[row], fmt(pass_interval(single)), fmt(pass_interval(compacted)),
-                 fmt(gain, signed=True)]  # fmt: skip
+                 fmt(gain, signed=True), over_base(s, row)]  # fmt: skip
         if short:
             cells.append(fmt(pass_interval(s.result(f"{row}/{ONE_WINDOW}", "single"))))
         body.append(cells)
-    header = ["model", "Single Pass@1", "Compacted Pass@1", "Compacted - Single"]
+    header = ["model", "Single Pass@1", "Compacted Pass@1", "Compacted - Single",
+              "Compacted - base (paired)"]  # fmt: skip
     if short:
         header.append("Single Pass@1, one-window task")
     return markdown_table(header, body)
@@ -181,12 +196,13 @@ def table3(s: Seeds) -> str:
         res = s.result(row, "compacted")
         by_k = omission_by_compaction(res)
         body.append([
-            ROW_LABELS[row], fmt(pass_interval(res)), fmt(omission_interval(res)),
+            ROW_LABELS[row], fmt(pass_interval(res)), over_base(s, row), fmt(omission_interval(res)),
             " / ".join(fmt(by_k[k]) for k in sorted(by_k)) or "-",
         ])  # fmt: skip
     header = [
         "model",
         "Compacted Pass@1",
+        "- base (paired)",
         "summary omission",
         "omission by compaction k = 0 / 1 / ...",
     ]
@@ -235,6 +251,22 @@ def findings(cfg: Config, s: Seeds) -> list[str]:
 
     out = []
     rows = set(cfg.rows)
+    if "compactionrl" in rows:
+        gain = paired_difference(passes("compactionrl"), passes("base"))
+        line = (
+            "**Does CompactionRL learn?** Compacted Pass@1 of CompactionRL minus its SFT base: "
+            f"{verdict(gain, 'higher after training', 'lower after training')}"
+        )
+        if "no-summary-training" in rows:
+            alone = paired_difference(passes("no-summary-training"), passes("base"))
+            versus = paired_difference(passes("compactionrl"), passes("no-summary-training"))
+            line += (
+                "; w/o summary training minus the base: "
+                f"{verdict(alone, 'higher after training', 'lower after training')}; "
+                "CompactionRL minus w/o summary training: "
+                f"{verdict(versus, 'higher with summary training', 'lower with summary training')}"
+            )
+        out.append(line + ".")
     if {"no-summary-training", "compactionrl"} <= rows:
         om = paired_difference(
             [omission_prop(r) for r in s.result("compactionrl", "compacted")],
@@ -473,6 +505,13 @@ def render(cfg: Config, s: Seeds, command: str, wall_s: float, cache: Path) -> s
         ]
     if 2 in cfg.tables:
         lines += ["## Table 2: Single and Compacted evaluation", "", table2(cfg, s), ""]
+        if never_rewarded(s, "ppo-single"):
+            lines += [
+                "PPO w/o compaction trains under Single, where no episode of this task fits: "
+                "none of its training rollouts earned a reward, so PPO had nothing to learn "
+                "from and it stays at the base.",
+                "",
+            ]
         if has_one_window(cfg, s):
             lines += [one_window_note(cfg, s), ""]
     if 3 in cfg.tables:

@@ -143,9 +143,9 @@ def test_smoke_writes_the_page_and_plots(smoke: tuple[Path, Path]):
     for png in ("tables_learning_curves.png", "tables_omission.png", "tables_summarizers.png"):
         assert (out / png).stat().st_size > 5000, png
         assert f"]({png})" in page
-    # four findings, each with a number
+    # five findings, each with a number
     findings = page.split("## Findings")[1].split("## Table 1")[0]
-    assert len(re.findall(r"^- \*\*", findings, flags=re.M)) == 4
+    assert len(re.findall(r"^- \*\*", findings, flags=re.M)) == 5
 
 
 def test_smoke_numbers_are_what_the_agents_guarantee(smoke: tuple[Path, Path]):
@@ -162,7 +162,8 @@ def test_smoke_numbers_are_what_the_agents_guarantee(smoke: tuple[Path, Path]):
     assert "the oracle's Single Pass@1 there: 1.00 [" in page  # 3 tasks: Wilson [0.44, 1]
     assert "Single Pass@1, one-window task |" in page
     for model in ("base (SFT)", "PPO w/o compaction", "CompactionRL"):
-        single, compacted, _, one_window = cells(page, model)[1:5]
+        single, compacted, _, over_base, one_window = cells(page, model)[1:6]
+        assert (over_base == "-") == (model == "base (SFT)")
         assert mean_of(single) == 0.0
         assert 0.0 <= mean_of(one_window) <= 1.0
         low, high = map(float, re.findall(r"[-\d.]+", compacted)[1:3])

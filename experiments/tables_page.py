@@ -479,8 +479,10 @@ def render(cfg: Config, s: Seeds, command: str, wall_s: float, cache: Path) -> s
         "(`cxsim.diagnostics.summary_omission`); summary recall = 1 - omission.",
         "",
         f"**Runtime**: {compute_seconds(s) / 60:.1f} min of compute in the runs this page "
-        f"reads (SFT, training, evaluation), measured when each ran; this invocation took "
-        f"{wall_s / 60:.1f} min (runs found in the cache `{cache}` are read, not rerun).",
+        f"reads (SFT, training, evaluation), measured when each ran, so about "
+        f"{compute_seconds(s) / 60 / min(cfg.jobs, k):.0f} min of wall time from an empty "
+        f"cache with --jobs {min(cfg.jobs, k)}; this invocation took {wall_s / 60:.1f} min "
+        f"(runs found in the cache `{cache}` are read, not rerun).",
         "",
         "## Findings",
         "",

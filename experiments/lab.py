@@ -387,8 +387,6 @@ def gap_table(xs, table) -> str:
 
 
 def render(cfg, theory, seg_exact, seg_noisy, gaps, bench, runtime, backend) -> str:
-    spec = cfg.spec
-    lay = build_layout(spec)
     labels = seg_exact[0]
     argv = " ".join(shlex.quote(a) for a in sys.argv[1:]) or f"--preset {cfg.preset}"
     parts = [
@@ -400,6 +398,19 @@ def render(cfg, theory, seg_exact, seg_noisy, gaps, bench, runtime, backend) -> 
         "",
         findings(gaps, seg_exact, seg_noisy, theory, bench),
         "",
+        *process_section(cfg, labels),
+        *theory_section(theory),
+        *segment_section(labels, seg_exact, seg_noisy),
+        *gap_section(gaps),
+        *throughput_section(cfg, bench),
+    ]
+    return "\n".join(parts)
+
+
+def process_section(cfg: Config, labels: list[str]) -> list[str]:
+    spec = cfg.spec
+    lay = build_layout(spec)
+    return [
         "## The process",
         "",
         f"{spec.compactions} compactions: segments {', '.join(labels)} ({lay.num_tokens} trainable tokens "
@@ -418,6 +429,11 @@ def render(cfg, theory, seg_exact, seg_noisy, gaps, bench, runtime, backend) -> 
         "gradients (one logit per decision) from the estimate and from the true advantage, "
         "`rms_bias` = RMS of the conditional bias over (token, action, information) cells, `mse`.",
         "",
+    ]
+
+
+def theory_section(theory: tuple[list[list[str]], dict]) -> list[str]:
+    return [
         "## Theory",
         "",
         "With `q = gamma lam`, an exact critic `V_t = gamma^{D_t} E[R|x_t]` and `u_t = E[R|x_t,a_t]`, "
@@ -454,6 +470,11 @@ def render(cfg, theory, seg_exact, seg_noisy, gaps, bench, runtime, backend) -> 
             theory[0],
         ),
         "",
+    ]
+
+
+def segment_section(labels: list[str], seg_exact, seg_noisy) -> list[str]:
+    return [
         "## By segment",
         "",
         "Slope (scale of the true advantage passed on) per segment, exact critic:",
@@ -470,6 +491,11 @@ def render(cfg, theory, seg_exact, seg_noisy, gaps, bench, runtime, backend) -> 
         "",
         "By distance to the end of the rollout: ![by distance](estimators_distance.png)",
         "",
+    ]
+
+
+def gap_section(gaps) -> list[str]:
+    parts = [
         "## Cross-segment vs stitched: when the gap matters",
         "",
         "Each sweep changes one knob of the base process. `grad_cos` and `corr` over all tokens; "
@@ -481,7 +507,11 @@ def render(cfg, theory, seg_exact, seg_noisy, gaps, bench, runtime, backend) -> 
     ]
     for sweep, (xs, table) in gaps.items():
         parts += [f"### {SWEEP_TITLES[sweep]}", "", gap_table(xs, table), ""]
-    parts += [
+    return parts
+
+
+def throughput_section(cfg: Config, bench: dict[str, float]) -> list[str]:
+    return [
         "## Throughput",
         "",
         f"NumPy CPU path end to end: simulate {cfg.bench_rollouts} rollouts in chunks of {cfg.chunk_rollouts} "
@@ -493,7 +523,6 @@ def render(cfg, theory, seg_exact, seg_noisy, gaps, bench, runtime, backend) -> 
         f"{cfg.threads} torch threads on a shared 2-core machine.",
         "",
     ]
-    return "\n".join(parts)
 
 
 def _pair(table, key, i) -> str:

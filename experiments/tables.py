@@ -17,7 +17,8 @@ Then ``tables.md`` (mean over seeds with a 95% interval, the findings, the exact
 command, the runtime) and PNG plots go to ``--out-dir``. Every (row, seed)
 result is cached under ``--runs-dir/<preset>-<hash of the settings>/``: a rerun
 or another table reuses it, a killed run resumes. The page is written by
-experiments/tables_page.py, its intervals by cxsim/tables.py.
+experiments/tables_page.py (plots: tables_plots.py), its intervals by
+cxsim/tables.py.
 
     cxsim tables --preset smoke --out-dir /tmp/tables
     cxsim tables --preset full --jobs 2   # 3 seeds, two at a time
@@ -57,16 +58,8 @@ from cxsim.experiments import sft as sft_entry
 from cxsim.experiments import train as train_entry
 from cxsim.experiments.presets import preset_from_argv
 from cxsim.experiments.report import plot_curves
-from cxsim.experiments.tables_page import (
-    LEARNING_CURVES,
-    ONE_WINDOW,
-    ROW_LABELS,
-    ROWS,
-    Seeds,
-    plot_omission,
-    plot_summarizers,
-    render,
-)
+from cxsim.experiments.tables_page import ONE_WINDOW, ROW_LABELS, ROWS, Seeds, render
+from cxsim.experiments.tables_plots import LEARNING_CURVES, plot_omission, plot_summarizers
 from cxsim.generation import SamplingConfig
 from cxsim.tables import cached_json, config_tag
 

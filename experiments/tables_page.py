@@ -87,6 +87,17 @@ class Seeds:
     def histories(self, row: str) -> list[list[dict[str, Any]]]:
         return [s["train"][row]["history"] for s in self.runs]
 
+    def passes(self, row: str, protocol: str = "compacted") -> list[Proportion]:
+        """Pass@1 of ``row`` under ``protocol``, one proportion per seed."""
+        return [pass_prop(r) for r in self.result(row, protocol)]
+
+    def omissions(self, row: str) -> list[Proportion]:
+        """Summary omission of ``row`` under Compacted, one proportion per seed."""
+        return [omission_prop(r) for r in self.result(row, "compacted")]
+
+    def external_passes(self, key: str) -> list[Proportion]:
+        return [pass_prop(r) for r in self.external(key)]
+
 
 def pass_interval(results: list[dict[str, Any]]) -> Interval:
     return seed_interval([pass_prop(r) for r in results])
@@ -142,9 +153,7 @@ def over_base(s: Seeds, row: str, protocol: str = "compacted") -> str:
     """``row`` minus the SFT base, paired by seed (each seed's row starts from its base)."""
     if row == "base":
         return "-"
-    ours, base = s.result(row, protocol), s.result("base", protocol)
-    diff = paired_difference([pass_prop(r) for r in ours], [pass_prop(r) for r in base])
-    return fmt(diff, signed=True)
+    return fmt(paired_difference(s.passes(row, protocol), s.passes("base", protocol)), signed=True)
 
 
 def never_rewarded(s: Seeds, row: str) -> bool:
@@ -167,7 +176,7 @@ def table2(cfg: Config, s: Seeds) -> str:
     body = []
     for row in ("base", "ppo-single", "compactionrl"):
         single, compacted = s.result(row, "single"), s.result(row, "compacted")
-        gain = paired_difference([pass_prop(r) for r in compacted], [pass_prop(r) for r in single])
+        gain = paired_difference(s.passes(row), s.passes(row, "single"))
         cells = [ROW_LABELS[row], fmt(pass_interval(single)), fmt(pass_interval(compacted)),
                  fmt(gain, signed=True), over_base(s, row)]  # fmt: skip
         if short:
@@ -225,11 +234,14 @@ def table4(cfg: Config, s: Seeds) -> str:
         if any(not math.isnan(v) for row in ROWS[4] for v in s.final(row, key))
     ]  # fmt: skip
     body = []
-    ref = [pass_prop(r) for r in s.result("compactionrl", "compacted")]
+    ref = s.passes("compactionrl")
     for row in ROWS[4]:
         res = s.result(row, "compacted")
-        props = [pass_prop(r) for r in res]
-        delta = "-" if row == "compactionrl" else fmt(paired_difference(props, ref), signed=True)
+        delta = (
+            "-"
+            if row == "compactionrl"
+            else fmt(paired_difference(s.passes(row), ref), signed=True)
+        )
         body.append([
             ROW_LABELS[row], fmt(pass_interval(res)), delta,
             fmt(pass_interval(s.result(row, "single"))) if single else "-",
@@ -244,201 +256,113 @@ def table4(cfg: Config, s: Seeds) -> str:
 
 
 def findings(cfg: Config, s: Seeds) -> list[str]:
-    """One sentence per question, each from a paired interval."""
-
-    def passes(row: str, protocol: str = "compacted") -> list[Proportion]:
-        return [pass_prop(r) for r in s.result(row, protocol)]
-
-    out = []
+    """One sentence per question the rows answer, each from paired intervals."""
     rows = set(cfg.rows)
+    out = []
     if "compactionrl" in rows:
-        gain = paired_difference(passes("compactionrl"), passes("base"))
-        line = (
-            "**Does CompactionRL learn?** Compacted Pass@1 of CompactionRL minus its SFT base: "
-            f"{verdict(gain, 'higher after training', 'lower after training')}"
-        )
-        if "no-summary-training" in rows:
-            alone = paired_difference(passes("no-summary-training"), passes("base"))
-            versus = paired_difference(passes("compactionrl"), passes("no-summary-training"))
-            line += (
-                "; w/o summary training minus the base: "
-                f"{verdict(alone, 'higher after training', 'lower after training')}; "
-                "CompactionRL minus w/o summary training: "
-                f"{verdict(versus, 'higher with summary training', 'lower with summary training')}"
-            )
-        out.append(line + ".")
+        out.append(learning_finding(s, "no-summary-training" in rows))
     if {"no-summary-training", "compactionrl"} <= rows:
-        om = paired_difference(
-            [omission_prop(r) for r in s.result("compactionrl", "compacted")],
-            [omission_prop(r) for r in s.result("no-summary-training", "compacted")],
-        )
-        base = paired_difference(
-            [omission_prop(r) for r in s.result("compactionrl", "compacted")],
-            [omission_prop(r) for r in s.result("base", "compacted")],
-        )
-        out.append(
-            "**Does summary training reduce omission?** Summary omission of CompactionRL minus "
-            f"w/o summary training: {verdict(om, 'higher with summary training', 'lower with summary training')}; "
-            f"CompactionRL minus the SFT base: {verdict(base, 'higher after training', 'lower after training')}."
-        )
+        out.append(omission_finding(s))
     if {"no-cross-segment", "stitched", "compactionrl"} <= rows:
-        vs_local = paired_difference(passes("compactionrl"), passes("no-cross-segment"))
-        vs_stitched = paired_difference(passes("compactionrl"), passes("stitched"))
-        out.append(
-            "**Does the cross-segment correction change success?** Compacted Pass@1 of "
-            "CompactionRL minus w/o correction (local GAE): "
-            f"{verdict(vs_local, 'higher with the correction', 'lower with the correction')}; "
-            f"minus stitched GAE: {verdict(vs_stitched, 'higher than stitched', 'lower than stitched')}."
-        )
+        out.append(correction_finding(s))
     if "single" in cfg.eval.protocols and {"compactionrl", "ppo-single"} <= rows:
-        crl = paired_difference(passes("compactionrl", "single"), passes("base", "single"))
-        ppo = paired_difference(passes("ppo-single", "single"), passes("base", "single"))
-        rows_single = [passes(r, "single") for r in ("base", "compactionrl", "ppo-single")]
-        never = all(p.successes == 0 for seeds in rows_single for p in seeds)
-        default = cfg.env == EnvConfig() and cfg.compaction == DEFAULT_COMPACTION
-        one_window = ""
-        if has_one_window(cfg, s):
-            short = f"base/{ONE_WINDOW}", f"compactionrl/{ONE_WINDOW}", f"ppo-single/{ONE_WINDOW}"
-            base, crl_short, ppo_short = (passes(r, "single") for r in short)
-            one_window = (
-                " On the task that fits in one window (Table 2, last column), CompactionRL "
-                f"minus the base: {verdict(paired_difference(crl_short, base), 'improves', 'drops')}"
-                "; PPO w/o compaction minus the base: "
-                f"{verdict(paired_difference(ppo_short, base), 'improves', 'drops')}."
-            )
-        out.append(
-            "**Does Single-window success improve?** Single Pass@1 of CompactionRL minus the SFT "
-            f"base: {verdict(crl, 'improves', 'drops')}; PPO w/o compaction minus the base: "
-            f"{verdict(ppo, 'improves', 'drops')}."
-            + (
-                " No model solved a task within one window (Single Pass@1 = 0 for every model "
-                "and seed)."
-                if never
-                else ""
-            )
-            + (
-                " The default task is sized so that no episode fits in one window "
-                "(cxsim/config.py), so Single cannot improve on it."
-                if never and default
-                else ""
-            )
-            + one_window
-        )
+        out.append(single_window_finding(cfg, s))
     if 1 in cfg.tables:
-        lo, hi = min(cfg.omission_rates), max(cfg.omission_rates)
-        parts = []
-        for executor in cfg.executors:
-
-            def diff(a: str, b: str, e: str = executor) -> Interval:
-                return paired_difference(
-                    [pass_prop(r) for r in s.external(f"{e}+{a}")],
-                    [pass_prop(r) for r in s.external(f"{e}+{b}")],
-                )
-
-            name = "the oracle" if executor == "oracle" else "the SFT base"
-            spread = diff(f"scripted-{lo:g}", f"scripted-{hi:g}")
-            trained = diff("compactionrl", "base")
-            parts.append(
-                f"with {name} as executor, Pass@1 with the scripted summarizer at omission "
-                f"{lo:g} minus at {hi:g}: {verdict(spread, 'higher', 'lower')}, and with the "
-                f"trained CompactionRL summarizer minus the untrained SFT base: "
-                f"{verdict(trained, 'higher', 'lower')}"
-            )
-        text = "; ".join(parts)
-        out.append(f"**Does the summarizer matter (Table 1)?** {text[0].upper()}{text[1:]}.")
+        out.append(summarizer_finding(cfg, s))
     return out
 
 
-def plot_omission(cfg: Config, s: Seeds, path: Path) -> None:
-    """Omission by compaction index: the trained rows and the base (Compacted evaluation), and
-    the Table 1 summarizers with the oracle executor."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    panels = [("Compacted evaluation (policy summarizes itself)",
-               {ROW_LABELS[r]: s.result(r, "compacted") for r in ("base", *cfg.rows)})]  # fmt: skip
-    if 1 in cfg.tables:
-        executor = cfg.executors[0]
-        names = [f"scripted-{p:g}" for p in cfg.omission_rates] + ["compactionrl", "base"]
-        panels.append((f"Table 1 summarizers ({executor} executor)",
-                       {summarizer_label(n): s.external(f"{executor}+{n}") for n in names}))  # fmt: skip
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
-    for ax, (title, series) in zip(axes.flat, panels, strict=True):
-        for i, (label, results) in enumerate(series.items()):
-            by_k = omission_by_compaction(results)
-            if not by_k:
-                continue
-            ks = sorted(by_k)
-            mean = [by_k[k].mean for k in ks]
-            err = None
-            if not any(math.isnan(by_k[k].low) for k in ks):
-                err = [[by_k[k].mean - by_k[k].low for k in ks],
-                       [by_k[k].high - by_k[k].mean for k in ks]]  # fmt: skip
-            dodge = 0.04 * (i - (len(series) - 1) / 2)  # keep overlapping error bars apart
-            ax.errorbar([k + dodge for k in ks], mean, yerr=err, marker="o", capsize=3,
-                        label=label, linewidth=1.2, color=f"C{i % 10}")  # fmt: skip
-        ax.set_title(title, fontsize=10)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("compaction index k (0: first summary)")
-        ax.set_ylabel("fraction of needed facts missing")
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+def learning_finding(s: Seeds, with_ablation: bool) -> str:
+    gain = paired_difference(s.passes("compactionrl"), s.passes("base"))
+    line = (
+        "**Does CompactionRL learn?** Compacted Pass@1 of CompactionRL minus its SFT base: "
+        f"{verdict(gain, 'higher after training', 'lower after training')}"
+    )
+    if with_ablation:
+        alone = paired_difference(s.passes("no-summary-training"), s.passes("base"))
+        versus = paired_difference(s.passes("compactionrl"), s.passes("no-summary-training"))
+        line += (
+            "; w/o summary training minus the base: "
+            f"{verdict(alone, 'higher after training', 'lower after training')}; "
+            "CompactionRL minus w/o summary training: "
+            f"{verdict(versus, 'higher with summary training', 'lower with summary training')}"
+        )
+    return line + "."
 
 
-def summarizer_label(name: str) -> str:
-    if name.startswith("scripted-"):
-        return f"scripted, omission {name.removeprefix('scripted-')}"
-    return f"{ROW_LABELS[name]} summarizer"
+def omission_finding(s: Seeds) -> str:
+    om = paired_difference(s.omissions("compactionrl"), s.omissions("no-summary-training"))
+    base = paired_difference(s.omissions("compactionrl"), s.omissions("base"))
+    return (
+        "**Does summary training reduce omission?** Summary omission of CompactionRL minus "
+        f"w/o summary training: {verdict(om, 'higher with summary training', 'lower with summary training')}; "
+        f"CompactionRL minus the SFT base: {verdict(base, 'higher after training', 'lower after training')}."
+    )
 
 
-def plot_summarizers(cfg: Config, s: Seeds, path: Path) -> None:
-    """Table 1: Pass@1 against the scripted summarizer's omission rate, per executor, with the
-    trained and untrained policy summarizers as horizontal bands."""
-    import matplotlib
+def correction_finding(s: Seeds) -> str:
+    vs_local = paired_difference(s.passes("compactionrl"), s.passes("no-cross-segment"))
+    vs_stitched = paired_difference(s.passes("compactionrl"), s.passes("stitched"))
+    return (
+        "**Does the cross-segment correction change success?** Compacted Pass@1 of "
+        "CompactionRL minus w/o correction (local GAE): "
+        f"{verdict(vs_local, 'higher with the correction', 'lower with the correction')}; "
+        f"minus stitched GAE: {verdict(vs_stitched, 'higher than stitched', 'lower than stitched')}."
+    )
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+def single_window_finding(cfg: Config, s: Seeds) -> str:
+    def over_base(row: str, suffix: str = "") -> str:
+        diff = paired_difference(
+            s.passes(row + suffix, "single"), s.passes("base" + suffix, "single")
+        )
+        return verdict(diff, "improves", "drops")
+
+    line = (
+        "**Does Single-window success improve?** Single Pass@1 of CompactionRL minus the SFT "
+        f"base: {over_base('compactionrl')}; PPO w/o compaction minus the base: "
+        f"{over_base('ppo-single')}."
+    )
+    rows_single = [s.passes(r, "single") for r in ("base", "compactionrl", "ppo-single")]
+    if all(p.successes == 0 for seeds in rows_single for p in seeds):
+        line += (
+            " No model solved a task within one window (Single Pass@1 = 0 for every model "
+            "and seed)."
+        )
+        if cfg.env == EnvConfig() and cfg.compaction == DEFAULT_COMPACTION:
+            line += (
+                " The default task is sized so that no episode fits in one window "
+                "(cxsim/config.py), so Single cannot improve on it."
+            )
+    if has_one_window(cfg, s):
+        short = f"/{ONE_WINDOW}"
+        line += (
+            " On the task that fits in one window (Table 2, last column), CompactionRL "
+            f"minus the base: {over_base('compactionrl', short)}; PPO w/o compaction minus the "
+            f"base: {over_base('ppo-single', short)}."
+        )
+    return line
+
+
+def summarizer_finding(cfg: Config, s: Seeds) -> str:
+    lo, hi = min(cfg.omission_rates), max(cfg.omission_rates)
+    parts = []
     for executor in cfg.executors:
-        cells = [
-            pass_interval(s.external(f"{executor}+scripted-{p:g}")) for p in cfg.omission_rates
-        ]
-        err = None
-        if not any(math.isnan(c.low) for c in cells):
-            err = [[c.mean - c.low for c in cells], [c.high - c.mean for c in cells]]
-        (line,) = ax.plot([], [])
-        ax.errorbar(cfg.omission_rates, [c.mean for c in cells], yerr=err, marker="o", capsize=3,
-                    color=line.get_color(), label=f"{executor} executor, scripted summarizer")  # fmt: skip
-        for name, style in (("compactionrl", "--"), ("base", ":")):
-            cell = pass_interval(s.external(f"{executor}+{name}"))
-            ax.axhline(cell.mean, linestyle=style, color=line.get_color(),
-                       label=f"{executor} executor, {ROW_LABELS[name]} summarizer")  # fmt: skip
-    ax.set_xlabel("scripted summarizer omission rate")
-    ax.set_ylabel("Pass@1 (external-summarizer protocol)")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
+        def diff(a: str, b: str, e: str = executor) -> Interval:
+            return paired_difference(s.external_passes(f"{e}+{a}"), s.external_passes(f"{e}+{b}"))
 
-LEARNING_CURVES = (
-    ("charts/success_rate", "training success rate"),
-    ("omission", "summary omission (1 - recall)"),
-    ("compaction/compactions_mean", "compactions per rollout"),
-    ("critic/explained_variance", "critic explained variance"),
-    ("losses/approx_kl", "approx. KL"),
-    ("losses/entropy", "entropy (nats/token)"),
-)
+        name = "the oracle" if executor == "oracle" else "the SFT base"
+        spread = diff(f"scripted-{lo:g}", f"scripted-{hi:g}")
+        trained = diff("compactionrl", "base")
+        parts.append(
+            f"with {name} as executor, Pass@1 with the scripted summarizer at omission "
+            f"{lo:g} minus at {hi:g}: {verdict(spread, 'higher', 'lower')}, and with the "
+            f"trained CompactionRL summarizer minus the untrained SFT base: "
+            f"{verdict(trained, 'higher', 'lower')}"
+        )
+    text = "; ".join(parts)
+    return f"**Does the summarizer matter (Table 1)?** {text[0].upper()}{text[1:]}."
 
 
 def compute_seconds(s: Seeds) -> float:
@@ -452,7 +376,8 @@ def compute_seconds(s: Seeds) -> float:
     return total
 
 
-def render(cfg: Config, s: Seeds, command: str, wall_s: float, cache: Path) -> str:
+def setup_lines(cfg: Config, s: Seeds, command: str, wall_s: float, cache: Path) -> list[str]:
+    """What was run, how the intervals are made and what it cost."""
     k = cfg.seeds
     method = (
         f"mean over K = {k} training seeds with a Student-t 95% interval over the per-seed values"
@@ -461,7 +386,7 @@ def render(cfg: Config, s: Seeds, command: str, wall_s: float, cache: Path) -> s
         "Pass@1, needed facts for omission and recall); it counts evaluation noise only"
     )
     ppo = cfg.ppo
-    lines = [
+    return [
         "# The paper's tables in miniature",
         "",
         f"Made by `{command}` ({cfg.preset} preset). Environment `{cfg.env.env_id}` "
@@ -484,14 +409,25 @@ def render(cfg: Config, s: Seeds, command: str, wall_s: float, cache: Path) -> s
         f"cache with --jobs {min(cfg.jobs, k)}; this invocation took {wall_s / 60:.1f} min "
         f"(runs found in the cache `{cache}` are read, not rerun).",
         "",
+    ]
+
+
+def findings_lines(cfg: Config, s: Seeds) -> list[str]:
+    k, iterations = cfg.seeds, cfg.ppo.iterations
+    return [
         "## Findings",
         "",
         *[f"- {sentence}" for sentence in findings(cfg, s)],
         "",
-        f"An interval that covers 0 says that this budget ({k} seed(s), {ppo.iterations} PPO "
+        f"An interval that covers 0 says that this budget ({k} seed(s), {iterations} PPO "
         "iterations per row) cannot tell the two rows apart, not that they do not differ.",
         "",
     ]
+
+
+def table_lines(cfg: Config, s: Seeds) -> list[str]:
+    """The sections of the chosen tables, each with its notes."""
+    lines: list[str] = []
     if 1 in cfg.tables:
         lines += [
             "## Table 1: fixed executor, swapped summarizers",
@@ -528,7 +464,15 @@ def render(cfg: Config, s: Seeds, command: str, wall_s: float, cache: Path) -> s
             table4(cfg, s),
             "",
         ]
-    lines += [
+    return lines
+
+
+def render(cfg: Config, s: Seeds, command: str, wall_s: float, cache: Path) -> str:
+    """tables.md: the setup, the findings, the tables and the plots."""
+    lines = [
+        *setup_lines(cfg, s, command, wall_s, cache),
+        *findings_lines(cfg, s),
+        *table_lines(cfg, s),
         "## Plots",
         "",
         "![learning curves](tables_learning_curves.png)",

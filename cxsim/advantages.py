@@ -31,6 +31,15 @@ from typing import Literal
 
 import torch
 
+from cxsim.scans import (
+    first_in_group,
+    last_in_run,
+    next_index,
+    per_group_sum,
+    reverse_linear_scan,
+    rollout_order,
+)
+
 LambdaScope = Literal["segment", "rollout"]
 LAMBDA_SCOPES: tuple[LambdaScope, ...] = ("segment", "rollout")
 
@@ -109,40 +118,7 @@ def _nan_check(name: str, x: torch.Tensor, where: torch.Tensor | None = None):
     )
 
 
-# --------------------------------------------------------------------------- scan helpers
-
-
-def _reverse_linear_scan(coef: torch.Tensor, delta: torch.Tensor, span: int) -> torch.Tensor:
-    """Solves ``A_t = delta_t + coef_t * A_{t+1}`` along a 1-D sequence, ``A_L = 0``.
-
-    Hillis-Steele scan: after the round with offset ``k`` each position holds
-    ``(C_t, D_t)`` with ``A_t = D_t + C_t * A_{t+2k}``; ``ceil(log2 span)``
-    rounds, where ``span`` bounds the length of every chain (a chain ends at a
-    ``coef_t = 0``). Several sequences can thus share one flat tensor: a zero
-    coefficient at each one's end zeroes every product that reaches past it.
-    Products of coefficients only shrink toward their true value (no division),
-    so ``q**2048`` underflowing to 0 is harmless.
-    """
-    c, d = coef, delta
-    k = 1
-    while k < span:
-        # Out of place, so that sums of losses (per_group_sum) stay differentiable.
-        d = torch.cat([torch.addcmul(d[:-k], c[:-k], d[k:]), d[-k:]])
-        if 2 * k < span:
-            c = torch.cat([c[:-k] * c[k:], c[-k:]])
-        k *= 2
-    return d
-
-
-def _next_index(mask: torch.Tensor) -> torch.Tensor:
-    """For each position t, the smallest t' > t with ``mask[..., t']``, else L. Shape of mask."""
-    length = mask.shape[-1]
-    pos = torch.arange(length, device=mask.device).expand_as(mask)
-    marked = torch.where(mask, pos, torch.full_like(pos, length))
-    # suffix minimum over t' >= t, then shift by one for t' > t
-    suffix_min = torch.flip(torch.cummin(torch.flip(marked, [-1]), dim=-1).values, [-1])
-    tail = torch.full_like(suffix_min[..., :1], length)
-    return torch.cat([suffix_min[..., 1:], tail], dim=-1)
+# --------------------------------------------------------------------------- GAE scan
 
 
 def _gae_core(
@@ -160,7 +136,7 @@ def _gae_core(
     otherwise it is terminal and gets ``terminal_reward``.
     """
     length = values.shape[-1]
-    nxt = _next_index(trainable)
+    nxt = next_index(trainable)
     safe = nxt.clamp(max=length - 1)
     has_next = nxt < length
     if seq_id is not None:
@@ -177,18 +153,11 @@ def _gae_core(
     else:
         coef = torch.where(trainable, torch.where(has_next, gamma * lam_tok, zero), 1.0)
     # a flat contiguous scan: shifting a (B, L) tensor row by row is much slower
-    adv = _reverse_linear_scan(coef.reshape(-1), delta.reshape(-1), span=length)
+    adv = reverse_linear_scan(coef.reshape(-1), delta.reshape(-1), span=length)
     return torch.where(trainable, adv.reshape(values.shape), zero)
 
 
-# --------------------------------------------------------------------------- grouping helpers
-
-
-def _rollout_order(rollout_id: torch.Tensor, segment_index: torch.Tensor) -> torch.Tensor:
-    """(S,) permutation sorting rows by (rollout_id, segment_index)."""
-    by_segment = torch.sort(segment_index, stable=True).indices
-    by_rollout = torch.sort(rollout_id[by_segment], stable=True).indices
-    return by_segment[by_rollout]
+# --------------------------------------------------------------------------- rows of a rollout
 
 
 def _duplicate_check(rollout_id, segment_index, order):
@@ -198,53 +167,6 @@ def _duplicate_check(rollout_id, segment_index, order):
         "rollout_id/segment_index: two rows share the same (rollout_id, segment_index); "
         "each pair must be unique"
     )
-
-
-def _last_in_run(keys_sorted: torch.Tensor) -> torch.Tensor:
-    """For sorted keys, the index of the last element of each element's run of equal keys."""
-    n = keys_sorted.shape[0]
-    pos = torch.arange(n, device=keys_sorted.device)
-    is_last = torch.ones(n, dtype=torch.bool, device=keys_sorted.device)
-    is_last[:-1] = keys_sorted[1:] != keys_sorted[:-1]
-    marked = torch.where(is_last, pos, torch.full_like(pos, n))
-    return torch.flip(torch.cummin(torch.flip(marked, [0]), dim=0).values, [0])
-
-
-def _first_in_run(keys_sorted: torch.Tensor) -> torch.Tensor:
-    """For sorted keys, the index of the first element of each element's run of equal keys."""
-    n = keys_sorted.shape[0]
-    pos = torch.arange(n, device=keys_sorted.device)
-    is_first = torch.ones(n, dtype=torch.bool, device=keys_sorted.device)
-    is_first[1:] = keys_sorted[1:] != keys_sorted[:-1]
-    return torch.cummax(torch.where(is_first, pos, torch.zeros_like(pos)), dim=0).values
-
-
-def per_group_sum(x: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-    """(S,) -> (S,): for each row, the sum of ``x`` over all rows with the same ``group``.
-
-    Sort-based, so ids may be any integers and no host sync is needed. The sum
-    is a segmented scan (no global prefix sums whose difference would lose
-    float precision), deterministic on every device.
-    """
-    order = torch.sort(group, stable=True).indices
-    keys = group[order]
-    same_as_next = torch.zeros_like(keys, dtype=torch.bool)
-    same_as_next[:-1] = keys[1:] == keys[:-1]
-    suffix = _reverse_linear_scan(same_as_next.to(x.dtype), x[order], span=x.shape[0])
-    out = torch.empty_like(suffix)
-    out[order] = suffix[_first_in_run(keys)]
-    return out
-
-
-def first_in_group(group: torch.Tensor) -> torch.Tensor:
-    """(S,) bool: True on exactly one row of each group (its first row in row order)."""
-    order = torch.sort(group, stable=True).indices
-    keys = group[order]
-    is_first = torch.ones_like(keys, dtype=torch.bool)
-    is_first[1:] = keys[1:] != keys[:-1]
-    out = torch.empty_like(is_first)
-    out[order] = is_first
-    return out
 
 
 # --------------------------------------------------------------------------- estimators
@@ -312,7 +234,7 @@ def tokens_after(
     num_rows = trainable.shape[0]
     _check_rows("rollout_id", rollout_id, num_rows, integer=True)
     _check_rows("segment_index", segment_index, num_rows, integer=True)
-    order = _rollout_order(rollout_id, segment_index)
+    order = rollout_order(rollout_id, segment_index)
     _raise_if_any([_duplicate_check(rollout_id, segment_index, order)])
     return _tokens_after(trainable, rollout_id, order)
 
@@ -321,7 +243,7 @@ def _tokens_after(trainable, rollout_id, order):
     counts = trainable.sum(dim=1)[order]
     prefix = torch.cumsum(counts, dim=0)
     # in (rollout, segment) order: later tokens = rollout's inclusive prefix at its last row - own
-    after_sorted = prefix[_last_in_run(rollout_id[order])] - prefix
+    after_sorted = prefix[last_in_run(rollout_id[order])] - prefix
     out = torch.empty_like(after_sorted)
     out[order] = after_sorted
     return out
@@ -334,7 +256,7 @@ def _check_segmented(values, trainable, rewards, rollout_id, segment_index, gamm
     _check_rows("segment_index", segment_index, num_rows, integer=True)
     _check_gamma(gamma)
     lam_rows, lam_checks = _lam_rows(lam, num_rows, values)
-    order = _rollout_order(rollout_id, segment_index)
+    order = rollout_order(rollout_id, segment_index)
     _raise_if_any(
         [
             _nan_check("values", values, trainable),
@@ -411,7 +333,7 @@ def stitched_gae(
     )
     num_rows, width = values.shape
     rid_sorted = rollout_id[order]
-    final_reward = rewards.to(values.dtype)[order][_last_in_run(rid_sorted)]  # (S,) sorted
+    final_reward = rewards.to(values.dtype)[order][last_in_run(rid_sorted)]  # (S,) sorted
 
     def flat(x_rows: torch.Tensor) -> torch.Tensor:  # (S,) sorted -> (1, S*T)
         return x_rows[:, None].expand(num_rows, width).reshape(1, -1)

@@ -13,7 +13,7 @@ from typing import Literal, get_args
 
 import torch
 
-from cxsim.advantages import first_in_group, per_group_sum
+from cxsim.scans import first_in_group, per_group_sum
 
 LossMode = Literal["token-mean", "segment-mean", "rollout-mean", "seq-mean-token-sum"]
 LOSS_MODES: tuple[LossMode, ...] = get_args(LossMode)

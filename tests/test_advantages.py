@@ -15,12 +15,12 @@ from cxsim.advantages import (
     critic_returns,
     cross_segment_gae,
     group_broadcast,
-    per_group_sum,
     segment_gae,
     stitched_gae,
     tokens_after,
     whiten,
 )
+from cxsim.scans import per_group_sum
 
 F64 = torch.float64
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -256,13 +256,6 @@ def test_critic_returns_and_whiten():
     torch.testing.assert_close(picked.std(), torch.tensor(1.0, dtype=F64), rtol=1e-6, atol=0)
     assert (w[~m] == 0).all()
     close(whiten(a, torch.zeros_like(m)), torch.zeros_like(a))
-
-
-def test_per_group_sum_is_exact_for_small_groups():
-    x = torch.full((1000,), 0.1, dtype=torch.float32)
-    group = torch.arange(1000) // 2
-    out = per_group_sum(x, group)
-    assert (out == torch.tensor(0.1, dtype=torch.float32) * 2).all()
 
 
 # --------------------------------------------------------------------------- loop references

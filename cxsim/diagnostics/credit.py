@@ -11,6 +11,8 @@ enter the policy loss (``SegmentBatch.policy_mask(...)``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from cxsim.advantages import tokens_after
@@ -81,34 +83,52 @@ def credit_decay(
         check_per_row(name, x, mask)
     check_per_row("segment_index", segment_index, mask)
     w = mask.to(advantages.dtype)
-    abs_a = advantages.abs() * w
-    row_abs = abs_a.sum(dim=1)  # (S,)
-    row_sum = (advantages * w).sum(dim=1)
-    row_n = w.sum(dim=1)
-
-    def pooled(rows: torch.Tensor) -> torch.Tensor:
-        return safe_div(row_abs[rows].sum(), row_n[rows].sum())
-
+    rows = _RowSums(
+        abs=(advantages.abs() * w).sum(dim=1), signed=(advantages * w).sum(dim=1), n=w.sum(dim=1)
+    )
     stats: dict[str, torch.Tensor] = {
-        "credit/abs_adv": safe_div(abs_a.sum(), w.sum()),
-        "credit/abs_adv_execution": pooled(~is_summary),
-        "credit/abs_adv_summary": pooled(is_summary),
+        "credit/abs_adv": safe_div(rows.abs.sum(), rows.n.sum()),
+        "credit/abs_adv_execution": rows.pooled(~is_summary),
+        "credit/abs_adv_summary": rows.pooled(is_summary),
     }
-    last = last_segment(mask, rollout_id, segment_index)
-    abs_last = pooled(last)
-    stats["credit/abs_adv_last"] = abs_last
+    stats |= _by_segment(rows, mask, rollout_id, segment_index)
+    stats |= _by_distance(advantages, mask, rollout_id, segment_index, edges)
+    stats |= _by_summary(rows, mask, is_summary, rollout_id, segment_index)
+    return to_floats(stats)
+
+
+@dataclass(frozen=True)
+class _RowSums:
+    """Per-row sums over masked tokens: |A|, A and the token count, each (S,)."""
+
+    abs: torch.Tensor
+    signed: torch.Tensor
+    n: torch.Tensor
+
+    def pooled(self, rows: torch.Tensor) -> torch.Tensor:
+        """Mean |A| over the masked tokens of the selected rows."""
+        return safe_div(self.abs[rows].sum(), self.n[rows].sum())
+
+
+def _by_segment(rows: _RowSums, mask, rollout_id, segment_index) -> dict[str, torch.Tensor]:
+    """|A| and A by segment index, and the decay relative to each rollout's last segment."""
+    abs_last = rows.pooled(last_segment(mask, rollout_id, segment_index))
+    stats = {"credit/abs_adv_last": abs_last}
     num_k = int(segment_index.max()) + 1
-    seg_abs = safe_div(
-        group_sums(row_abs, segment_index, num_k), group_sums(row_n, segment_index, num_k)
-    )
-    seg_signed = safe_div(
-        group_sums(row_sum, segment_index, num_k), group_sums(row_n, segment_index, num_k)
-    )
+    count = group_sums(rows.n, segment_index, num_k)
+    seg_abs = safe_div(group_sums(rows.abs, segment_index, num_k), count)
+    seg_signed = safe_div(group_sums(rows.signed, segment_index, num_k), count)
     for k in range(num_k):
         stats[f"credit/abs_adv_seg{k}"] = seg_abs[k]
         stats[f"credit/adv_seg{k}"] = seg_signed[k]
         stats[f"credit/decay_seg{k}"] = safe_div(seg_abs[k], abs_last)
+    return stats
 
+
+def _by_distance(
+    advantages, mask, rollout_id, segment_index, edges: list[int] | None
+) -> dict[str, torch.Tensor]:
+    """|A| by the token's trainable-token distance to the end of its rollout, binned."""
     dist = token_distance(mask, rollout_id, segment_index)
     if edges is None:
         edges = distance_edges(int(dist[mask].max()) if bool(mask.any()) else 0)
@@ -122,23 +142,28 @@ def credit_decay(
         group_sums(abs_masked, bins, num_bins),
         group_sums(torch.ones_like(abs_masked), bins, num_bins),
     )
-    for b in range(num_bins):
-        stats[f"credit/abs_adv_dist{edges[b]}"] = dist_abs[b]
+    return {f"credit/abs_adv_dist{edges[b]}": dist_abs[b] for b in range(num_bins)}
 
+
+def _by_summary(
+    rows: _RowSums, mask, is_summary, rollout_id, segment_index
+) -> dict[str, torch.Tensor]:
+    """|A| of the j-th summary of each rollout, and first against last summary."""
     trainable_summary = is_summary & mask.any(dim=1)
     ordinal = summary_ordinal(trainable_summary, rollout_id, segment_index)
-    for j in range(int(ordinal.max()) + 1):
-        stats[f"credit/abs_adv_summary{j}"] = pooled(ordinal == j)
+    stats = {
+        f"credit/abs_adv_summary{j}": rows.pooled(ordinal == j)
+        for j in range(int(ordinal.max()) + 1)
+    }
     # first vs last summary within the same rollouts, so rollout length does not confound
     num_summaries = (same_rollout(rollout_id) & trainable_summary[None, :]).sum(dim=1)
     multi = num_summaries >= 2
-    first = safe_div(row_abs[multi & (ordinal == 0)].sum(), row_n[multi & (ordinal == 0)].sum())
-    final = multi & (ordinal == num_summaries - 1)
-    last_sum = safe_div(row_abs[final].sum(), row_n[final].sum())
+    first = rows.pooled(multi & (ordinal == 0))
+    last = rows.pooled(multi & (ordinal == num_summaries - 1))
     stats["credit/summary_first"] = first
-    stats["credit/summary_last"] = last_sum
-    stats["credit/summary_first_over_last"] = safe_div(first, last_sum)
-    return to_floats(stats)
+    stats["credit/summary_last"] = last
+    stats["credit/summary_first_over_last"] = safe_div(first, last)
+    return stats
 
 
 def applied_discount(

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from cxsim.agents.chat import ChatFormat
 from cxsim.agents.critic import Critic
 from cxsim.agents.lm_agent import LMAgent
 from cxsim.agents.models import load_policy
@@ -302,6 +303,36 @@ def iterate(
     return metrics | rollout_metrics(records), records
 
 
+def starting_checkpoint(cfg: Config, ctx: DistContext) -> Path | None:
+    """The checkpoint to resume (rank 0's newest, on every rank), or None for a fresh run;
+    a fresh run refuses a run directory that already holds checkpoints."""
+    run_dir = Path(cfg.run_dir)
+    checkpoint = broadcast_object(latest_checkpoint(run_dir) if cfg.resume else None, ctx)
+    if not cfg.resume and list_checkpoints(run_dir):
+        raise FileExistsError(
+            f"{run_dir} already holds checkpoints; pass --resume to continue that run, "
+            "or choose another --run-dir"
+        )
+    return checkpoint
+
+
+def load_models(
+    cfg: Config, checkpoint: Path | None
+) -> tuple[PreTrainedModel, Any, ChatFormat, Critic | None]:
+    """Policy, tokenizer, chat format and critic (None without one), from the checkpoint
+    or, for a fresh run, from ``cfg.policy`` with a new critic; checks the window fits."""
+    policy, tokenizer, chat = load_policy(checkpoint / "policy" if checkpoint else Path(cfg.policy))
+    cfg.compaction.validate(chat, cfg.env.system_prompt)
+    critic = None
+    if cfg.ppo.uses_critic:
+        critic = (
+            Critic.from_pretrained(checkpoint / "critic")
+            if checkpoint
+            else Critic.from_policy(policy)
+        )
+    return policy, tokenizer, chat, critic
+
+
 def train(cfg: Config) -> dict[str, Any]:
     """Runs (or resumes) training; returns what results.json holds.
 
@@ -313,27 +344,12 @@ def train(cfg: Config) -> dict[str, Any]:
     ctx = init_distributed(device="cpu")  # a one-process context without torchrun
     check_policy_dir(cfg.policy)
     run_dir = Path(cfg.run_dir)
-    # every rank resumes from the checkpoint rank 0 found
-    checkpoint = broadcast_object(latest_checkpoint(run_dir) if cfg.resume else None, ctx)
-    if not cfg.resume and list_checkpoints(run_dir):
-        raise FileExistsError(
-            f"{run_dir} already holds checkpoints; pass --resume to continue that run, "
-            "or choose another --run-dir"
-        )
+    checkpoint = starting_checkpoint(cfg, ctx)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     seed_everything(rank_seed(cfg.seed, ctx))  # rank 0 keeps cfg.seed
 
-    start_from = checkpoint / "policy" if checkpoint else Path(cfg.policy)
-    policy, tokenizer, chat = load_policy(start_from)
-    cfg.compaction.validate(chat, cfg.env.system_prompt)
-    critic = None
-    if cfg.ppo.uses_critic:
-        critic = (
-            Critic.from_pretrained(checkpoint / "critic")
-            if checkpoint
-            else Critic.from_policy(policy)
-        )
+    policy, tokenizer, chat, critic = load_models(cfg, checkpoint)
     optimizers = build_optimizers(policy, critic, cfg.ppo)
     state = TrainingState(iteration=0, optimizers={}, rng={}, history=[], extra={"elapsed_s": 0.0})
     if checkpoint:

@@ -184,32 +184,22 @@ def evaluate_agent(
     label: str,
     env_kwargs: dict[str, Any] | None = None,
     protocols: tuple[str, ...] | None = None,
+    summarizer: Agent | None = None,
 ) -> dict[str, Any]:
     """Pass@1 (Wilson over tasks) and diagnostics under each protocol (``cfg.eval``'s by
-    default), on ``cfg.env`` or on its kwargs updated with ``env_kwargs``."""
+    default), on ``cfg.env`` or on its kwargs updated with ``env_kwargs``; ``summarizer``
+    writes the summaries under ``external-summarizer`` (Table 1). Every call runs the same
+    tasks and repeat seeds."""
     began = time.perf_counter()
     kwargs = cfg.env.kwargs | (env_kwargs or {})
     results = {}
     for protocol in protocols or cfg.eval.protocols:
         result, records = evaluate_protocol(
             cfg.env.env_id, kwargs, agent, chat, cfg.compaction, protocol,
-            cfg.eval.episodes, cfg.eval.repeats, cfg.eval.seed,
+            cfg.eval.episodes, cfg.eval.repeats, cfg.eval.seed, summarizer_agent=summarizer,
         )  # fmt: skip
         results[protocol] = with_omission(result, records)
     return {"label": label, "results": results, "wall_time_s": time.perf_counter() - began}
-
-
-def evaluate_external(
-    cfg: Config, executor: Agent, summarizer: Agent, chat: Any, label: str
-) -> dict[str, Any]:
-    """Pass@1 under ``external-summarizer``: the same tasks and repeat seeds as evaluate_policy."""
-    began = time.perf_counter()
-    result, records = evaluate_protocol(
-        cfg.env.env_id, cfg.env.kwargs, executor, chat, cfg.compaction, "external-summarizer",
-        cfg.eval.episodes, cfg.eval.repeats, cfg.eval.seed, summarizer_agent=summarizer,
-    )  # fmt: skip
-    return {"label": label, "results": {"external-summarizer": with_omission(result, records)},
-            "wall_time_s": time.perf_counter() - began}  # fmt: skip
 
 
 def agent_by_name(name: str, cfg: Config, seed: int, policies: dict[str, str]) -> tuple[Agent, Any]:
@@ -270,7 +260,8 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
                 def compute(e: str = executor, s: str = summarizer) -> dict[str, Any]:
                     ex, chat = agent_by_name(e, cfg, seed, policies)
                     su, _ = agent_by_name(s, cfg, seed, policies)
-                    return evaluate_external(cfg, ex, su, chat, f"{e} + {s}")
+                    return evaluate_agent(cfg, ex, chat, f"{e} + {s}",
+                                          protocols=("external-summarizer",), summarizer=su)  # fmt: skip
 
                 key = f"{executor}+{summarizer}"
                 external[key] = cached_json(seed_dir / "tables" / f"t1-{key}.json", compute)

@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tables": ("cxsim.experiments.tables", "the paper's tables in miniature, with seeds and CIs"),
     "report": ("cxsim.experiments.report", "plots and tables from a finished run directory"),
     "lab": ("cxsim.experiments.lab", "estimator lab: estimators against ground truth"),
+    "conform": (
+        "cxsim.experiments.conform",
+        "check another framework's advantages or loss reduction against cxsim",
+    ),
 }
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "advantages": ("cxsim.experiments.bench_advantages", "estimators against a time loop"),

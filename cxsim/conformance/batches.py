@@ -1,0 +1,368 @@
+"""Compacted batches for the conformance check: the canonical form, random cases, pinned cases.
+
+A :class:`Batch` is cxsim's own layout in float64: one row per segment, holding
+that segment's response tokens only (trainable tokens and the observation
+tokens inside the response), right-padded. Layouts (``layouts.py``) translate it
+into what a user's function expects. ``S`` segments, ``T`` padded width.
+
+Random cases are hypothesis strategies, so a failure shrinks to a small
+example: segment structures are drawn as run lengths, and values and losses
+come from a drawn seed with a drawn scale that shrinks to 0 (all-zero values
+make the advantages plain powers of ``gamma * lam``). Pinned cases are the
+small hand-built examples in which the known pitfalls show their textbook
+numbers (docs/conformance.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from hypothesis import strategies as st
+
+REDUCTION_MODES: tuple[str, ...] = (
+    "token-mean",
+    "segment-mean",
+    "rollout-mean",
+    "seq-mean-token-sum",
+)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A compacted batch in canonical form (all float tensors float64)."""
+
+    values: torch.Tensor
+    """(S, T) critic values ``V(tokens_<t)``; only trainable positions matter."""
+    trainable: torch.Tensor
+    """(S, T) bool: tokens the policy generated (the response mask)."""
+    response: torch.Tensor
+    """(S, T) bool: the segment's response tokens, trainable and observation; False is padding."""
+    rewards: torch.Tensor
+    """(S,) the rollout's terminal reward, on every one of its segments."""
+    rollout_id: torch.Tensor
+    """(S,) int64."""
+    segment_index: torch.Tensor
+    """(S,) int64, position of the segment in its rollout (unique per rollout)."""
+    group_id: torch.Tensor
+    """(S,) int64: rollouts of one task share it (group advantages)."""
+    loss: torch.Tensor
+    """(S, T) per-token loss for reductions; only trainable positions matter."""
+    micro_batches: tuple[int, ...]
+    """Sizes of the contiguous row chunks a reduction is split into (sum = S)."""
+    gamma: float
+    """Discount."""
+    lam: float | None
+    """Fixed GAE lambda, or None for the length-adaptive ``1 - 1/(alpha l)``."""
+    alpha: float
+    """Adaptive-lambda alpha (used when ``lam`` is None)."""
+    scope: str
+    """Adaptive-lambda length: ``segment`` (n_s) or ``rollout`` (sum over the rollout)."""
+
+    @property
+    def num_rows(self) -> int:
+        return self.values.shape[0]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One segment's response as alternating runs: trainable, observation, trainable, ..."""
+
+    runs: tuple[int, ...]
+    """Run lengths, each >= 1, starting with a trainable run; an even count ends on observations."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """A named family of batches: a hypothesis strategy, or one pinned batch."""
+
+    name: str
+    what: str
+    """One line: which edge case the batches cover."""
+    strategy: st.SearchStrategy[Batch]
+    pinned: bool = False
+
+
+# --------------------------------------------------------------------------- building
+
+
+def build_batch(
+    rollouts: Sequence[Sequence[Segment]],
+    *,
+    gamma: float,
+    lam: float | None,
+    alpha: float = 1.5,
+    scope: str = "segment",
+    rewards: Sequence[float] | None = None,
+    groups: Sequence[int] | None = None,
+    values: Sequence[Sequence[float]] | None = None,
+    value_scale: float = 0.0,
+    loss_scale: float = 1.0,
+    seed: int = 0,
+    row_order: Sequence[int] | None = None,
+    micro_batches: Sequence[int] | None = None,
+    losses: Sequence[Sequence[float]] | None = None,
+) -> Batch:
+    """A canonical :class:`Batch` from segment structures (rows in rollout, segment order).
+
+    ``values``/``losses`` give each row's response tokens explicitly; otherwise they are
+    drawn from ``seed`` and multiplied by ``value_scale`` / ``loss_scale``.
+    ``row_order`` permutes the rows (a permutation of range(S)).
+    """
+    segs = [(r, k, seg) for r, rollout in enumerate(rollouts) for k, seg in enumerate(rollout)]
+    lengths = [sum(seg.runs) for _, _, seg in segs]
+    num_rows, width = len(segs), max(lengths)
+    gen = torch.Generator().manual_seed(seed)
+    trainable = torch.zeros(num_rows, width, dtype=torch.bool)
+    response = torch.zeros(num_rows, width, dtype=torch.bool)
+    for row, (_, _, seg) in enumerate(segs):
+        pos = 0
+        for j, run in enumerate(seg.runs):
+            trainable[row, pos : pos + run] = j % 2 == 0
+            pos += run
+        response[row, :pos] = True
+    drawn_values = torch.rand(num_rows, width, generator=gen, dtype=torch.float64) * 2 - 1
+    drawn_loss = torch.rand(num_rows, width, generator=gen, dtype=torch.float64) * 2 - 1
+    # + 0.0 turns the -0.0 of a zero scale into 0.0 for printing
+    val = _explicit(values, lengths, width) if values else drawn_values * value_scale + 0.0
+    loss = _explicit(losses, lengths, width) if losses else drawn_loss * loss_scale
+    reward_per_rollout = list(rewards) if rewards is not None else [1.0] * len(rollouts)
+    group_per_rollout = list(groups) if groups is not None else list(range(len(rollouts)))
+    order = list(row_order) if row_order is not None else list(range(num_rows))
+    if sorted(order) != list(range(num_rows)):
+        raise ValueError(f"row_order must be a permutation of range({num_rows}), got {order}")
+    pick = torch.tensor(order)
+    sizes = tuple(micro_batches) if micro_batches else (num_rows,)
+    if sum(sizes) != num_rows or min(sizes) < 1:
+        raise ValueError(f"micro_batches must be positive sizes summing to {num_rows}, got {sizes}")
+    return Batch(
+        values=val[pick],
+        trainable=trainable[pick],
+        response=response[pick],
+        rewards=torch.tensor([reward_per_rollout[r] for r, _, _ in segs], dtype=torch.float64)[
+            pick
+        ],
+        rollout_id=torch.tensor([r for r, _, _ in segs])[pick],
+        segment_index=torch.tensor([k for _, k, _ in segs])[pick],
+        group_id=torch.tensor([group_per_rollout[r] for r, _, _ in segs])[pick],
+        loss=loss[pick],
+        micro_batches=sizes,
+        gamma=float(gamma),
+        lam=None if lam is None else float(lam),
+        alpha=float(alpha),
+        scope=scope,
+    )
+
+
+def _explicit(rows: Sequence[Sequence[float]], lengths: list[int], width: int) -> torch.Tensor:
+    out = torch.zeros(len(lengths), width, dtype=torch.float64)
+    for row, (given, length) in enumerate(zip(rows, lengths, strict=True)):
+        if len(given) != length:
+            raise ValueError(f"row {row}: {len(given)} numbers for {length} response tokens")
+        out[row, :length] = torch.tensor(list(given), dtype=torch.float64)
+    return out
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+def _segment(
+    trainable: st.SearchStrategy[int],
+    observation: st.SearchStrategy[int],
+    max_runs: int,
+    ends_on_observation: bool | None,
+) -> st.SearchStrategy[Segment]:
+    @st.composite
+    def build(draw) -> Segment:
+        pairs = draw(st.integers(0, max_runs - 1))
+        runs = [draw(trainable)]
+        for _ in range(pairs):
+            runs += [draw(observation), draw(trainable)]
+        end_obs = draw(st.booleans()) if ends_on_observation is None else ends_on_observation
+        if end_obs:
+            runs.append(draw(observation))
+        return Segment(tuple(runs))
+
+    return build()
+
+
+def _batch(
+    rollouts: st.SearchStrategy[list[list[Segment]]],
+    lam_kind: str,
+    alphas: Sequence[float] = (1.5, 1.0, 0.75, 2.0),
+    micro: bool = True,
+) -> st.SearchStrategy[Batch]:
+    """Batches over drawn rollouts; ``lam_kind`` "fixed" or "adaptive"."""
+
+    @st.composite
+    def build(draw) -> Batch:
+        structure = draw(rollouts)
+        num_rows = sum(len(r) for r in structure)
+        gamma = draw(st.sampled_from((1.0, 0.99, 0.9)))
+        lam = draw(st.sampled_from((0.9, 1.0, 0.8, 0.95))) if lam_kind == "fixed" else None
+        alpha = draw(st.sampled_from(tuple(alphas)))
+        scope = draw(st.sampled_from(("segment", "rollout")))
+        rewards = [draw(st.sampled_from((1.0, 0.0, -0.5, 2.0))) for _ in structure]
+        group_size = draw(st.integers(1, 3))
+        groups = [r // group_size for r in range(len(structure))]
+        order = draw(st.permutations(range(num_rows)))
+        # rows in rollout order shrink first: permutations shrink towards the identity
+        sizes: list[int] = []
+        if micro:
+            left = num_rows
+            while left > 0:
+                size = draw(st.integers(1, left))
+                sizes.append(size)
+                left -= size
+        return build_batch(
+            structure,
+            gamma=gamma,
+            lam=lam,
+            alpha=alpha,
+            scope=scope,
+            rewards=rewards,
+            groups=groups,
+            value_scale=draw(st.sampled_from((0.0, 1.0))),
+            loss_scale=1.0,
+            seed=draw(st.integers(0, 2**16)),
+            row_order=order,
+            micro_batches=sizes or None,
+        )
+
+    return build()
+
+
+def _rollouts(
+    segment: st.SearchStrategy[Segment], max_rollouts: int, max_segments: int
+) -> st.SearchStrategy[list[list[Segment]]]:
+    return st.lists(
+        st.lists(segment, min_size=1, max_size=max_segments), min_size=1, max_size=max_rollouts
+    )
+
+
+def _long_rollouts() -> st.SearchStrategy[list[list[Segment]]]:
+    """One long segment followed by 1-2 long ones: exponents in the thousands."""
+
+    @st.composite
+    def build(draw) -> list[list[Segment]]:
+        first = Segment((draw(st.integers(600, 1200)),))
+        later = [Segment((draw(st.integers(500, 1500)),)) for _ in range(draw(st.integers(1, 2)))]
+        return [[first, *later]]
+
+    return build()
+
+
+def _mixed_lengths() -> st.SearchStrategy[list[list[Segment]]]:
+    """A rollout whose segments range from 1-3 tokens to 50-200 tokens."""
+    short = _segment(st.integers(1, 3), st.integers(1, 3), 1, None)
+    long = _segment(st.integers(50, 200), st.integers(1, 20), 2, None)
+    return st.lists(
+        st.lists(st.one_of(short, long), min_size=2, max_size=4), min_size=1, max_size=2
+    )
+
+
+def random_cases(lam_kinds: Sequence[str] = ("fixed", "adaptive")) -> list[Case]:
+    """The random edge-case families, each under each lambda kind.
+
+    Kinds: "fixed", "adaptive", or "none" for quantities without a lambda (names
+    then carry no kind).
+    """
+    plain = _segment(st.integers(1, 6), st.integers(1, 4), 1, False)
+    with_obs = _segment(st.integers(1, 6), st.integers(1, 4), 3, False)
+    ends_obs = _segment(st.integers(1, 6), st.integers(1, 4), 2, True)
+    one_token = _segment(st.just(1), st.integers(1, 3), 1, None)
+    families: list[tuple[str, str, Callable[[str], st.SearchStrategy[Batch]]]] = [
+        (
+            "segments",
+            "several rollouts of 1-4 plain segments",
+            lambda k: _batch(_rollouts(plain, 3, 4), k),
+        ),
+        (
+            "observations",
+            "observation tokens inside responses",
+            lambda k: _batch(_rollouts(with_obs, 3, 3), k),
+        ),
+        (
+            "ends-on-observation",
+            "every segment ends on observation tokens",
+            lambda k: _batch(_rollouts(ends_obs, 2, 3), k),
+        ),
+        (
+            "one-token",
+            "one-token segments, alpha below and above 1",
+            lambda k: _batch(_rollouts(one_token, 2, 4), k, alphas=(1.5, 0.5, 0.9)),
+        ),
+        (
+            "mixed-lengths",
+            "segments of 1-3 and of 50-200 tokens in one rollout",
+            lambda k: _batch(_mixed_lengths(), k),
+        ),
+        (
+            "long",
+            "a 600-1200-token segment followed by 500-3000 more",
+            lambda k: _batch(_long_rollouts(), k),
+        ),
+    ]
+    return [
+        Case(f"{name}/{kind}", f"{what}, {kind} lambda", make(kind))
+        if kind != "none"
+        else Case(name, what, make("fixed"))
+        for name, what, make in families
+        for kind in lam_kinds
+    ]
+
+
+# --------------------------------------------------------------------------- pinned cases
+
+
+def pinned_cases() -> list[Case]:
+    """Hand-built batches in which each known pitfall shows the numbers docs/conformance.md quotes."""
+    examples = [
+        (
+            "pinned/observations-5",
+            "a 5-token row (3 trainable, 2 observation tokens), gamma 1, lambda 0.8: "
+            "token 2 gets 0.44",
+            build_batch(
+                [[Segment((3, 2))]],
+                gamma=1.0,
+                lam=0.8,
+                values=[[0.5, 0.4, 0.2, 0.0, 0.8]],
+            ),
+        ),
+        (
+            "pinned/4+4",
+            "a segment of 4 trainable and 4 observation tokens, alpha 1.5: lambda 1 - 1/6",
+            build_batch([[Segment((2, 2, 2, 2))]], gamma=1.0, lam=None, alpha=1.5),
+        ),
+        (
+            "pinned/1000+2000",
+            "a 1000-token segment followed by 2000 more, alpha 1.5, gamma 1: "
+            "its first token gets (1 - 1/1500)^2999 = 0.135",
+            build_batch([[Segment((1000,)), Segment((2000,))]], gamma=1.0, lam=None, alpha=1.5),
+        ),
+        (
+            "pinned/ends-on-observation",
+            "a segment ending on an observation token: the reward sits on its last trainable token",
+            build_batch([[Segment((2, 1))]], gamma=1.0, lam=0.9),
+        ),
+        (
+            "pinned/one-token-alpha-0.5",
+            "three one-token segments, alpha 0.5: lambda clamps to 0, so only the last gets R",
+            build_batch(
+                [[Segment((1,)), Segment((1,)), Segment((1,))]], gamma=1.0, lam=None, alpha=0.5
+            ),
+        ),
+        (
+            "pinned/two-micro-batches",
+            "two micro-batches: 1 token of loss 1, then 3 tokens of loss 0: token-mean 0.25",
+            build_batch(
+                [[Segment((1,))], [Segment((3,))]],
+                gamma=1.0,
+                lam=0.9,
+                losses=[[1.0], [0.0, 0.0, 0.0]],
+                micro_batches=(1, 1),
+            ),
+        ),
+    ]
+    return [Case(name, what, st.just(batch), pinned=True) for name, what, batch in examples]

@@ -1,0 +1,274 @@
+"""Data layouts: how a canonical batch is handed to a user's function and how its output comes back.
+
+Each layout turns a :class:`~cxsim.conformance.batches.Batch` into the keyword
+arguments of the function under test (exact names and shapes in
+docs/conformance.md) and maps the function's output back to the canonical
+form of the reference: (S, T) advantages, (S,) lambdas, or a (1,) loss.
+
+- ``segment-rows`` (verl style): one padded row per segment.
+- ``rollout-rows``: one padded row per rollout, its segments' responses concatenated in
+  segment order (for stitched GAE).
+- ``samples`` (slime style): lists of 1-D response-only tensors with per-sample lengths and
+  metadata (trainable counts, tokens after).
+- ``loss-matrix``: a per-token loss and mask split into micro-batches, for reductions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from cxsim.conformance.batches import Batch
+from cxsim.conformance.reference import GAE_QUANTITIES
+from cxsim.conformance.reference import GROUP_EPS as _EPS
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One layout: which quantities it serves, how inputs are built, how outputs come back."""
+
+    name: str
+    what: str
+    quantities: tuple[str, ...]
+    inputs: Callable[[Batch, str, str | None], dict[str, Any]]
+    output: Callable[[Batch, Any, str], torch.Tensor]
+
+
+def _as_tensor(x: Any, name: str) -> torch.Tensor:
+    try:
+        return torch.as_tensor(x, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(
+            f"the function returned {name} that is not a tensor of numbers: {err}"
+        ) from err
+
+
+def _shaped(x: Any, shape: tuple[int, ...], what: str) -> torch.Tensor:
+    out = _as_tensor(x, what)
+    if tuple(out.shape) != shape:
+        raise TypeError(
+            f"the function returned {what} of shape {tuple(out.shape)}, expected {shape}"
+        )
+    return out
+
+
+def _tokens_after(batch: Batch) -> list[int]:
+    counts = batch.trainable.sum(dim=1)
+    return [
+        int(
+            counts[
+                (batch.rollout_id == batch.rollout_id[r])
+                & (batch.segment_index > batch.segment_index[r])
+            ].sum()
+        )
+        for r in range(batch.num_rows)
+    ]
+
+
+def _lambda_args(batch: Batch) -> dict[str, Any]:
+    return {"lam": batch.lam, "alpha": batch.alpha, "lambda_scope": batch.scope}
+
+
+# --------------------------------------------------------------------------- segment rows
+
+
+def _segment_rows_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, Any]:
+    masks = {"response_mask": batch.trainable.clone(), "attention_mask": batch.response.clone()}
+    if quantity == "adaptive-lambda":
+        return {
+            **masks,
+            "rollout_id": batch.rollout_id.clone(),
+            "alpha": batch.alpha,
+            "lambda_scope": batch.scope,
+        }
+    if quantity == "group-broadcast":
+        return {
+            "rewards": batch.rewards.clone(),
+            **masks,
+            "rollout_id": batch.rollout_id.clone(),
+            "group_id": batch.group_id.clone(),
+            "eps": _EPS,
+        }
+    return {
+        "values": batch.values.clone(),
+        **masks,
+        "rewards": batch.rewards.clone(),
+        "rollout_id": batch.rollout_id.clone(),
+        "segment_index": batch.segment_index.clone(),
+        "gamma": batch.gamma,
+        **_lambda_args(batch),
+    }
+
+
+def _segment_rows_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
+    if quantity == "adaptive-lambda":
+        return _shaped(out, (batch.num_rows,), "lambdas")
+    return _shaped(out, tuple(batch.values.shape), "advantages")
+
+
+# --------------------------------------------------------------------------- rollout rows
+
+
+def _rollout_positions(batch: Batch) -> tuple[list[int], list[list[tuple[int, int]]]]:
+    """Rollout ids in row order, and for each rollout the (row, t) of its response tokens."""
+    rollouts = batch.rollout_id.unique().tolist()
+    positions = []
+    for rid in rollouts:
+        rows = sorted(
+            (r for r in range(batch.num_rows) if batch.rollout_id[r] == rid),
+            key=lambda r: int(batch.segment_index[r]),
+        )
+        positions.append([(r, t) for r in rows for t in range(int(batch.response[r].sum()))])
+    return rollouts, positions
+
+
+def _rollout_rows_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, Any]:
+    rollouts, positions = _rollout_positions(batch)
+    width = max(len(p) for p in positions)
+    shape = (len(rollouts), width)
+    values = torch.zeros(shape, dtype=torch.float64)
+    trainable = torch.zeros(shape, dtype=torch.bool)
+    response = torch.zeros(shape, dtype=torch.bool)
+    segment_ids = torch.full(shape, -1, dtype=torch.int64)
+    rewards = torch.zeros(len(rollouts), dtype=torch.float64)
+    for i, pos in enumerate(positions):
+        for j, (r, t) in enumerate(pos):
+            values[i, j] = batch.values[r, t]
+            trainable[i, j] = batch.trainable[r, t]
+            response[i, j] = True
+            segment_ids[i, j] = batch.segment_index[r]
+        rewards[i] = batch.rewards[pos[-1][0]]
+    return {
+        "values": values,
+        "response_mask": trainable,
+        "attention_mask": response,
+        "segment_ids": segment_ids,
+        "rewards": rewards,
+        "gamma": batch.gamma,
+        **_lambda_args(batch),
+    }
+
+
+def _rollout_rows_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
+    _, positions = _rollout_positions(batch)
+    width = max(len(p) for p in positions)
+    rows = _shaped(out, (len(positions), width), "advantages")
+    back = torch.zeros_like(batch.values)
+    for i, pos in enumerate(positions):
+        for j, (r, t) in enumerate(pos):
+            back[r, t] = rows[i, j]
+    return back
+
+
+# --------------------------------------------------------------------------- samples
+
+
+def _lengths(batch: Batch) -> list[int]:
+    return batch.response.sum(dim=1).tolist()
+
+
+def _samples_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, Any]:
+    lengths = _lengths(batch)
+    loss_masks = [batch.trainable[r, :n].to(torch.int64) for r, n in enumerate(lengths)]
+    meta = {
+        "response_lengths": lengths,
+        "rollout_ids": batch.rollout_id.tolist(),
+    }
+    if quantity == "adaptive-lambda":
+        return {
+            "loss_masks": loss_masks,
+            **meta,
+            "trainable_counts": batch.trainable.sum(dim=1).tolist(),
+            "alpha": batch.alpha,
+            "lambda_scope": batch.scope,
+        }
+    if quantity == "group-broadcast":
+        return {
+            "rewards": batch.rewards.tolist(),
+            "loss_masks": loss_masks,
+            **meta,
+            "group_ids": batch.group_id.tolist(),
+            "eps": _EPS,
+        }
+    return {
+        "values": [batch.values[r, :n].clone() for r, n in enumerate(lengths)],
+        "loss_masks": loss_masks,
+        "rewards": batch.rewards.tolist(),
+        **meta,
+        "segment_indices": batch.segment_index.tolist(),
+        "trainable_counts": batch.trainable.sum(dim=1).tolist(),
+        "tokens_after": _tokens_after(batch),
+        "gamma": batch.gamma,
+        **_lambda_args(batch),
+    }
+
+
+def _samples_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
+    if quantity == "adaptive-lambda":
+        return _shaped(out, (batch.num_rows,), "lambdas")
+    lengths = _lengths(batch)
+    if not isinstance(out, list | tuple) or len(out) != len(lengths):
+        raise TypeError(f"the function must return a list of {len(lengths)} 1-D tensors")
+    back = torch.zeros_like(batch.values)
+    for r, (sample, n) in enumerate(zip(out, lengths, strict=True)):
+        back[r, :n] = _shaped(sample, (n,), f"sample {r}")
+    return back
+
+
+# --------------------------------------------------------------------------- loss matrix
+
+
+def _loss_matrix_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, Any]:
+    losses, masks, rollout_ids, start = [], [], [], 0
+    for size in batch.micro_batches:
+        rows = slice(start, start + size)
+        losses.append(batch.loss[rows].clone())
+        masks.append(batch.trainable[rows].clone())
+        rollout_ids.append(batch.rollout_id[rows].clone())
+        start += size
+    return {"losses": losses, "masks": masks, "rollout_ids": rollout_ids, "mode": mode}
+
+
+def _loss_matrix_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
+    return _shaped(out, (), "the loss").reshape(1)
+
+
+LAYOUTS: dict[str, Layout] = {
+    "segment-rows": Layout(
+        "segment-rows",
+        "one padded row per segment with a response mask (verl style)",
+        (*GAE_QUANTITIES, "group-broadcast", "adaptive-lambda"),
+        _segment_rows_inputs,
+        _segment_rows_output,
+    ),
+    "rollout-rows": Layout(
+        "rollout-rows",
+        "one padded row per rollout, segments concatenated (stitched GAE)",
+        GAE_QUANTITIES,
+        _rollout_rows_inputs,
+        _rollout_rows_output,
+    ),
+    "samples": Layout(
+        "samples",
+        "response-only 1-D tensors with per-sample lengths and metadata (slime style)",
+        (*GAE_QUANTITIES, "group-broadcast", "adaptive-lambda"),
+        _samples_inputs,
+        _samples_output,
+    ),
+    "loss-matrix": Layout(
+        "loss-matrix",
+        "(loss, mask) split into micro-batches, for reductions",
+        ("loss-reduction",),
+        _loss_matrix_inputs,
+        _loss_matrix_output,
+    ),
+}
+
+
+def call(function: Callable[..., Any], batch: Batch, layout: str, quantity: str, mode: str | None):
+    """Calls ``function`` on ``batch`` in ``layout`` and returns its output in canonical form."""
+    spec = LAYOUTS[layout]
+    return spec.output(batch, function(**spec.inputs(batch, quantity, mode)), quantity)

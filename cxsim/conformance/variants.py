@@ -1,0 +1,179 @@
+"""Deliberately wrong functions, one per pitfall of docs/conformance.md, for testing the check.
+
+Each has the signature of a layout (named in its docstring) and gets one term
+wrong, the way re-implementations of the method have. ``cxsim conform`` must
+fail each of them and name the term::
+
+    cxsim conform cxsim.conformance.variants:local_gae_observations_as_steps \\
+        --quantity local-gae --layout segment-rows
+
+They are loops over tokens on purpose: written the way such code usually is.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _gae_row(values, steps, reward_pos, reward, gamma, lams) -> list[float]:
+    """GAE backwards over the positions where ``steps``; reward added at ``reward_pos``."""
+    out = [0.0] * len(values)
+    running, next_value = 0.0, 0.0
+    for t in range(len(values) - 1, -1, -1):
+        if not steps[t]:
+            continue
+        delta = (reward if t == reward_pos else 0.0) + gamma * next_value - values[t]
+        running = delta + gamma * lams[t] * running
+        out[t] = running
+        next_value = values[t]
+    return out
+
+
+def _last(flags) -> int:
+    return max(i for i, f in enumerate(flags) if f)
+
+
+def _lengths_lambda(
+    lengths: list[int], alpha: float, clamp: bool, cap: float | None
+) -> list[float]:
+    lams = [1.0 - 1.0 / (alpha * n) for n in lengths]
+    if clamp:
+        lams = [max(x, 0.0) for x in lams]
+    if cap is not None:
+        lams = [min(x, cap) for x in lams]
+    return lams
+
+
+def _row_lambdas(lam, response_mask, rollout_id, alpha, scope) -> list[float]:
+    """Per-row lambda, right: fixed, or 1 - 1/(alpha l) over trainable tokens, clamped at 0."""
+    if lam is not None:
+        return [lam] * response_mask.shape[0]
+    counts = response_mask.sum(dim=1).tolist()
+    if scope == "rollout":
+        ids = rollout_id.tolist()
+        totals: dict[int, int] = {}
+        for rid, n in zip(ids, counts, strict=True):
+            totals[rid] = totals.get(rid, 0) + n
+        counts = [totals[rid] for rid in ids]
+    return _lengths_lambda(counts, alpha, clamp=True, cap=None)
+
+
+def local_gae_observations_as_steps(
+    values, response_mask, attention_mask, rewards, rollout_id, segment_index, gamma, lam, alpha,
+    lambda_scope,
+) -> torch.Tensor:  # fmt: skip
+    """segment-rows, local-gae: every response token is a GAE step, reward on the last one.
+
+    The recursion runs over the attention mask (observation tokens included, their
+    values used), the reward sits on the row's last response token, and the
+    advantages are masked with the response mask afterwards. On the 5-token row
+    ``T T T o o`` with values (0.5, 0.4, 0.2, 0, 0.8), gamma 1, lambda 0.8, token 2
+    gets 0.2544 instead of 0.44.
+    """
+    row_lams = _row_lambdas(lam, response_mask, rollout_id, alpha, lambda_scope)
+    out = torch.zeros_like(values)
+    for r in range(values.shape[0]):
+        steps = attention_mask[r].tolist()
+        lams = [row_lams[r]] * values.shape[1]
+        row = _gae_row(values[r].tolist(), steps, _last(steps), float(rewards[r]), gamma, lams)
+        out[r] = torch.tensor(row, dtype=values.dtype)
+    return out * response_mask
+
+
+def local_gae_reward_on_last_response_token(
+    values, response_mask, attention_mask, rewards, rollout_id, segment_index, gamma, lam, alpha,
+    lambda_scope,
+) -> torch.Tensor:  # fmt: skip
+    """segment-rows, local-gae: the reward goes to the last response token.
+
+    Token-level rewards placed at ``response_length - 1``: when the segment ends on
+    observation tokens that position is masked out and the reward is dropped.
+    """
+    row_lams = _row_lambdas(lam, response_mask, rollout_id, alpha, lambda_scope)
+    out = torch.zeros_like(values)
+    for r in range(values.shape[0]):
+        steps = response_mask[r].tolist()
+        lams = [row_lams[r]] * values.shape[1]
+        reward_pos = _last(attention_mask[r].tolist())
+        row = _gae_row(values[r].tolist(), steps, reward_pos, float(rewards[r]), gamma, lams)
+        out[r] = torch.tensor(row, dtype=values.dtype)
+    return out
+
+
+def adaptive_lambda_with_observations(
+    loss_masks, response_lengths, rollout_ids, trainable_counts, alpha, lambda_scope
+) -> list[float]:
+    """samples, adaptive-lambda: ``l`` is the response length, observation tokens included.
+
+    A segment of 4 trainable and 4 observation tokens gets 1 - 1/12 instead of 1 - 1/6.
+    """
+    lengths = list(response_lengths)
+    if lambda_scope == "rollout":
+        totals: dict[int, int] = {}
+        for rid, n in zip(rollout_ids, lengths, strict=True):
+            totals[rid] = totals.get(rid, 0) + n
+        lengths = [totals[rid] for rid in rollout_ids]
+    return _lengths_lambda(lengths, alpha, clamp=True, cap=None)
+
+
+def _cross_segment_samples(
+    values, loss_masks, rewards, rollout_ids, trainable_counts, tokens_after, gamma, lam,
+    alpha, lambda_scope, clamp: bool, cap: float | None,
+) -> list[torch.Tensor]:  # fmt: skip
+    counts = list(trainable_counts)
+    if lambda_scope == "rollout":
+        totals: dict[int, int] = {}
+        for rid, n in zip(rollout_ids, counts, strict=True):
+            totals[rid] = totals.get(rid, 0) + n
+        counts = [totals[rid] for rid in rollout_ids]
+    lams = _lengths_lambda(counts, alpha, clamp, cap) if lam is None else [lam] * len(values)
+    out = []
+    for v, m, reward, after, lam_s in zip(
+        values, loss_masks, rewards, tokens_after, lams, strict=True
+    ):
+        steps = [bool(x) for x in m.tolist()]
+        row = _gae_row(v.tolist(), steps, _last(steps), reward, gamma, [lam_s] * len(v))
+        out.append(torch.tensor(row, dtype=torch.float64) * (gamma * lam_s) ** after)
+    return out
+
+
+def cross_segment_gae_lambda_capped(
+    values, loss_masks, rewards, response_lengths, rollout_ids, segment_indices,
+    trainable_counts, tokens_after, gamma, lam, alpha, lambda_scope,
+) -> list[torch.Tensor]:  # fmt: skip
+    """samples, cross-segment-gae: adaptive lambda capped at 0.999.
+
+    The first token of a 1000-token segment followed by 2000 more gets
+    0.999^2999 = 0.050 instead of (1 - 1/1500)^2999 = 0.135.
+    """
+    return _cross_segment_samples(
+        values, loss_masks, rewards, rollout_ids, trainable_counts, tokens_after, gamma, lam,
+        alpha, lambda_scope, clamp=True, cap=0.999,
+    )  # fmt: skip
+
+
+def cross_segment_gae_negative_lambda(
+    values, loss_masks, rewards, response_lengths, rollout_ids, segment_indices,
+    trainable_counts, tokens_after, gamma, lam, alpha, lambda_scope,
+) -> list[torch.Tensor]:  # fmt: skip
+    """samples, cross-segment-gae: adaptive lambda not clamped at 0.
+
+    Below alpha = 1 a one-token segment gets lambda = 1 - 1/alpha < 0, and the
+    correction (gamma lambda)^N_after flips sign with the parity of N_after.
+    """
+    return _cross_segment_samples(
+        values, loss_masks, rewards, rollout_ids, trainable_counts, tokens_after, gamma, lam,
+        alpha, lambda_scope, clamp=False, cap=None,
+    )  # fmt: skip
+
+
+def token_mean_of_micro_batch_means(losses, masks, rollout_ids, mode) -> torch.Tensor:
+    """loss-matrix, loss-reduction (token-mean): each micro-batch's mean, averaged.
+
+    Micro-batches of 1 token with loss 1 and 3 tokens with loss 0 give 0.50 instead of 0.25.
+    """
+    means = [
+        (loss * mask).sum() / mask.sum().clamp(min=1)
+        for loss, mask in zip(losses, masks, strict=True)
+    ]
+    return torch.stack(means).mean()

@@ -1,0 +1,262 @@
+"""The conformance check: cxsim passes in every layout, each wrong variant is caught with its numbers."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cxsim.advantages import adaptive_lambda
+from cxsim.conformance import LAYOUTS, Checker, conform, load_function
+from cxsim.conformance.batches import pinned_cases, random_cases
+from cxsim.conformance.reference import GAE_QUANTITIES, lambda_rows, reference
+from cxsim.conformance.terms import gae_model
+from cxsim.experiments import conform as conform_cli
+
+ADAPTERS = "cxsim.conformance.adapters:"
+VARIANTS = "cxsim.conformance.variants:"
+_SUFFIX = {"segment-rows": "rows", "rollout-rows": "rollout_rows", "samples": "samples"}
+
+OWN = [
+    (f"{ADAPTERS}{q.replace('-', '_')}_{_SUFFIX[layout]}", q, layout, None)
+    for layout in _SUFFIX
+    for q in LAYOUTS[layout].quantities
+] + [
+    (f"{ADAPTERS}reduce_micro_batches", "loss-reduction", "loss-matrix", mode)
+    for mode in ("token-mean", "segment-mean", "rollout-mean", "seq-mean-token-sum")
+]
+
+_any_case = st.one_of([c.strategy for c in random_cases() if not c.name.startswith("long")])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_any_case, st.sampled_from(GAE_QUANTITIES))
+def test_gae_model_with_right_terms_equals_cxsim(batch, quantity):
+    """The diagnosis model, with every term right, is the reference (so its wrong forms mean something)."""
+    torch.testing.assert_close(
+        gae_model(batch, quantity), reference(batch, quantity), rtol=1e-12, atol=1e-12
+    )
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.one_of([c.strategy for c in random_cases(("adaptive",))]))
+def test_float64_lambda_is_cxsims_adaptive_lambda(batch):
+    ours = lambda_rows(batch)
+    cxsim = adaptive_lambda(batch.trainable, batch.rollout_id, batch.scope, batch.alpha)
+    assert ours.dtype == torch.float64
+    torch.testing.assert_close(ours.float(), cxsim, rtol=0, atol=1.2e-7)
+
+
+@pytest.mark.parametrize(("function", "quantity", "layout", "mode"), OWN)
+def test_cxsim_passes_through_every_layout(function, quantity, layout, mode):
+    checker = Checker(load_function(function), quantity, layout, mode)
+    results = checker.run(examples=4, seed=1)
+    failed = [(r.case.name, r.max_diff, r.failure and r.failure.form) for r in results]
+    assert all(r.passed for r in results), failed
+    assert len(results) >= 6
+    fixed = [
+        r
+        for r in results
+        if not r.case.name.endswith("adaptive")
+        and r.case.name != "pinned/1000+2000"
+        and not r.case.name.startswith("pinned/4")
+    ]
+    for r in fixed:  # no float32 lambda involved: float64 throughout, exact up to rounding
+        assert r.max_diff < 1e-9, (r.case.name, r.max_diff)
+
+
+# (function, quantity, layout, mode, pinned case, term, (row, col) or None, expected, got,
+#  the random case families where the pitfall shows)
+WRONG = [
+    (
+        "local_gae_observations_as_steps",
+        "local-gae",
+        "segment-rows",
+        None,
+        "pinned/observations-5",
+        "the exponent",
+        (0, 1),
+        0.44,
+        0.2544,
+        ("observations/", "ends-on-observation/fixed"),
+    ),
+    (
+        "adaptive_lambda_with_observations",
+        "adaptive-lambda",
+        "samples",
+        None,
+        "pinned/4+4",
+        "the lambda used",
+        (0,),
+        1 - 1 / 6,
+        1 - 1 / 12,
+        ("observations/", "one-token/"),
+    ),
+    (
+        "cross_segment_gae_lambda_capped",
+        "cross-segment-gae",
+        "samples",
+        None,
+        "pinned/1000+2000",
+        "the lambda used",
+        (0, 0),
+        (1 - 1 / 1500) ** 2999,
+        0.999**2999,
+        ("long/adaptive",),
+    ),
+    (
+        "local_gae_reward_on_last_response_token",
+        "local-gae",
+        "segment-rows",
+        None,
+        "pinned/ends-on-observation",
+        "where the reward sits",
+        (0, 1),
+        1.0,
+        0.0,
+        ("ends-on-observation/",),
+    ),
+    (
+        "cross_segment_gae_negative_lambda",
+        "cross-segment-gae",
+        "samples",
+        None,
+        "pinned/one-token-alpha-0.5",
+        "the lambda used",
+        (1, 0),
+        0.0,
+        -1.0,
+        ("one-token/adaptive",),
+    ),
+    (
+        "token_mean_of_micro_batch_means",
+        "loss-reduction",
+        "loss-matrix",
+        "token-mean",
+        "pinned/two-micro-batches",
+        "the denominator",
+        (0,),
+        0.25,
+        0.50,
+        ("segments",),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "quantity", "layout", "mode", "pinned", "term", "at", "expected", "got", "where"),
+    WRONG,
+)
+def test_each_wrong_variant_is_caught_with_the_quoted_numbers(
+    name, quantity, layout, mode, pinned, term, at, expected, got, where
+):
+    checker = Checker(load_function(VARIANTS + name), quantity, layout, mode)
+    results = {r.case.name: r for r in checker.run(examples=25, seed=0, only=(pinned, *where))}
+    failing = [r for r in results.values() if not r.passed]
+    assert len(failing) == len(results), [r.case.name for r in results.values() if r.passed]
+    case = results[pinned]
+    assert not case.passed
+    failure = case.failure
+    assert failure.term == term, failure.form
+    assert math.isclose(float(failure.expected[at]), expected, abs_tol=1e-9)
+    assert math.isclose(float(failure.got[at]), got, abs_tol=1e-9)
+    for r in failing:  # every failure names a term; random ones are shrunk to a few short rows
+        assert r.failure.term == term, (r.case.name, r.failure.term, r.failure.form)
+        if not r.case.pinned and not r.case.name.startswith(("long", "mixed")):
+            assert r.failure.batch.num_rows <= 3
+            assert r.failure.batch.response.sum(dim=1).max() <= 3
+
+
+def test_quoted_numbers_are_the_rounded_figures():
+    """0.050 vs 0.135 (capped lambda) and 0.2544 vs 0.44 are what the pinned cases give."""
+    assert round((1 - 1 / 1500) ** 2999, 3) == 0.135
+    assert round(0.999**2999, 3) == 0.050
+
+
+def test_command_exits_non_zero_and_names_the_term():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cxsim.cli",
+            "conform",
+            VARIANTS + "local_gae_observations_as_steps",
+            "--quantity",
+            "local-gae",
+            "--layout",
+            "segment-rows",
+            "--examples",
+            "10",
+            "--only",
+            "pinned/observations-5",
+            "observations/fixed",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "differing term: the exponent: observation tokens" in proc.stdout
+    assert "FAIL pinned/observations-5" in proc.stdout
+    assert "0.2544" in proc.stdout and "0.44" in proc.stdout
+
+
+def test_command_passes_cxsim(capsys):
+    conform_cli.main(
+        [
+            ADAPTERS + "reduce_micro_batches",
+            "--quantity",
+            "loss-reduction",
+            "--layout",
+            "loss-matrix",
+            "--mode",
+            "rollout-mean",
+            "--examples",
+            "5",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "all 6 cases agree with the reference" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["m:f", "--quantity", "adaptive-lambda", "--layout", "rollout-rows"], "does not serve"),
+        (["m:f", "--quantity", "loss-reduction", "--layout", "loss-matrix"], "--mode is required"),
+        (["m.f", "--quantity", "local-gae", "--layout", "samples"], "package.module:function"),
+    ],
+)
+def test_bad_config_fails_before_work(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        conform_cli.main(argv)
+    assert exit_info.value.code == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+
+
+def test_unknown_function_is_a_one_line_error():
+    with pytest.raises(ValueError, match="has no function 'nope'"):
+        conform("cxsim.conformance.variants:nope", "local-gae", "segment-rows", examples=1)
+
+
+def test_a_function_that_raises_is_reported():
+    checker = Checker(lambda **kw: 1 / 0, "local-gae", "segment-rows")
+    result = checker.run_case(pinned_cases()[0], examples=1, seed=0)
+    assert not result.passed and "ZeroDivisionError" in result.failure.error
+
+
+def test_cli_layout_table_matches_the_layouts():
+    assert {k: v.quantities for k, v in LAYOUTS.items()} == conform_cli.LAYOUT_QUANTITIES
+
+
+def test_help_does_not_import_torch():
+    code = (
+        "import sys; import cxsim.experiments.conform as c; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

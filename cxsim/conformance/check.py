@@ -132,6 +132,12 @@ class Checker:
             got = layouts.call(self.function, batch, self.layout, self.quantity, self.mode)
         except Exception as err:
             error = f"{type(err).__name__}: {err}"
+            if isinstance(err, TypeError):
+                names = layouts.LAYOUTS[self.layout].inputs(batch, self.quantity, self.mode)
+                error += (
+                    f" (layout {self.layout} calls fn({', '.join(names)}) for {self.quantity}; "
+                    "docs/conformance.md)"
+                )
             return float("inf"), Failure(batch, expected, None, error, "error", error)
         diff = (got[where] - expected[where]).abs()
         largest = float(diff.max()) if diff.numel() else 0.0

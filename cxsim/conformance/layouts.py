@@ -112,54 +112,75 @@ def _segment_rows_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
 # --------------------------------------------------------------------------- rollout rows
 
 
-def _rollout_positions(batch: Batch) -> tuple[list[int], list[list[tuple[int, int]]]]:
-    """Rollout ids in row order, and for each rollout the (row, t) of its response tokens."""
-    rollouts = batch.rollout_id.unique().tolist()
-    positions = []
-    for rid in rollouts:
+@dataclass(frozen=True)
+class _RolloutIndex:
+    """Where each canonical response token (src_row, src_col) lands in the rollout rows."""
+
+    src_row: torch.Tensor
+    src_col: torch.Tensor
+    dst_row: torch.Tensor
+    dst_col: torch.Tensor
+    shape: tuple[int, int]
+    last_row: list[int]
+    """Each rollout's last segment (canonical row)."""
+
+
+def _rollout_index(batch: Batch) -> _RolloutIndex:
+    pieces: list[tuple[int, int, int, int]] = []  # (src row, length, dst row, dst offset)
+    last_row = []
+    for i, rid in enumerate(batch.rollout_id.unique().tolist()):
         rows = sorted(
             (r for r in range(batch.num_rows) if batch.rollout_id[r] == rid),
             key=lambda r: int(batch.segment_index[r]),
         )
-        positions.append([(r, t) for r in rows for t in range(int(batch.response[r].sum()))])
-    return rollouts, positions
+        offset = 0
+        for r in rows:
+            n = int(batch.response[r].sum())
+            pieces.append((r, n, i, offset))
+            offset += n
+        last_row.append(rows[-1])
+    width = max(off + n for _, n, _, off in pieces)
+
+    def cat(part) -> torch.Tensor:
+        return torch.cat([part(*p) for p in pieces])
+
+    return _RolloutIndex(
+        src_row=cat(lambda r, n, i, off: torch.full((n,), r)),
+        src_col=cat(lambda r, n, i, off: torch.arange(n)),
+        dst_row=cat(lambda r, n, i, off: torch.full((n,), i)),
+        dst_col=cat(lambda r, n, i, off: torch.arange(off, off + n)),
+        shape=(len(last_row), width),
+        last_row=last_row,
+    )
 
 
 def _rollout_rows_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, Any]:
-    rollouts, positions = _rollout_positions(batch)
-    width = max(len(p) for p in positions)
-    shape = (len(rollouts), width)
-    values = torch.zeros(shape, dtype=torch.float64)
-    trainable = torch.zeros(shape, dtype=torch.bool)
-    response = torch.zeros(shape, dtype=torch.bool)
-    segment_ids = torch.full(shape, -1, dtype=torch.int64)
-    rewards = torch.zeros(len(rollouts), dtype=torch.float64)
-    for i, pos in enumerate(positions):
-        for j, (r, t) in enumerate(pos):
-            values[i, j] = batch.values[r, t]
-            trainable[i, j] = batch.trainable[r, t]
-            response[i, j] = True
-            segment_ids[i, j] = batch.segment_index[r]
-        rewards[i] = batch.rewards[pos[-1][0]]
+    idx = _rollout_index(batch)
+    src, dst = (idx.src_row, idx.src_col), (idx.dst_row, idx.dst_col)
+    values = torch.zeros(idx.shape, dtype=torch.float64)
+    trainable = torch.zeros(idx.shape, dtype=torch.bool)
+    response = torch.zeros(idx.shape, dtype=torch.bool)
+    segment_ids = torch.full(idx.shape, -1, dtype=torch.int64)
+    values[dst] = batch.values[src]
+    trainable[dst] = batch.trainable[src]
+    response[dst] = True
+    segment_ids[dst] = batch.segment_index[idx.src_row]
     return {
         "values": values,
         "response_mask": trainable,
         "attention_mask": response,
         "segment_ids": segment_ids,
-        "rewards": rewards,
+        "rewards": batch.rewards[idx.last_row].clone(),
         "gamma": batch.gamma,
         **_lambda_args(batch),
     }
 
 
 def _rollout_rows_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
-    _, positions = _rollout_positions(batch)
-    width = max(len(p) for p in positions)
-    rows = _shaped(out, (len(positions), width), "advantages")
+    idx = _rollout_index(batch)
+    rows = _shaped(out, idx.shape, "advantages")
     back = torch.zeros_like(batch.values)
-    for i, pos in enumerate(positions):
-        for j, (r, t) in enumerate(pos):
-            back[r, t] = rows[i, j]
+    back[idx.src_row, idx.src_col] = rows[idx.dst_row, idx.dst_col]
     return back
 
 

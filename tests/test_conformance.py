@@ -260,3 +260,47 @@ def test_help_does_not_import_torch():
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def _population_std_broadcast(rewards, response_mask, attention_mask, rollout_id, group_id, eps):
+    out = torch.zeros(response_mask.shape, dtype=torch.float64)
+    for g in group_id.unique():
+        first = {}
+        for r in (group_id == g).nonzero().flatten().tolist():
+            first.setdefault(int(rollout_id[r]), r)
+        voters = rewards[list(first.values())]
+        std = voters.std(unbiased=False) if len(voters) > 1 else 0.0
+        rows = group_id == g
+        out[rows] = ((rewards[rows] - voters.mean()) / (std + eps))[:, None]
+    return out * response_mask
+
+
+def test_group_statistics_term_is_named():
+    checker = Checker(_population_std_broadcast, "group-broadcast", "segment-rows")
+    result = checker.run(examples=25, seed=0, only=("segments",))[0]
+    assert not result.passed
+    assert result.failure.term == "the group statistics"
+    assert "population std" in result.failure.form
+
+
+def _segment_mean_everywhere(losses, masks, rollout_ids, mode):
+    from cxsim.losses import aggregate
+
+    return aggregate(torch.cat(losses), torch.cat(masks), "segment-mean")
+
+
+def test_wrong_mode_is_named_as_the_denominator():
+    checker = Checker(_segment_mean_everywhere, "loss-reduction", "loss-matrix", "token-mean")
+    result = checker.run(examples=25, seed=0, only=("segments",))[0]
+    assert not result.passed
+    assert result.failure.term == "the denominator"
+    assert "computes segment-mean instead of token-mean" in result.failure.form
+
+
+def test_an_unknown_error_is_located_not_named():
+    def doubled(**kwargs):
+        return 2 * load_function(ADAPTERS + "local_gae_rows")(**kwargs)
+
+    result = Checker(doubled, "local-gae", "segment-rows").run(only=("pinned/4+4",))[0]
+    assert result.failure.term == "unidentified"
+    assert "largest difference is at" in result.failure.form

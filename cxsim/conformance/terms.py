@@ -315,9 +315,13 @@ def explain(
         for i, form in enumerate(_FORMS[quantity](batch, quantity, mode))
         if not close(form.output[where], expected[where]) and close(form.output[where], got[where])
     ]
-    if matches:  # the closest reproduction wins (forms can agree on a small example)
-        _, _, form = min(matches, key=lambda m: (m[0], m[1]))
-        return form.term, form.form
+    if matches:  # the closest reproduction wins; on a small example several forms can agree
+        ranked = sorted(matches, key=lambda m: (m[0], m[1]))
+        tie = ranked[0][0] + 1e-9 * (1.0 + float(got[where].abs().max()))
+        others = [f"{f.term}: {f.form}" for d, _, f in ranked[1:] if d <= tie]
+        ranked = [form for _, _, form in ranked]
+        also = f" (this example is also reproduced by: {'; '.join(others)})" if others else ""
+        return ranked[0].term, ranked[0].form + also
     return "unidentified", _locate(batch, quantity, got, expected, where)
 
 

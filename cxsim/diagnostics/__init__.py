@@ -39,7 +39,6 @@ from cxsim.diagnostics.weights import (
     token_weights,
     token_weights_autograd,
 )
-from cxsim.losses import LOSS_MODES, LossMode
 from cxsim.segments import SegmentBatch
 
 __all__ = [
@@ -76,7 +75,7 @@ def summarize_all(
     gamma: float = 1.0,
     lam: float | torch.Tensor | None = None,
     train_summaries: bool = True,
-    modes: tuple[LossMode, ...] = LOSS_MODES,
+    modes: tuple[str, ...] | None = None,
     meter: ComputeMeter | None = None,
 ) -> dict[str, float]:
     """Every diagnostic the given inputs allow, merged into one flat dict.

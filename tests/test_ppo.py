@@ -205,3 +205,27 @@ def test_copy_of_batch_unchanged_by_scoring():
     score_batch(batch, None, PPOConfig())
     assert torch.equal(before.token_ids, batch.token_ids) and not batch.extras
     assert torch.equal(before.rewards, batch.rewards)
+
+
+class ConstantCritic(torch.nn.Module):
+    """V = 0.5 everywhere (and for the state after any row)."""
+
+    def forward(self, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+        return 0.5 * attention.float()
+
+
+def test_bootstrap_truncated_is_a_choice_at_env_truncations_only():
+    batch = make_batch(num_rollouts=2, reward_of=lambda r: 0.0)
+    last = batch.segment_index == 2
+    ends = torch.where(last & (batch.rollout_id == 0), 2, 0)  # rollout 0: env_truncated
+    batch = replace(batch, episode_end=torch.where(last & (batch.rollout_id == 1), 1, ends))
+    assert batch.ends("env_truncated").tolist() == (last & (batch.rollout_id == 0)).tolist()
+    cfg = PPOConfig(lambda_scope="fixed", lam=1.0, whiten=False, estimator="stitched")
+    off = score_batch(batch, ConstantCritic(), cfg)[0].advantages
+    on = score_batch(batch, ConstantCritic(), replace(cfg, bootstrap_truncated=True))[0]
+    on = on.advantages
+    # stitched, gamma = lambda = 1, V = 0.5: every token's advantage is R + tail - V
+    mask, r0 = batch.trainable, (batch.rollout_id == 0)[:, None]
+    torch.testing.assert_close(off[mask], torch.full_like(off[mask], -0.5))
+    torch.testing.assert_close(on[mask & r0], torch.zeros_like(on[mask & r0]))  # 0 + 0.5 - 0.5
+    torch.testing.assert_close(on[mask & ~r0], off[mask & ~r0])  # terminated: untouched

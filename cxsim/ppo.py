@@ -285,13 +285,12 @@ class RatioCheckError(RuntimeError):
 
 
 def check_first_ratio(
-    log_ratio: torch.Tensor, mask: torch.Tensor, atol: float, sampled: float | None, scored: float
+    worst: float, atol: float, sampled: float | None, scored: float, global_sum: GlobalSum
 ) -> None:
-    """Raises :class:`RatioCheckError` when any masked |log ratio| exceeds ``atol``."""
-    if not bool(mask.any()):
-        return
-    worst = float(log_ratio[mask].abs().max())
-    if worst > atol:
+    """Raises :class:`RatioCheckError` when any rank's largest masked |log ratio| before the
+    first step (``worst`` here) exceeds ``atol``; every rank takes part, so all stop together."""
+    flagged = global_sum(torch.tensor(float(worst > atol)))
+    if float(flagged) > 0:
         said = "an unrecorded temperature" if sampled is None else f"temperature {sampled:g}"
         raise RatioCheckError(
             f"before any update the policy ratio is exp(+-{worst:.3g}), not 1: the rollouts were "
@@ -312,8 +311,9 @@ def actor_update(
 
     Loss per step: ``aggregate(policy_loss, policy_mask, cfg.loss_mode)`` minus
     ``entropy_coef`` times the same reduction of the entropy, with the
-    minibatch's global denominator. Every micro-batch before the first optimiser
-    step is checked with :func:`check_first_ratio` (``cfg.ratio_check_atol``).
+    minibatch's global denominator. The largest |log ratio| of the first minibatch,
+    before any optimiser step, is checked with :func:`check_first_ratio`
+    (``cfg.ratio_check_atol``), before any gradient is applied.
     """
     mode = LOSS_MODES[cfg.loss_mode]
     sums = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "entropy": 0.0, "ratio_max": 0.0}
@@ -333,14 +333,9 @@ def actor_update(
                     policy, b.token_ids, b.attention, cfg.temperature, return_entropy=True
                 )
                 per_token, stats = policy_loss(logprobs, b.logprobs, micro.advantages, cfg.clip_eps)
-                if steps == 0:  # nothing has moved the policy since it sampled
-                    log_ratio = logprobs.detach() - b.logprobs
-                    if mask.any():
-                        first_ratio = max(first_ratio, float(log_ratio[mask].abs().max()))
-                    if cfg.ratio_check_atol is not None:
-                        check_first_ratio(
-                            log_ratio, mask, cfg.ratio_check_atol, b.temperature, cfg.temperature
-                        )
+                if steps == 0 and mask.any():  # nothing has moved the policy since it sampled
+                    log_ratio = (logprobs.detach() - b.logprobs)[mask]
+                    first_ratio = max(first_ratio, float(log_ratio.abs().max()))
                 args = (b.rollout_id, denom, micro.rollout_tokens)
                 loss = aggregate(per_token, mask, cfg.loss_mode, *args)
                 if cfg.entropy_coef:
@@ -354,6 +349,11 @@ def actor_update(
                 sums["entropy"] += float(masked_mean(entropy.detach(), mask)) * n
                 if n:
                     sums["ratio_max"] = max(sums["ratio_max"], float(stats["ratio"][mask].max()))
+            if steps == 0 and cfg.ratio_check_atol is not None:
+                sampled = scored.batch.temperature
+                check_first_ratio(
+                    first_ratio, cfg.ratio_check_atol, sampled, cfg.temperature, global_sum
+                )
             sync_grads(policy)  # summed over ranks: with the global denominator, the full gradient
             norms.append(
                 float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))

@@ -229,3 +229,13 @@ def test_bootstrap_truncated_is_a_choice_at_env_truncations_only():
     torch.testing.assert_close(off[mask], torch.full_like(off[mask], -0.5))
     torch.testing.assert_close(on[mask & r0], torch.zeros_like(on[mask & r0]))  # 0 + 0.5 - 0.5
     torch.testing.assert_close(on[mask & ~r0], off[mask & ~r0])  # terminated: untouched
+
+
+def test_first_ratio_check_stops_every_rank_together():
+    from cxsim.ppo import RatioCheckError, check_first_ratio
+
+    check_first_ratio(1e-6, 1e-3, 1.0, 1.0, global_sum=lambda x: x)  # within tolerance
+    with pytest.raises(RatioCheckError, match=r"sampled at temperature 0\.7 .* temperature 1 "):
+        check_first_ratio(0.2, 1e-3, 0.7, 1.0, global_sum=lambda x: x)
+    with pytest.raises(RatioCheckError):  # this rank is fine, another one is not
+        check_first_ratio(1e-6, 1e-3, 1.0, 1.0, global_sum=lambda x: x + 1)

@@ -131,8 +131,11 @@ class EnvConfig:
     @property
     def system_prompt(self) -> str:
         """The environment's system prompt (builds one instance; checks the kwargs too)."""
+        from cxsim.runtime import check_text_env, env_system_prompt
+
         env = gym.make(self.env_id, **self.kwargs)
-        prompt = env.unwrapped.system_prompt
+        check_text_env(env, self.env_id)
+        prompt = env_system_prompt(env)
         env.close()
         return prompt
 

@@ -77,6 +77,22 @@ def recall_hook(env: gym.Env) -> RecallHook | None:
     return _info_recall
 
 
+def check_text_env(env: gym.Env, env_id: str) -> None:
+    """Raises ValueError unless the env observes and acts in text (``gymnasium.spaces.Text``)."""
+    for name in ("observation_space", "action_space"):
+        space = getattr(env, name, None)
+        if not isinstance(space, gym.spaces.Text):
+            raise ValueError(
+                f"environment {env_id!r} has {name} {space!r}; cxsim needs gymnasium.spaces.Text "
+                "observations and actions (text in, text out)"
+            )
+
+
+def env_system_prompt(env: gym.Env) -> str:
+    """The env's ``system_prompt`` attribute (cxsim's envs have one), else empty."""
+    return str(getattr(env.unwrapped, "system_prompt", ""))
+
+
 def _info_recall(summary: str, info: dict[str, Any]) -> dict[str, bool] | None:
     if "key_facts" in info and "needed_facts" in info:
         return summary_recall(summary, info)
@@ -395,7 +411,8 @@ def collect_rollouts(
     if group_ids is not None and len(group_ids) != len(seeds):
         raise ValueError(f"group_ids has {len(group_ids)} entries for {len(seeds)} seeds")
     envs = [gym.make(env_id, **env_kwargs) for _ in seeds]
-    system_prompt = envs[0].unwrapped.system_prompt
+    check_text_env(envs[0], env_id)
+    system_prompt = env_system_prompt(envs[0])
     config.validate(chat, system_prompt)
     runner = _Runner(config, chat, system_prompt, recall_hook(envs[0]))
     rows: list[_Row] = []

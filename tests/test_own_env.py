@@ -8,10 +8,12 @@ import math
 from pathlib import Path
 
 import gymnasium as gym
+import pytest
 
 from cxsim.agents import build_policy, build_tokenizer
 from cxsim.agents.models import save_policy
 from cxsim.cli import main as cxsim
+from cxsim.config import EnvConfig
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz "
 
@@ -70,3 +72,16 @@ def test_own_env_trains_two_iterations_and_evaluates(tmp_path: Path):
     rows = {r["protocol"]: r for r in json.loads(out.read_text())["results"]}
     assert set(rows) == {"single", "compacted"}
     assert all(0.0 <= r["pass_at_1"] <= 1.0 and r["episodes"] == 3 for r in rows.values())
+
+
+class NumbersEnv(DoorsEnv):
+    def __init__(self):
+        super().__init__()
+        self.observation_space = gym.spaces.Discrete(3)
+
+
+def test_an_env_without_text_spaces_is_refused_before_any_work():
+    if "mine/Numbers-v0" not in gym.registry:
+        gym.register("mine/Numbers-v0", entry_point=NumbersEnv)
+    with pytest.raises(ValueError, match=r"needs gymnasium\.spaces\.Text"):
+        _ = EnvConfig(env_id=f"{__name__}:mine/Numbers-v0", kwargs={}).system_prompt

@@ -121,10 +121,11 @@ class SegmentBatch:
     """Per-row tensors computed later (values, advantages, returns), shape (S, T) or (S,)."""
 
     def __post_init__(self) -> None:
+        device = self.token_ids.device
         if self.step_rewards is None:
-            self.step_rewards = torch.zeros(self.token_ids.shape, dtype=torch.float32)
+            self.step_rewards = torch.zeros(self.token_ids.shape, device=device)
         if self.episode_end is None:
-            self.episode_end = torch.zeros(self.token_ids.shape[0], dtype=torch.long)
+            self.episode_end = torch.zeros(self.token_ids.shape[0], dtype=torch.long, device=device)
 
     def ends(self, *names: EpisodeEnd) -> torch.Tensor:
         """(S,) bool: rows whose episode ended in one of ``names``."""

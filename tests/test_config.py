@@ -46,6 +46,10 @@ def test_ppo_config_rejects(changes, message):
 def test_other_configs_reject():
     with pytest.raises(ValueError, match="unknown environment id 'cxsim/Nope-v0'"):
         EnvConfig(env_id="cxsim/Nope-v0")
+    with pytest.raises(ValueError, match="cannot import module 'no_such_module_here'"):
+        EnvConfig(env_id="no_such_module_here:my/Env-v0")
+    with pytest.raises(ValueError, match="unknown environment id 'my/Env-v0'"):
+        EnvConfig(env_id="cxsim.envs:my/Env-v0")  # the module imports, the id is not there
     with pytest.raises(ValueError, match="omission_rate"):
         SFTConfig(omission_rate=1.5)
     with pytest.raises(ValueError, match="protocol"):

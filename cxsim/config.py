@@ -262,6 +262,11 @@ class PPOConfig:
                 "estimator='group-broadcast' normalises rewards within a group: set "
                 "--ppo.group-size to 2 or more"
             )
+        if self.bootstrap_truncated and not self.uses_critic:
+            raise ValueError(
+                f"--ppo.bootstrap-truncated bootstraps from the critic's value, and estimator="
+                f"{self.estimator!r} has no critic: drop the flag or choose a critic estimator"
+            )
         for name in ("iterations", "critic_warmup"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 0")

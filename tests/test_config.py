@@ -36,6 +36,10 @@ from cxsim.segments import Segment, pack_segments
         ({"gamma": 1.5}, "gamma"),
         ({"minibatches": 100}, "lower --ppo.minibatches"),
         ({"actor_lr": 0.0}, "positive"),
+        (
+            {"estimator": "group-broadcast", "group_size": 2, "bootstrap_truncated": True},
+            "no critic",
+        ),
     ],
 )
 def test_ppo_config_rejects(changes, message):

@@ -9,8 +9,14 @@ Alignment follows ``cxsim.segments``: ``values[s, t] = V(tokens_<t)``.
 GAE steps over trainable tokens only. Writing ``i`` for the i-th trainable
 token of a sequence (1-based, ``n`` of them) and ``q = gamma * lam``::
 
-    delta_i = r_i + gamma * V_{i+1} - V_i        (V_{n+1} = 0, r_i = R if i == n else 0)
+    delta_i = r_i + gamma * V_{i+1} - V_i        (V_{n+1} = 0, r_i = R [i == n] + rstep_i)
     A_i     = delta_i + q * A_{i+1}              (A_{n+1} = 0)
+
+``R`` is the terminal reward (S,) and ``rstep`` the optional per-token step
+rewards (S, T) (``step_rewards=``: a step's reward at the last token of the
+response that earned it, ``cxsim.segments``). Bootstrapping an episode the
+environment truncated is a choice made on ``R`` (:func:`bootstrapped_rewards`),
+never a default: the method treats every ending as terminal.
 
 Untrainable positions (prompt, observations, padding) pass ``V_{i+1}`` and the
 running ``A`` through unchanged and get advantage 0, so their values never
@@ -40,8 +46,9 @@ from cxsim.scans import (
     rollout_order,
 )
 
-LambdaScope = Literal["segment", "rollout"]
-LAMBDA_SCOPES: tuple[LambdaScope, ...] = ("segment", "rollout")
+AdaptiveScope = Literal["segment", "rollout"]
+ADAPTIVE_SCOPES: tuple[AdaptiveScope, ...] = ("segment", "rollout")
+"""What the length-adaptive lambda counts: the segment's or the whole rollout's tokens."""
 
 Lam = float | torch.Tensor
 
@@ -128,12 +135,15 @@ def _gae_core(
     terminal_reward: torch.Tensor,
     gamma: float,
     lam_tok: torch.Tensor,
+    step_reward: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """GAE along the last dim over trainable tokens. All inputs (B, L) (``seq_id`` may be None).
+    """GAE along the last dim over trainable tokens. All inputs (B, L) (``seq_id`` and
+    ``step_reward`` may be None).
 
     ``seq_id`` cuts the last dim into independent sequences: a trainable token
     bootstraps from the next trainable token only if it has the same seq_id;
-    otherwise it is terminal and gets ``terminal_reward``.
+    otherwise it is terminal and gets ``terminal_reward``. ``step_reward`` is added
+    to the reward of every trainable token.
     """
     length = values.shape[-1]
     nxt = next_index(trainable)
@@ -144,6 +154,8 @@ def _gae_core(
     zero = values.new_zeros(())
     bootstrap = torch.where(has_next, values.gather(-1, safe), zero)
     reward = torch.where(has_next, zero, terminal_reward)
+    if step_reward is not None:
+        reward = reward + step_reward
     delta = torch.where(trainable, reward + gamma * bootstrap - values, zero)
     if seq_id is None:
         # Everything after a row's last trainable token has delta 0, so only the
@@ -178,6 +190,8 @@ def segment_gae(
     rewards: torch.Tensor,
     gamma: float,
     lam: Lam,
+    *,
+    step_rewards: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Local GAE inside each segment, ``A_loc`` (METHOD.md 3, seed doc section 9).
 
@@ -192,6 +206,7 @@ def segment_gae(
         rewards: (S,) float, reward placed at each segment's last trainable token.
         gamma: discount in [0, 1].
         lam: GAE lambda in [0, 1], a float or an (S,) tensor (one per segment).
+        step_rewards: (S, T) float or None, rewards of non-final steps at their tokens.
 
     Returns:
         (S, T) advantages, 0 at untrainable positions (and on rows with none).
@@ -205,15 +220,28 @@ def segment_gae(
             _nan_check("values", values, trainable),
             _nan_check("rewards", rewards),
             *lam_checks,
+            *_step_checks(step_rewards, values),
         ]
     )
-    return _segment_gae(values, trainable, rewards, gamma, lam_rows)
+    return _segment_gae(values, trainable, rewards, gamma, lam_rows, step_rewards)
 
 
-def _segment_gae(values, trainable, rewards, gamma, lam_rows):
+def _step_checks(step_rewards: torch.Tensor | None, values: torch.Tensor) -> list:
+    if step_rewards is None:
+        return []
+    if step_rewards.shape != values.shape or not step_rewards.is_floating_point():
+        raise ValueError(
+            f"step_rewards must be a float tensor of shape {tuple(values.shape)}, got "
+            f"{tuple(step_rewards.shape)} {step_rewards.dtype}"
+        )
+    return [_nan_check("step_rewards", step_rewards)]
+
+
+def _segment_gae(values, trainable, rewards, gamma, lam_rows, step_rewards=None):
     reward_tok = rewards.to(values.dtype)[:, None].expand_as(values)
     lam_tok = lam_rows[:, None].expand_as(values)
-    return _gae_core(values, trainable, None, reward_tok, gamma, lam_tok)
+    steps = None if step_rewards is None else step_rewards.to(values.dtype)
+    return _gae_core(values, trainable, None, reward_tok, gamma, lam_tok, steps)
 
 
 def tokens_after(
@@ -249,7 +277,9 @@ def _tokens_after(trainable, rollout_id, order):
     return out
 
 
-def _check_segmented(values, trainable, rewards, rollout_id, segment_index, gamma, lam):
+def _check_segmented(
+    values, trainable, rewards, rollout_id, segment_index, gamma, lam, step_rewards=None
+):
     num_rows, _ = _check_tokens(values, trainable)
     _check_rows("rewards", rewards, num_rows, integer=False)
     _check_rows("rollout_id", rollout_id, num_rows, integer=True)
@@ -263,6 +293,7 @@ def _check_segmented(values, trainable, rewards, rollout_id, segment_index, gamm
             _nan_check("rewards", rewards),
             *lam_checks,
             _duplicate_check(rollout_id, segment_index, order),
+            *_step_checks(step_rewards, values),
         ]
     )
     return lam_rows, order
@@ -276,6 +307,8 @@ def cross_segment_gae(
     segment_index: torch.Tensor,
     gamma: float,
     lam: Lam,
+    *,
+    step_rewards: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The paper's cross-segment correction: ``A_hat_{s,i} = (gamma lam_s)^{N_{>s}} A_loc_{s,i}``.
 
@@ -293,9 +326,9 @@ def cross_segment_gae(
         (S, T), 0 at untrainable positions.
     """
     lam_rows, order = _check_segmented(
-        values, trainable, rewards, rollout_id, segment_index, gamma, lam
+        values, trainable, rewards, rollout_id, segment_index, gamma, lam, step_rewards
     )
-    local = _segment_gae(values, trainable, rewards, gamma, lam_rows)
+    local = _segment_gae(values, trainable, rewards, gamma, lam_rows, step_rewards)
     after = _tokens_after(trainable, rollout_id, order).to(values.dtype)
     return torch.pow(gamma * lam_rows, after)[:, None] * local
 
@@ -308,6 +341,8 @@ def stitched_gae(
     segment_index: torch.Tensor,
     gamma: float,
     lam: Lam,
+    *,
+    step_rewards: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Exact GAE over each rollout's trainable tokens concatenated in segment order.
 
@@ -316,6 +351,7 @@ def stitched_gae(
         delta_k = gamma V(x_{k+1}) - V(x_k)  (k < N),   delta_N = R - V(x_N)
         A_k     = delta_k + gamma lam_{seg(k)} A_{k+1}
 
+    Step rewards (``step_rewards``) add to ``delta_k`` at their own tokens.
     At a segment boundary ``V(x_{k+1})`` is the value of the next segment's first
     trainable token (under its rebuilt context). ``R`` is the reward of the
     rollout's last segment (highest ``segment_index``); segment rewards are not
@@ -329,7 +365,7 @@ def stitched_gae(
         (S, T), 0 at untrainable positions.
     """
     lam_rows, order = _check_segmented(
-        values, trainable, rewards, rollout_id, segment_index, gamma, lam
+        values, trainable, rewards, rollout_id, segment_index, gamma, lam, step_rewards
     )
     num_rows, width = values.shape
     rid_sorted = rollout_id[order]
@@ -345,6 +381,7 @@ def stitched_gae(
         flat(final_reward),
         gamma,
         flat(lam_rows[order]),
+        None if step_rewards is None else step_rewards.to(values.dtype)[order].reshape(1, -1),
     ).reshape(num_rows, width)
     out = torch.empty_like(stitched)
     out[order] = stitched
@@ -413,10 +450,45 @@ def group_broadcast(
     )
 
 
+def bootstrapped_rewards(
+    rewards: torch.Tensor,
+    rollout_id: torch.Tensor,
+    truncated: torch.Tensor,
+    final_values: torch.Tensor,
+    gamma: float,
+) -> torch.Tensor:
+    """Terminal rewards with the environment's time-limit truncations bootstrapped.
+
+    ``R + gamma V_end`` on every row of a rollout that has a row in ``truncated``
+    (the rollout's last segment, where its end is recorded), ``R`` on the others.
+    ``V_end`` is that row's ``final_values`` entry: the critic's value of the state
+    the episode was cut in. Every estimator puts the terminal reward where it puts
+    ``R`` (local: each segment's last trainable token; stitched: the rollout's
+    last), so the cut is treated as "the return goes on from here".
+
+    Args:
+        rewards: (S,) float; rollout_id: (S,) integer; truncated: (S,) bool;
+        final_values: (S,) float (read only where ``truncated``); gamma in [0, 1].
+
+    Returns:
+        (S,) float, rewards' dtype.
+    """
+    num_rows = rewards.shape[0]
+    _check_rows("rewards", rewards, num_rows, integer=False)
+    _check_rows("rollout_id", rollout_id, num_rows, integer=True)
+    _check_rows("final_values", final_values, num_rows, integer=False)
+    if tuple(truncated.shape) != (num_rows,) or truncated.dtype != torch.bool:
+        raise ValueError(f"truncated must be a ({num_rows},) bool tensor")
+    _check_gamma(gamma)
+    tail = torch.where(truncated, gamma * final_values.to(rewards.dtype), 0.0)
+    _raise_if_any([_nan_check("final_values", tail)])
+    return rewards + per_group_sum(tail, rollout_id)
+
+
 def adaptive_lambda(
     trainable: torch.Tensor,
     rollout_id: torch.Tensor,
-    scope: LambdaScope,
+    scope: AdaptiveScope,
     alpha: float = 1.5,
 ) -> torch.Tensor:
     """Length-adaptive lambda ``lam = 1 - 1 / (alpha * l)``, clamped to ``[0, 1)``.
@@ -435,8 +507,8 @@ def adaptive_lambda(
         raise ValueError(f"trainable must be (S, T), got shape {tuple(trainable.shape)}")
     _check_mask(trainable, trainable.shape)
     _check_rows("rollout_id", rollout_id, trainable.shape[0], integer=True)
-    if scope not in LAMBDA_SCOPES:
-        raise ValueError(f"scope must be one of {LAMBDA_SCOPES}, got {scope!r}")
+    if scope not in ADAPTIVE_SCOPES:
+        raise ValueError(f"scope must be one of {ADAPTIVE_SCOPES}, got {scope!r}")
     if not alpha > 0:
         raise ValueError(f"alpha must be > 0, got {alpha}")
     length = trainable.sum(dim=1).to(torch.float32)

@@ -7,6 +7,15 @@ A checkpoint is a directory ``run_dir/checkpoints/iter-NNNNNN`` holding
     state.pt    iteration, optimiser states, RNG states (python, numpy, torch), history
     config.json the run's config, for reading; resume uses the config given on the command line
 
+``state.pt`` holds plain data only (tensors, numbers, strings, lists, tuples,
+dicts: the numpy RNG state is stored as a tensor), and :func:`load_state` reads
+it with ``torch.load(..., weights_only=True)``, so a shared run directory cannot
+run code when it is resumed or inspected. A ``state.pt`` written by earlier
+cxsim versions (full pickles) is refused with a message naming the two routes:
+convert it once (``python -m cxsim.checkpoint CHECKPOINT_DIR``) or resume with
+``cxsim train --resume --trust-checkpoint``; both unpickle it, so only for a
+checkpoint you trust.
+
 It is written under a temporary name in the same folder and renamed into place
 (``os.replace``), so a run killed at any moment leaves either the previous
 checkpoint or the new one, never a half-written directory. The newest complete
@@ -15,8 +24,10 @@ checkpoint is the one with the highest iteration.
 
 from __future__ import annotations
 
+import pickle
 import random
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,21 +45,34 @@ PREFIX = "iter-"
 
 
 def capture_rng() -> dict[str, Any]:
-    """The python, numpy and torch (CPU, and CUDA when present) RNG states."""
+    """The python, numpy and torch (CPU, and CUDA when present) RNG states, as plain data
+    that ``torch.load(weights_only=True)`` accepts."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": {
+            "kind": str(kind), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached),
+        },
         "torch": torch.get_rng_state(),
-    }
+    }  # fmt: skip
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def restore_rng(state: dict[str, Any]) -> None:
-    """Puts back the RNG states of :func:`capture_rng`."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    """Puts back the RNG states of :func:`capture_rng` (or of earlier versions' raw tuples)."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    numpy_state = state["numpy"]
+    if isinstance(numpy_state, dict):
+        keys = numpy_state["keys"].numpy().astype(np.uint32)
+        numpy_state = (
+            numpy_state["kind"], keys, numpy_state["pos"], numpy_state["has_gauss"],
+            numpy_state["cached_gaussian"],
+        )  # fmt: skip
+    np.random.set_state(numpy_state)
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -128,7 +152,65 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
-def load_state(path: str | Path) -> TrainingState:
-    """The ``state.pt`` of a checkpoint directory (our own file: full unpickling)."""
-    raw = torch.load(Path(path) / "state.pt", map_location="cpu", weights_only=False)
+class UntrustedCheckpointError(RuntimeError):
+    """A ``state.pt`` that plain-data loading refuses (an earlier format, or a tampered file)."""
+
+
+def load_state(path: str | Path, trust: bool = False) -> TrainingState:
+    """The ``state.pt`` of a checkpoint directory, loaded as plain data (``weights_only``).
+
+    ``trust=True`` unpickles it fully instead: for a checkpoint written by earlier cxsim
+    versions, from a source you trust; anything in the file can run on load.
+    """
+    file = Path(path) / "state.pt"
+    try:
+        raw = torch.load(file, map_location="cpu", weights_only=not trust)
+    except pickle.UnpicklingError as error:
+        raise UntrustedCheckpointError(
+            f"{file} holds more than plain data, so it was not loaded: it was written by an "
+            "earlier cxsim (or altered). If you trust it, convert it once with `python -m "
+            f"cxsim.checkpoint {Path(path)}` or resume with --trust-checkpoint. ({error})"
+        ) from None
     return TrainingState(**raw)
+
+
+def _plain(x: Any) -> Any:
+    """``x`` with numpy values (and the numpy RNG tuple) turned into weights-only types."""
+    if isinstance(x, dict):
+        if set(x) >= {"python", "numpy", "torch"} and isinstance(x["numpy"], tuple):
+            np.random.set_state(x["numpy"])  # re-express the old tuple through capture_rng
+            return {**{k: _plain(v) for k, v in x.items()}, "numpy": capture_rng()["numpy"]}
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return type(x)(_plain(v) for v in x)
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(x.copy())
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def convert_state(path: str | Path) -> Path:
+    """Rewrites a checkpoint's ``state.pt`` written by earlier cxsim versions as plain data
+    (it is unpickled once, so only for a checkpoint you trust). Returns the file."""
+    file = Path(path) / "state.pt"
+    saved_numpy = np.random.get_state()
+    try:
+        state = _plain(torch.load(file, map_location="cpu", weights_only=False))
+    finally:
+        np.random.set_state(saved_numpy)
+    tmp = file.with_suffix(".pt.tmp")
+    torch.save(state, tmp)
+    tmp.replace(file)
+    torch.load(file, map_location="cpu", weights_only=True)  # loads as plain data now
+    return file
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m cxsim.checkpoint CHECKPOINT_DIR ...``: convert earlier checkpoints in place."""
+    for path in sys.argv[1:] if argv is None else argv:
+        print(f"converted {convert_state(path)}")
+
+
+if __name__ == "__main__":
+    main()

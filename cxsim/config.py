@@ -15,13 +15,16 @@ import gymnasium as gym
 import tyro
 
 from cxsim.compaction import CompactionConfig
+from cxsim.estimators import ESTIMATORS
+from cxsim.loss_modes import LOSS_MODES
 
-EstimatorName = Literal["cross-segment", "local", "stitched", "group-broadcast"]
-ESTIMATORS: tuple[str, ...] = ("cross-segment", "local", "stitched", "group-broadcast")
-LossMode = Literal["token-mean", "segment-mean", "rollout-mean", "seq-mean-token-sum"]
-LOSS_MODES: tuple[str, ...] = ("token-mean", "segment-mean", "rollout-mean", "seq-mean-token-sum")
-LambdaScope = Literal["fixed", "segment", "rollout"]
-LAMBDA_SCOPES: tuple[str, ...] = ("fixed", "segment", "rollout")
+# The choices are the registries' keys (cxsim/estimators.py, cxsim/loss_modes.py): a name
+# registered there is a valid --ppo.estimator / --ppo.loss-mode, and nothing else is.
+EstimatorName = Literal[tuple(ESTIMATORS)]  # type: ignore[valid-type]
+LossMode = Literal[tuple(LOSS_MODES)]  # type: ignore[valid-type]
+ADAPTIVE_SCOPES: tuple[str, ...] = ("segment", "rollout")  # cxsim.advantages.ADAPTIVE_SCOPES
+LAMBDA_SCOPES: tuple[str, ...] = ("fixed", *ADAPTIVE_SCOPES)
+LambdaScope = Literal[LAMBDA_SCOPES]  # type: ignore[valid-type]
 TrainProtocol = Literal["compacted", "single"]
 PolicySize = Literal["tiny", "small", "base"]
 
@@ -76,9 +79,25 @@ def _one_of(name: str, value: str, choices: tuple[str, ...]) -> None:
 
 
 def check_env_id(env_id: str) -> None:
-    """Raises ValueError unless ``env_id`` is registered with gymnasium (cxsim ids included)."""
+    """Raises ValueError unless ``env_id`` is registered with gymnasium (cxsim ids included).
+
+    ``module:id`` (gymnasium's own form) imports ``module`` first, so that a user's module
+    registers its ids; ``gymnasium.make`` accepts the same string.
+    """
+    import importlib
+
     import cxsim.envs  # noqa: F401  (registers the cxsim ids)
 
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ValueError(
+                f"--env.env-id {env_id!r}: cannot import module {module!r} ({error}); put it "
+                "on PYTHONPATH or install it"
+            ) from error
+        env_id = name
     if env_id not in gym.registry:
         cxsim_ids = sorted(k for k in gym.registry if k.startswith("cxsim/"))
         raise ValueError(
@@ -100,7 +119,8 @@ class EnvConfig:
     """Which environment, and its keyword arguments."""
 
     env_id: str = DEFAULT_ENV
-    """Gymnasium id (``cxsim/KeyRecall-v0``, ``cxsim/FactUpdate-v0``, ``cxsim/SimRepo-v0``, presets)."""
+    """Gymnasium id (``cxsim/KeyRecall-v0``, ``cxsim/FactUpdate-v0``, ``cxsim/SimRepo-v0``, presets),
+    or ``my_module:my/Env-v0`` for your own Text-in/Text-out env (the module is imported first)."""
     kwargs: EnvKwargs = field(default_factory=lambda: dict(DEFAULT_ENV_KWARGS))
     """Keyword arguments for ``gymnasium.make`` (e.g. ``--env.kwargs memory_length 12 num_values 4``;
     they replace the defaults, which suit KeyRecall and FactUpdate)."""
@@ -111,8 +131,11 @@ class EnvConfig:
     @property
     def system_prompt(self) -> str:
         """The environment's system prompt (builds one instance; checks the kwargs too)."""
+        from cxsim.runtime import check_text_env, env_system_prompt
+
         env = gym.make(self.env_id, **self.kwargs)
-        prompt = env.unwrapped.system_prompt
+        check_text_env(env, self.env_id)
+        prompt = env_system_prompt(env)
         env.close()
         return prompt
 
@@ -157,8 +180,9 @@ class PPOConfig:
     """``compacted``: rollouts under the compaction runtime (CompactionRL);
     ``single``: no compaction, an episode fails when its window fills ("PPO without compaction")."""
     estimator: EstimatorName = "cross-segment"
-    """``cross-segment`` (paper: local GAE times (gamma lambda)^N_{>s}), ``local`` (no correction),
-    ``stitched`` (exact GAE across boundaries), ``group-broadcast`` (SUPO/GRPO; no critic)."""
+    """Advantage estimator (cxsim/estimators.py): ``cross-segment`` (the paper: local GAE times
+    (gamma lambda)^N_{>s}), ``local`` (no correction), ``stitched`` (exact GAE across
+    boundaries), ``group-broadcast`` (SUPO/GRPO; no critic), and any name registered there."""
     gamma: float = 1.0
     """Discount per trainable token."""
     lam: float = 0.95
@@ -169,12 +193,19 @@ class PPOConfig:
     alpha: float = 1.5
     """Length-adaptive lambda coefficient."""
     loss_mode: LossMode = "token-mean"
-    """Policy-loss reduction: ``token-mean`` (paper; global token count), ``segment-mean``,
-    ``rollout-mean``, ``seq-mean-token-sum``."""
+    """Policy-loss reduction (cxsim/loss_modes.py): ``token-mean`` (paper; global token count),
+    ``segment-mean``, ``rollout-mean``, ``seq-mean-token-sum``, and any name registered there."""
     train_summaries: bool = True
     """Train the summary tokens too (False: the "w/o summary training" ablation)."""
-    returns_from: Literal["corrected", "uncorrected"] = "corrected"
-    """Critic targets ``A + V`` from the corrected or the local (uncorrected) advantages."""
+    bootstrap_truncated: bool = False
+    """At an episode the environment truncated (its time limit), add ``gamma V`` of the state it
+    was cut in to the terminal reward. False (the method): every ending is a failure, never
+    bootstrapped. Endings by the runtime (window full, turn cap) and compaction boundaries are
+    never bootstrapped."""
+    ratio_check_atol: float | None = 1e-3
+    """Before the first actor step, every |log ratio| must be at most this (the policy has not
+    moved since it sampled): a larger one means sampling and scoring disagree (e.g. another
+    temperature) and training stops. None: no check."""
     whiten: bool = True
     """Whiten advantages over the batch's policy tokens before the policy loss."""
     group_size: int = 1
@@ -211,11 +242,12 @@ class PPOConfig:
     """Sampling temperature for training rollouts (log-probs are under this distribution)."""
 
     def __post_init__(self) -> None:
-        _one_of("estimator", self.estimator, ESTIMATORS)
-        _one_of("loss_mode", self.loss_mode, LOSS_MODES)
+        _one_of("estimator", self.estimator, tuple(ESTIMATORS))
+        _one_of("loss_mode", self.loss_mode, tuple(LOSS_MODES))
         _one_of("lambda_scope", self.lambda_scope, LAMBDA_SCOPES)
         _one_of("protocol", self.protocol, ("compacted", "single"))
-        _one_of("returns_from", self.returns_from, ("corrected", "uncorrected"))
+        if self.ratio_check_atol is not None and self.ratio_check_atol <= 0:
+            raise ValueError(f"ratio_check_atol={self.ratio_check_atol} must be positive (or None)")
         if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.lam <= 1.0:
             raise ValueError(f"gamma={self.gamma} and lam={self.lam} must lie in [0, 1]")
         if self.alpha <= 0:
@@ -225,10 +257,15 @@ class PPOConfig:
                 f"rollouts_per_batch={self.rollouts_per_batch} must be a positive multiple of "
                 f"group_size={self.group_size}: change --ppo.rollouts-per-batch or --ppo.group-size"
             )
-        if self.estimator == "group-broadcast" and self.group_size < 2:
+        if self.estimator == "group-broadcast" and self.group_size < 2:  # needs groups
             raise ValueError(
                 "estimator='group-broadcast' normalises rewards within a group: set "
                 "--ppo.group-size to 2 or more"
+            )
+        if self.bootstrap_truncated and not self.uses_critic:
+            raise ValueError(
+                f"--ppo.bootstrap-truncated bootstraps from the critic's value, and estimator="
+                f"{self.estimator!r} has no critic: drop the flag or choose a critic estimator"
             )
         for name in ("iterations", "critic_warmup"):
             if getattr(self, name) < 0:
@@ -250,7 +287,8 @@ class PPOConfig:
 
     @property
     def uses_critic(self) -> bool:
-        return self.estimator != "group-broadcast"
+        """The estimator needs a critic (its ``needs_critic`` in cxsim/estimators.py)."""
+        return ESTIMATORS[self.estimator].needs_critic
 
 
 @dataclass(frozen=True)

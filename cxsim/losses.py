@@ -8,15 +8,20 @@ applied only in :func:`aggregate` (or :func:`masked_mean`). ``S`` segments,
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal, get_args
-
 import torch
 
-from cxsim.scans import first_in_group, per_group_sum
+from cxsim.loss_modes import LOSS_MODES
+from cxsim.scans import per_group_sum
 
-LossMode = Literal["token-mean", "segment-mean", "rollout-mean", "seq-mean-token-sum"]
-LOSS_MODES: tuple[LossMode, ...] = get_args(LossMode)
+__all__ = [
+    "LOSS_MODES",
+    "aggregate",
+    "entropy_from_logits",
+    "masked_mean",
+    "policy_loss",
+    "rollout_token_counts",
+    "value_loss",
+]
 
 
 def _same_shape(**tensors: torch.Tensor) -> None:
@@ -117,88 +122,16 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
 
 
-# --------------------------------------------------------------------------- aggregation
-
-
-def _masked_rows(loss: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row masked token sum and token count, both (S,) in loss's dtype."""
-    picked = torch.where(mask, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
-    return picked.sum(dim=1), mask.sum(dim=1).to(loss.dtype)
-
-
-def _divide(total: torch.Tensor, local_count: torch.Tensor, denominator) -> torch.Tensor:
-    if denominator is None:
-        return total / local_count.clamp(min=1)
-    return total / denominator
-
-
-def _token_mean(loss, mask, rollout_id, denominator):
-    row_sum, row_count = _masked_rows(loss, mask)
-    return _divide(row_sum.sum(), row_count.sum(), denominator)
-
-
-def _segment_mean(loss, mask, rollout_id, denominator):
-    row_sum, row_count = _masked_rows(loss, mask)
-    votes = row_count > 0
-    row_mean = row_sum / row_count.clamp(min=1)
-    return _divide(row_mean.sum(), votes.sum(), denominator)
-
-
-def _seq_mean_token_sum(loss, mask, rollout_id, denominator):
-    row_sum, row_count = _masked_rows(loss, mask)
-    return _divide(row_sum.sum(), (row_count > 0).sum(), denominator)
-
-
-def _rollout_mean(loss, mask, rollout_id, denominator, rollout_tokens=None):
-    if rollout_id is None:
-        raise ValueError("rollout_id is required for mode 'rollout-mean'")
-    rows = (loss.shape[0],)
-    if tuple(rollout_id.shape) != rows:
-        raise ValueError(f"rollout_id must have shape {rows}, got {tuple(rollout_id.shape)}")
-    row_sum, row_count = _masked_rows(loss, mask)
-    tokens_here = per_group_sum(row_count, rollout_id)
-    if rollout_tokens is None:  # every rollout lies whole in this batch
-        rollout_tokens = tokens_here
-    elif tuple(rollout_tokens.shape) != rows:
-        raise ValueError(
-            f"rollout_tokens must have shape {rows}, got {tuple(rollout_tokens.shape)}"
-        )
-    # each row adds its share of its rollout's mean; one row per rollout casts the vote
-    shares = row_sum / rollout_tokens.to(loss.dtype).clamp(min=1)
-    votes = first_in_group(rollout_id) & (tokens_here > 0)
-    return _divide(shares.sum(), votes.sum(), denominator)
-
-
-_AGGREGATORS: dict[LossMode, Callable[..., torch.Tensor]] = {
-    "token-mean": _token_mean,
-    "segment-mean": _segment_mean,
-    "rollout-mean": _rollout_mean,
-    "seq-mean-token-sum": _seq_mean_token_sum,
-}
-
-
 def aggregate(
     loss: torch.Tensor,
     mask: torch.Tensor,
-    mode: LossMode,
+    mode: str,
     rollout_id: torch.Tensor | None = None,
     denominator: float | torch.Tensor | None = None,
     rollout_tokens: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Reduces a per-token loss (S, T) over ``mask`` (S, T) bool to a scalar.
-
-    With ``M`` the masked tokens, ``M_s`` those of segment s, ``M_tau`` those of
-    rollout tau (over all its segments), and only segments/rollouts with at
-    least one masked token voting:
-
-    - ``token-mean``: ``sum_{(s,t) in M} l_{s,t} / |M|`` (the paper). Every
-      token weighs the same, whatever its segment's length.
-    - ``segment-mean``: ``1/S' sum_s (sum_{t in M_s} l_{s,t} / |M_s|)``; each
-      segment one vote (the "w/o token-level loss" ablation).
-    - ``rollout-mean``: ``1/R' sum_tau (sum_{(s,t) in M_tau} l_{s,t} / |M_tau|)``;
-      each rollout one vote. Needs ``rollout_id`` (S,).
-    - ``seq-mean-token-sum``: ``1/S' sum_s sum_{t in M_s} l_{s,t}``; per-segment
-      token sums, averaged over segments (as in common RLHF frameworks).
+    """Reduces a per-token loss (S, T) over ``mask`` (S, T) bool to a scalar, as the loss
+    mode ``mode`` of :data:`cxsim.loss_modes.LOSS_MODES` defines (its docstring lists them).
 
     ``denominator`` replaces the local count in the final division (``|M|``,
     ``S'`` or ``R'``) with one counted over all micro-batches, accumulation steps
@@ -214,11 +147,9 @@ def aggregate(
         raise ValueError(f"loss must be (S, T), got shape {tuple(loss.shape)}")
     if mask.dtype != torch.bool:
         raise ValueError(f"mask must be a bool tensor, got dtype {mask.dtype}")
-    if mode not in _AGGREGATORS:
-        raise ValueError(f"mode must be one of {LOSS_MODES}, got {mode!r}")
-    if mode == "rollout-mean":
-        return _rollout_mean(loss, mask, rollout_id, denominator, rollout_tokens)
-    return _AGGREGATORS[mode](loss, mask, rollout_id, denominator)
+    if mode not in LOSS_MODES:
+        raise ValueError(f"mode must be one of {tuple(LOSS_MODES)}, got {mode!r}")
+    return LOSS_MODES[mode].reduce(loss, mask, rollout_id, denominator, rollout_tokens)
 
 
 def rollout_token_counts(mask: torch.Tensor, rollout_id: torch.Tensor) -> torch.Tensor:

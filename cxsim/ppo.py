@@ -1,12 +1,14 @@
 """PPO on a batch of compaction segments: scoring, critic update, actor update.
 
-Three functions, each taking the batch and returning ``dict[str, float]``
-(METHOD.md sections 3-5):
+Three functions (METHOD.md sections 3-5):
 
 - :func:`score_batch`: critic values (no grad), advantages of the configured
-  estimator, critic targets, whitening. Results go into ``batch.extras``.
-- :func:`critic_update`: value-loss passes over the batch.
-- :func:`actor_update`: clipped-PPO passes over the batch.
+  estimator (``cxsim.estimators.ESTIMATORS``), critic targets, whitening; returns
+  a :class:`ScoredBatch` and its statistics.
+- :func:`critic_update`: value-loss passes over the scored batch.
+- :func:`actor_update`: clipped-PPO passes over the scored batch. Before its first
+  step it checks that the ratio is 1 (the policy has not moved since it sampled),
+  naming the sampling and the scoring temperature when it is not.
 
 Rollout collection stays outside (the runtime), so a data-parallel version can
 collect and score its shard and call the same updates with a ``global_sum``
@@ -16,8 +18,9 @@ Masks (STYLE.md 5): ``policy_mask`` = trainable tokens that enter the policy
 loss under the config (summary rows dropped for "w/o summary training"); it is
 also the mask the estimators step over, so ``N_{>s}`` and the adaptive
 lambda's length count exactly the tokens that are trained. ``attention`` is
-padding only. Rewards are terminal; a rollout truncated by an exhausted
-context carries reward 0 from the runtime and is never bootstrapped.
+padding only. The terminal reward ``R`` sits where the method puts it; step
+rewards at their own tokens; an episode the environment truncated is
+bootstrapped only with ``bootstrap_truncated`` (default: a failure, as the method).
 
 Loss denominators: each optimiser step (a minibatch) divides by its count over
 the *whole* minibatch, whatever the micro-batching (token-mean: ``|M|`` of the
@@ -28,22 +31,18 @@ Shapes: S segments (rows), T padded tokens.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import torch
 from transformers import PreTrainedModel
 
-from cxsim.advantages import (
-    adaptive_lambda,
-    critic_returns,
-    cross_segment_gae,
-    group_broadcast,
-    segment_gae,
-    stitched_gae,
-    whiten,
-)
+from cxsim.advantages import adaptive_lambda, bootstrapped_rewards, critic_returns, whiten
 from cxsim.agents.models import sequence_logprobs
 from cxsim.config import PPOConfig
+from cxsim.estimators import ESTIMATORS, EstimatorInputs
+from cxsim.loss_modes import LOSS_MODES
 from cxsim.losses import aggregate, masked_mean, policy_loss, rollout_token_counts, value_loss
 from cxsim.segments import SegmentBatch
 
@@ -55,6 +54,9 @@ Whiten = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """Whitens (S, T) advantages over a (S, T) mask: ``whiten``, or its all-rank version."""
 
 
+B = TypeVar("B", SegmentBatch, "ScoredBatch")
+
+
 def _identity(x: torch.Tensor) -> torch.Tensor:
     return x
 
@@ -63,33 +65,57 @@ def _no_sync(model: torch.nn.Module) -> None:
     return None
 
 
+@dataclass(frozen=True)
+class ScoredBatch:
+    """A segment batch with what :func:`score_batch` computed for it. All (S, T) unless noted."""
+
+    batch: SegmentBatch
+    values: torch.Tensor
+    """Critic values at scoring time (zeros without a critic); the value clip's old values."""
+    advantages: torch.Tensor
+    """Advantages as trained (whitened when the config says so); 0 off ``policy_mask``."""
+    returns: torch.Tensor
+    """Critic targets ``G = A + V`` from the estimator's unwhitened advantages."""
+    policy_mask: torch.Tensor
+    """bool: tokens in the policy loss, the value loss and the estimator."""
+    lam: torch.Tensor
+    """(S,) the lambda each row's GAE used."""
+    rollout_tokens: torch.Tensor | None = None
+    """(S,) each row's rollout's policy tokens in the minibatch (loss modes that need it)."""
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    @property
+    def lengths(self) -> torch.Tensor:  # (S,)
+        return self.batch.lengths
+
+    def select(self, rows: torch.Tensor | Sequence[int]) -> ScoredBatch:
+        """The given rows (a minibatch)."""
+        idx = torch.as_tensor(rows, dtype=torch.long, device=self.values.device)
+        pick = self.rollout_tokens[idx] if self.rollout_tokens is not None else None
+        return ScoredBatch(
+            self.batch.select(idx), self.values[idx], self.advantages[idx], self.returns[idx],
+            self.policy_mask[idx], self.lam[idx], pick,
+        )  # fmt: skip
+
+    def trim(self, width: int) -> ScoredBatch:
+        """Cut to the first ``width`` positions."""
+        return ScoredBatch(
+            self.batch.trim(width), self.values[:, :width], self.advantages[:, :width],
+            self.returns[:, :width], self.policy_mask[:, :width], self.lam, self.rollout_tokens,
+        )  # fmt: skip
+
+
 # --------------------------------------------------------------------------- batching
 
 
-def micro_batches(batch: SegmentBatch, rows: int) -> Iterator[SegmentBatch]:
-    """Consecutive chunks of ``rows`` segments, each trimmed to its longest real length."""
+def micro_batches(batch: B, rows: int) -> Iterator[B]:
+    """Consecutive chunks of ``rows`` segments (of a :class:`SegmentBatch` or a
+    :class:`ScoredBatch`), each trimmed to its longest real length."""
     for start in range(0, len(batch), rows):
         chunk = batch.select(list(range(start, min(start + rows, len(batch)))))
-        width = int(chunk.lengths.max())
-        yield trim(chunk, width)
-
-
-def trim(batch: SegmentBatch, width: int) -> SegmentBatch:
-    """The batch cut to its first ``width`` positions (padding beyond is dropped)."""
-    cut = {
-        name: getattr(batch, name)[:, :width]
-        for name in ("token_ids", "trainable", "attention", "logprobs")
-    }
-    extras = {k: (v[:, :width] if v.dim() == 2 else v) for k, v in batch.extras.items()}
-    return SegmentBatch(
-        **cut,
-        is_summary=batch.is_summary,
-        rollout_id=batch.rollout_id,
-        segment_index=batch.segment_index,
-        rewards=batch.rewards,
-        group_id=batch.group_id,
-        extras=extras,
-    )
+        yield chunk.trim(int(chunk.lengths.max()))
 
 
 def minibatch_rows(batch: SegmentBatch, minibatches: int) -> list[torch.Tensor]:
@@ -110,21 +136,12 @@ def minibatch_rows(batch: SegmentBatch, minibatches: int) -> list[torch.Tensor]:
 def loss_denominator(
     mask: torch.Tensor, mode: str, rollout_id: torch.Tensor, global_sum: GlobalSum = _identity
 ) -> torch.Tensor:
-    """The count a minibatch's loss is divided by (see ``cxsim.losses.aggregate``).
-
-    token-mean: masked tokens; segment-mean and seq-mean-token-sum: segments with
-    a masked token; rollout-mean: rollouts with a masked token. Counted over the
-    whole minibatch and summed over ranks by ``global_sum``; at least 1.
-    """
-    rows_with_tokens = mask.any(dim=1)
-    if mode == "token-mean":
-        count = mask.sum()
-    elif mode in ("segment-mean", "seq-mean-token-sum"):
-        count = rows_with_tokens.sum()
-    elif mode == "rollout-mean":
-        count = torch.tensor(len(torch.unique(rollout_id[rows_with_tokens])))
-    else:
-        raise ValueError(f"unknown loss mode {mode!r}")
+    """The count a minibatch's loss is divided by: the mode's ``count``
+    (``cxsim.loss_modes.LOSS_MODES``) over the whole minibatch, summed over ranks by
+    ``global_sum``; at least 1."""
+    if mode not in LOSS_MODES:
+        raise ValueError(f"unknown loss mode {mode!r}; choose one of: {', '.join(LOSS_MODES)}")
+    count = LOSS_MODES[mode].count(mask, rollout_id)
     return global_sum(count.to(torch.float32)).clamp(min=1.0)
 
 
@@ -143,21 +160,40 @@ def critic_values(critic: torch.nn.Module, batch: SegmentBatch, rows: int) -> to
     return values
 
 
+@torch.no_grad()
+def final_values(
+    critic: torch.nn.Module, batch: SegmentBatch, rows: torch.Tensor, continuation: Sequence[int]
+) -> torch.Tensor:
+    """(S,) the critic's value of each row in ``rows`` after all its tokens and then
+    ``continuation`` (the assistant header: the state the next response would start in);
+    0 on the other rows."""
+    out = torch.zeros(len(batch), dtype=torch.float32)
+    extra = torch.tensor(list(continuation), dtype=torch.long)
+    for row in rows.tolist():
+        n = int(batch.lengths[row])
+        ids = torch.cat([batch.token_ids[row, :n], extra, extra.new_zeros(1)])[None]
+        values = critic(ids, torch.ones_like(ids, dtype=torch.bool))
+        out[row] = values[0, -1].float()  # V(all tokens + continuation)
+    return out
+
+
 def score_batch(
     batch: SegmentBatch,
     critic: torch.nn.Module | None,
     cfg: PPOConfig,
     whiten_fn: Whiten = whiten,
-) -> tuple[SegmentBatch, dict[str, float]]:
-    """Adds ``values``, ``advantages`` (as trained), ``returns``, ``policy_mask`` and the
-    per-row ``lam`` (S,) to extras.
+    continuation: Sequence[int] = (),
+) -> tuple[ScoredBatch, dict[str, float]]:
+    """Values, advantages (``ESTIMATORS[cfg.estimator]``), returns and the per-row lambda.
 
-    Advantages per ``cfg.estimator`` on ``policy_mask``; lambda fixed or length-
-    adaptive (``cfg.lambda_scope``); critic targets ``A + V`` from the corrected or
-    the local advantages (``cfg.returns_from``); whitening last, if on.
+    lambda fixed or length-adaptive (``cfg.lambda_scope``); terminal rewards
+    bootstrapped at environment truncations when ``cfg.bootstrap_truncated`` (from the
+    critic's value after the row and ``continuation``, :func:`final_values`); critic
+    targets ``A + V`` from the estimator's advantages; whitening last, if on.
     """
     mask = batch.policy_mask(cfg.train_summaries)  # (S, T)
-    if critic is not None:
+    estimator = ESTIMATORS[cfg.estimator]
+    if critic is not None and estimator.needs_critic:
         values = critic_values(critic, batch, cfg.micro_batch_rows)
     else:
         values = torch.zeros(batch.token_ids.shape, dtype=torch.float32)
@@ -165,18 +201,18 @@ def score_batch(
         lam: float | torch.Tensor = cfg.lam
     else:
         lam = adaptive_lambda(mask, batch.rollout_id, cfg.lambda_scope, cfg.alpha)  # (S,)
-    args = (batch.rollout_id, batch.segment_index, cfg.gamma, lam)
-    local = segment_gae(values, mask, batch.rewards, cfg.gamma, lam)
-    if cfg.estimator == "local":
-        advantages = local
-    elif cfg.estimator == "cross-segment":
-        advantages = cross_segment_gae(values, mask, batch.rewards, *args)
-    elif cfg.estimator == "stitched":
-        advantages = stitched_gae(values, mask, batch.rewards, *args)
-    else:  # group-broadcast: no critic, no lambda
-        advantages = group_broadcast(batch.rewards, mask, batch.rollout_id, batch.group_id)
-    target_adv = advantages if cfg.returns_from == "corrected" else local
-    returns = critic_returns(target_adv, values, mask)
+    rewards = batch.rewards
+    truncated = batch.ends("env_truncated")
+    if cfg.bootstrap_truncated and critic is not None and bool(truncated.any()):
+        tail = final_values(critic, batch, torch.nonzero(truncated).squeeze(1), continuation)
+        rewards = bootstrapped_rewards(rewards, batch.rollout_id, truncated, tail, cfg.gamma)
+    inputs = EstimatorInputs(
+        values=values, mask=mask, rewards=rewards, step_rewards=batch.step_rewards,
+        rollout_id=batch.rollout_id, segment_index=batch.segment_index,
+        group_id=batch.group_id, gamma=cfg.gamma, lam=lam,
+    )  # fmt: skip
+    advantages = estimator.advantages(inputs)
+    returns = critic_returns(advantages, values, mask)
     trained = whiten_fn(advantages, mask) if cfg.whiten else advantages
 
     summary_rows = batch.is_summary[:, None] & mask
@@ -192,10 +228,8 @@ def score_batch(
         "charts/policy_tokens": float(mask.sum()),
     }
     lam_rows = torch.as_tensor(lam, dtype=torch.float32).expand(len(batch))  # (S,)
-    batch = batch.with_extras(
-        values=values, advantages=trained, returns=returns, policy_mask=mask, lam=lam_rows
-    )
-    return batch, stats
+    scored = ScoredBatch(batch, values, trained, returns, mask, lam_rows.clone())
+    return scored, stats
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
@@ -212,31 +246,26 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 def critic_update(
     critic: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    batch: SegmentBatch,
+    scored: ScoredBatch,
     cfg: PPOConfig,
     passes: int,
     global_sum: GlobalSum = _identity,
     sync_grads: SyncGrads = _no_sync,
 ) -> dict[str, float]:
-    """``passes`` passes of ``cfg.minibatches`` steps on the token-mean value loss.
-
-    Needs ``values``, ``returns`` and ``policy_mask`` in ``batch.extras`` (from
-    :func:`score_batch`).
-    """
+    """``passes`` passes of ``cfg.minibatches`` steps on the token-mean value loss."""
     losses, norms = [], []
     for _ in range(passes):
-        for rows in minibatch_rows(batch, cfg.minibatches):
-            minibatch = batch.select(rows)
-            mask = minibatch.extras["policy_mask"]
-            denom = loss_denominator(mask, "token-mean", minibatch.rollout_id, global_sum)
+        for rows in minibatch_rows(scored.batch, cfg.minibatches):
+            minibatch = scored.select(rows)
+            denom = loss_denominator(
+                minibatch.policy_mask, "token-mean", minibatch.batch.rollout_id, global_sum
+            )
             optimizer.zero_grad(set_to_none=True)
             total = 0.0
             for micro in micro_batches(minibatch, cfg.micro_batch_rows):
-                values = critic(micro.token_ids, micro.attention)  # (s, t)
-                per_token = value_loss(
-                    values, micro.extras["values"], micro.extras["returns"], cfg.value_clip_eps
-                )
-                loss = aggregate(per_token, micro.extras["policy_mask"], "token-mean", None, denom)
+                values = critic(micro.batch.token_ids, micro.batch.attention)  # (s, t)
+                per_token = value_loss(values, micro.values, micro.returns, cfg.value_clip_eps)
+                loss = aggregate(per_token, micro.policy_mask, "token-mean", None, denom)
                 loss.backward()
                 total += float(loss.detach())
             sync_grads(critic)  # summed over ranks: with the global denominator, the full gradient
@@ -251,10 +280,29 @@ def critic_update(
     }
 
 
+class RatioCheckError(RuntimeError):
+    """The first actor pass found ratios away from 1: sampling and scoring disagree."""
+
+
+def check_first_ratio(
+    worst: float, atol: float, sampled: float | None, scored: float, global_sum: GlobalSum
+) -> None:
+    """Raises :class:`RatioCheckError` when any rank's largest masked |log ratio| before the
+    first step (``worst`` here) exceeds ``atol``; every rank takes part, so all stop together."""
+    flagged = global_sum(torch.tensor(float(worst > atol)))
+    if float(flagged) > 0:
+        said = "an unrecorded temperature" if sampled is None else f"temperature {sampled:g}"
+        raise RatioCheckError(
+            f"before any update the policy ratio is exp(+-{worst:.3g}), not 1: the rollouts were "
+            f"sampled at {said} and are scored at temperature {scored:g} (--ppo.temperature); "
+            "sample and score at the same temperature"
+        )
+
+
 def actor_update(
     policy: PreTrainedModel,
     optimizer: torch.optim.Optimizer,
-    batch: SegmentBatch,
+    scored: ScoredBatch,
     cfg: PPOConfig,
     global_sum: GlobalSum = _identity,
     sync_grads: SyncGrads = _no_sync,
@@ -263,39 +311,35 @@ def actor_update(
 
     Loss per step: ``aggregate(policy_loss, policy_mask, cfg.loss_mode)`` minus
     ``entropy_coef`` times the same reduction of the entropy, with the
-    minibatch's global denominator. Needs ``advantages`` and ``policy_mask``
-    in ``batch.extras``.
+    minibatch's global denominator. The largest |log ratio| of the first minibatch,
+    before any optimiser step, is checked with :func:`check_first_ratio`
+    (``cfg.ratio_check_atol``), before any gradient is applied.
     """
+    mode = LOSS_MODES[cfg.loss_mode]
     sums = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "entropy": 0.0, "ratio_max": 0.0}
-    tokens, steps, norms = 0.0, 0, []
+    tokens, steps, norms, first_ratio = 0.0, 0, [], 0.0
     for _ in range(cfg.epochs):
-        for rows in minibatch_rows(batch, cfg.minibatches):
-            minibatch = batch.select(rows)
-            denom = loss_denominator(
-                minibatch.extras["policy_mask"], cfg.loss_mode, minibatch.rollout_id, global_sum
-            )
-            if cfg.loss_mode == "rollout-mean":  # micro-batches may split a rollout
-                minibatch.extras["rollout_tokens"] = rollout_token_counts(
-                    minibatch.extras["policy_mask"], minibatch.rollout_id
-                )
+        for rows in minibatch_rows(scored.batch, cfg.minibatches):
+            minibatch = scored.select(rows)
+            rid = minibatch.batch.rollout_id
+            denom = loss_denominator(minibatch.policy_mask, cfg.loss_mode, rid, global_sum)
+            if mode.needs_rollout_tokens:  # micro-batches may split a rollout
+                counts = rollout_token_counts(minibatch.policy_mask, rid)
+                minibatch = replace(minibatch, rollout_tokens=counts)
             optimizer.zero_grad(set_to_none=True)
             for micro in micro_batches(minibatch, cfg.micro_batch_rows):
-                mask = micro.extras["policy_mask"]
-                per_rollout = micro.extras.get("rollout_tokens")
+                mask, b = micro.policy_mask, micro.batch
                 logprobs, entropy = sequence_logprobs(
-                    policy, micro.token_ids, micro.attention, cfg.temperature, return_entropy=True
+                    policy, b.token_ids, b.attention, cfg.temperature, return_entropy=True
                 )
-                per_token, stats = policy_loss(
-                    logprobs, micro.logprobs, micro.extras["advantages"], cfg.clip_eps
-                )
-                loss = aggregate(
-                    per_token, mask, cfg.loss_mode, micro.rollout_id, denom, per_rollout
-                )
+                per_token, stats = policy_loss(logprobs, b.logprobs, micro.advantages, cfg.clip_eps)
+                if steps == 0 and mask.any():  # nothing has moved the policy since it sampled
+                    log_ratio = (logprobs.detach() - b.logprobs)[mask]
+                    first_ratio = max(first_ratio, float(log_ratio.abs().max()))
+                args = (b.rollout_id, denom, micro.rollout_tokens)
+                loss = aggregate(per_token, mask, cfg.loss_mode, *args)
                 if cfg.entropy_coef:
-                    bonus = aggregate(
-                        entropy, mask, cfg.loss_mode, micro.rollout_id, denom, per_rollout
-                    )
-                    loss = loss - cfg.entropy_coef * bonus
+                    loss = loss - cfg.entropy_coef * aggregate(entropy, mask, cfg.loss_mode, *args)
                 loss.backward()
                 n = float(mask.sum())
                 tokens += n
@@ -305,6 +349,11 @@ def actor_update(
                 sums["entropy"] += float(masked_mean(entropy.detach(), mask)) * n
                 if n:
                     sums["ratio_max"] = max(sums["ratio_max"], float(stats["ratio"][mask].max()))
+            if steps == 0 and cfg.ratio_check_atol is not None:
+                sampled = scored.batch.temperature
+                check_first_ratio(
+                    first_ratio, cfg.ratio_check_atol, sampled, cfg.temperature, global_sum
+                )
             sync_grads(policy)  # summed over ranks: with the global denominator, the full gradient
             norms.append(
                 float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))
@@ -318,5 +367,6 @@ def actor_update(
         "losses/clip_fraction": sums["clipped"] / tokens,
         "losses/entropy": sums["entropy"] / tokens,
         "losses/ratio_max": sums["ratio_max"],
+        "losses/first_log_ratio_max": first_ratio,
         "losses/actor_grad_norm": sum(norms) / len(norms),
     }

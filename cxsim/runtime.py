@@ -20,10 +20,21 @@ Decisions the paper leaves open, made here:
   reserve + header + response cap + the longest observation to rule this out.
   An observation after which the environment terminated is not needed for any
   further response; it is kept in the window only when it fits in C.
-- **Rewards.** ``reward`` is the sum of the environment's rewards over the
-  episode; an episode the runtime truncates (``window_full``, ``max_turns``,
-  ``observation_overflow``) never reaches the success reward. ``success`` is the
-  environment's ``info["success"]`` at the end, False when truncated.
+- **Rewards, where they happen.** The reward of the step that ended the episode
+  (terminated or truncated by the environment) is the terminal reward ``R``: every
+  recorded segment carries it (``Segment.reward``; the estimators put it at each
+  segment's last trainable token, as the method does). Every other step's reward is
+  a step reward, at the last token of the response that earned it
+  (``Segment.step_rewards``), in that window only. An episode the runtime ends
+  (``window_full``, ``max_turns``, ``observation_overflow``) has ``R = 0``: it never
+  reaches the success reward. ``RolloutRecord.reward`` is the episode's return (all
+  rewards summed). ``success`` is the environment's ``info["success"]`` at the end
+  when it provides one (else: terminated with ``R > 0``), False when the runtime ended it.
+- **Episode ends.** The last recorded segment of a rollout carries its end reason
+  (``Segment.end``); earlier segments carry ``none``: a compaction ends nothing.
+- **Ground truth is optional.** Summary recall is measured when the environment
+  has a ``summary_recall(summary, info)`` method, or else provides cxsim's
+  ``key_facts`` and ``needed_facts`` info keys; otherwise it is simply not recorded.
 - **Recorded segments.** Execution windows with no token generated in them are
   not recorded (they carry no training signal); summary segments are recorded
   only when the acting policy wrote the summary (not under
@@ -34,7 +45,7 @@ Decisions the paper leaves open, made here:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -45,13 +56,47 @@ from cxsim.agent_api import Agent, TurnRequest, TurnResponse
 from cxsim.agents.chat import ChatFormat
 from cxsim.compaction import CompactionConfig
 from cxsim.envs.scripted import summary_recall
-from cxsim.segments import Segment
+from cxsim.segments import EpisodeEnd, Segment
 
 __all__ = ["CompactionConfig", "RolloutBatch", "RolloutRecord", "collect_rollouts"]
 
 EndReason = Literal[
     "terminated", "env_truncated", "window_full", "max_turns", "observation_overflow"
 ]
+
+RecallHook = Callable[[str, dict[str, Any]], dict[str, bool]]
+"""``(summary text, info) -> {needed fact: kept its current value}``."""
+
+
+def recall_hook(env: gym.Env) -> RecallHook | None:
+    """How to score a summary against the environment's ground truth, if it has any: its own
+    ``summary_recall`` method, else cxsim's ``key_facts`` / ``needed_facts`` info keys."""
+    own = getattr(env.unwrapped, "summary_recall", None)
+    if callable(own):
+        return own
+    return _info_recall
+
+
+def check_text_env(env: gym.Env, env_id: str) -> None:
+    """Raises ValueError unless the env observes and acts in text (``gymnasium.spaces.Text``)."""
+    for name in ("observation_space", "action_space"):
+        space = getattr(env, name, None)
+        if not isinstance(space, gym.spaces.Text):
+            raise ValueError(
+                f"environment {env_id!r} has {name} {space!r}; cxsim needs gymnasium.spaces.Text "
+                "observations and actions (text in, text out)"
+            )
+
+
+def env_system_prompt(env: gym.Env) -> str:
+    """The env's ``system_prompt`` attribute (cxsim's envs have one), else empty."""
+    return str(getattr(env.unwrapped, "system_prompt", ""))
+
+
+def _info_recall(summary: str, info: dict[str, Any]) -> dict[str, bool] | None:
+    if "key_facts" in info and "needed_facts" in info:
+        return summary_recall(summary, info)
+    return None
 
 
 @dataclass
@@ -62,6 +107,7 @@ class RolloutRecord:
     seed: int
     success: bool
     reward: float
+    """The episode's return: every reward of the environment, summed."""
     terminated: bool
     """The environment ended the episode (solved or failed by its own rules)."""
     truncated: bool
@@ -72,7 +118,8 @@ class RolloutRecord:
     summaries: list[str]
     """Text of each summary, in order (also under ``external-summarizer``)."""
     summary_recall: list[dict[str, bool]]
-    """Per summary: needed fact -> the summary kept its value at that time."""
+    """Per summary: needed fact -> the summary kept its value at that time (empty when the
+    environment has no ground truth to score summaries against)."""
     tokens_generated: int
     """Tokens sampled by the agents: responses and summaries, end tokens included."""
     tokens_prefilled: int
@@ -108,6 +155,7 @@ class _Row:
     window: list[int] = field(default_factory=list)
     trainable: list[bool] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    step_rewards: list[float] = field(default_factory=list)
     steps: list[tuple[int, int]] = field(default_factory=list)
     """[start, end) of each complete step in ``window``."""
     sent: int = 0
@@ -120,6 +168,9 @@ class _Row:
     turns: int = 0
     compactions: int = 0
     reward: float = 0.0
+    """Sum of the environment's rewards so far."""
+    terminal_reward: float = 0.0
+    """Reward of the step that ended the episode (0 when the runtime ended it)."""
     summaries: list[str] = field(default_factory=list)
     recalls: list[dict[str, bool]] = field(default_factory=list)
     tokens_generated: int = 0
@@ -134,14 +185,22 @@ class _Row:
         self.window += tokens
         self.trainable += [trainable] * len(tokens)
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(tokens)
+        self.step_rewards += [0.0] * len(tokens)
         self.peak_context = max(self.peak_context, len(self.window))
 
 
 class _Runner:
     """The per-row state machine of one ``collect_rollouts`` call."""
 
-    def __init__(self, config: CompactionConfig, chat: ChatFormat, system_prompt: str):
+    def __init__(
+        self,
+        config: CompactionConfig,
+        chat: ChatFormat,
+        system_prompt: str,
+        recall: RecallHook | None = None,
+    ):
         self.config = config
+        self.recall = recall
         self.chat = chat
         self.system = chat.system(system_prompt)
         self.header = chat.assistant_prefix()
@@ -212,10 +271,13 @@ class _Runner:
         row.transcript.append(f"[observation] {obs}")
         obs_ids = self.chat.observation(obs)
         if terminated or truncated:
+            row.terminal_reward = float(reward)
             if len(row.window) + len(obs_ids) <= self.config.budget:
                 row.extend(obs_ids)
             self.end(row, "terminated" if terminated else "env_truncated")
             return
+        if response.token_ids:  # the step's reward, at the last token of its response
+            row.step_rewards[len(row.window) - 1] += float(reward)
         reserve = self.reserve if row.compactions < self.config.max_compactions else 0
         if len(row.window) + len(obs_ids) > self.config.budget - reserve:
             self.end(row, "observation_overflow")
@@ -240,7 +302,9 @@ class _Runner:
                 )
             )  # fmt: skip
         row.summaries.append(response.text)
-        row.recalls.append(summary_recall(response.text, row.info))
+        recall = self.recall(response.text, row.info) if self.recall else None
+        if recall is not None:
+            row.recalls.append(recall)
         row.transcript.append(f"[summary {len(row.summaries)}] {response.text}")
         self.rebuild(row, summary=response.text, window_closed=not external)
 
@@ -252,7 +316,7 @@ class _Runner:
                 Segment(
                     role="execution", token_ids=list(row.window), trainable=list(row.trainable),
                     logprobs=list(row.logprobs), rollout_id=row.rollout_id,
-                    segment_index=len(row.segments),
+                    segment_index=len(row.segments), step_rewards=list(row.step_rewards),
                 )
             )  # fmt: skip
 
@@ -274,6 +338,7 @@ class _Runner:
                 break
         row.compactions += 1
         row.window, row.trainable, row.logprobs, row.steps = [], [], [], []
+        row.step_rewards = []
         row.sent, row.reset = 0, True
         row.extend(base)
         if cfg.budget - size < cfg.threshold:
@@ -294,18 +359,22 @@ class _Runner:
 
     def finish(self, row: _Row) -> RolloutRecord:
         self.close_window(row)
+        end: EpisodeEnd = row.end_reason or "max_turns"
         for seg in row.segments:
-            seg.reward = row.reward
+            seg.reward = row.terminal_reward
             seg.group_id = row.group_id
+        if row.segments:
+            row.segments[-1].end = end
         terminated = row.end_reason == "terminated"
+        solved = row.info.get("success", row.terminal_reward > 0)
         return RolloutRecord(
             rollout_id=row.rollout_id,
             seed=row.seed,
-            success=bool(row.info["success"]) and terminated,
+            success=bool(solved) and terminated,
             reward=row.reward,
             terminated=terminated,
             truncated=not terminated,
-            end_reason=row.end_reason or "max_turns",
+            end_reason=end,
             turns=row.turns,
             compactions=row.compactions,
             summaries=row.summaries,
@@ -342,9 +411,10 @@ def collect_rollouts(
     if group_ids is not None and len(group_ids) != len(seeds):
         raise ValueError(f"group_ids has {len(group_ids)} entries for {len(seeds)} seeds")
     envs = [gym.make(env_id, **env_kwargs) for _ in seeds]
-    system_prompt = envs[0].unwrapped.system_prompt
+    check_text_env(envs[0], env_id)
+    system_prompt = env_system_prompt(envs[0])
     config.validate(chat, system_prompt)
-    runner = _Runner(config, chat, system_prompt)
+    runner = _Runner(config, chat, system_prompt, recall_hook(envs[0]))
     rows: list[_Row] = []
     for i, (env, seed) in enumerate(zip(envs, seeds, strict=True)):
         task_text, info = env.reset(seed=seed)

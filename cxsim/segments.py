@@ -15,18 +15,33 @@ trainable (every segment starts with a prompt).
 Masks are kept apart (STYLE.md 5): ``trainable`` marks policy-generated
 tokens, ``attention`` marks real (non-padding) tokens, ``is_summary`` marks
 the role of each row. Nothing else is folded into them.
+
+Rewards and endings have their own tensors. ``rewards`` (S,) is the terminal
+reward ``R`` of the segment's rollout (the method places it at every segment's
+last trainable token); ``step_rewards`` (S, T) holds every other reward of the
+environment at the last token of the response that earned it; ``episode_end``
+(S,) says how the episode ended on the rollout's last segment and is
+``"none"`` on every other one: a compaction boundary ends nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
 Role = Literal["execution", "summary"]
 ROLES: tuple[Role, ...] = ("execution", "summary")
+EpisodeEnd = Literal[
+    "none", "terminated", "env_truncated", "window_full", "max_turns", "observation_overflow"
+]
+EPISODE_ENDS: tuple[EpisodeEnd, ...] = get_args(EpisodeEnd)
+"""Codes of ``SegmentBatch.episode_end``: index into this tuple. ``none``: the episode goes on
+after the segment (a compaction boundary); ``terminated``: the environment ended it;
+``env_truncated``: the environment's time limit; ``window_full`` / ``observation_overflow``:
+the context was exhausted; ``max_turns``: the runtime's turn cap."""
 
 
 @dataclass
@@ -49,6 +64,11 @@ class Segment:
     """Terminal reward ``R(tau)`` of the rollout; every segment of it carries the same one."""
     group_id: int = -1
     """Rollouts of the same task share a group id (group-broadcast estimator); -1 if unused."""
+    step_rewards: list[float] | None = None
+    """Per token: the environment's reward for a step that did not end the episode, at the
+    last token of the response that earned it; 0 elsewhere (None: all 0)."""
+    end: EpisodeEnd = "none"
+    """How the episode ended, on the rollout's last segment; ``none`` on the others."""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -61,6 +81,12 @@ class Segment:
             )
         if n == 0:
             raise ValueError("a segment needs at least one token (its prompt)")
+        if self.step_rewards is not None and len(self.step_rewards) != n:
+            raise ValueError(
+                f"step_rewards must have one entry per token ({n}), got {len(self.step_rewards)}"
+            )
+        if self.end not in EPISODE_ENDS:
+            raise ValueError(f"end must be one of {EPISODE_ENDS}, got {self.end!r}")
 
     @property
     def num_trainable(self) -> int:
@@ -84,8 +110,27 @@ class SegmentBatch:
     segment_index: torch.Tensor  # (S,) long
     rewards: torch.Tensor  # (S,) float32, terminal reward of the segment's rollout
     group_id: torch.Tensor  # (S,) long
+    step_rewards: torch.Tensor | None = None
+    """(S, T) float32: rewards of steps that did not end the episode, at the last token of the
+    response that earned them (0 elsewhere); None is read as all zeros."""
+    episode_end: torch.Tensor | None = None
+    """(S,) long: index into ``EPISODE_ENDS``; None is read as every row ``none``."""
+    temperature: float | None = None
+    """Sampling temperature of the behaviour log-probs (None: not recorded)."""
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
     """Per-row tensors computed later (values, advantages, returns), shape (S, T) or (S,)."""
+
+    def __post_init__(self) -> None:
+        device = self.token_ids.device
+        if self.step_rewards is None:
+            self.step_rewards = torch.zeros(self.token_ids.shape, device=device)
+        if self.episode_end is None:
+            self.episode_end = torch.zeros(self.token_ids.shape[0], dtype=torch.long, device=device)
+
+    def ends(self, *names: EpisodeEnd) -> torch.Tensor:
+        """(S,) bool: rows whose episode ended in one of ``names``."""
+        codes = torch.tensor([EPISODE_ENDS.index(n) for n in names], dtype=torch.long)
+        return torch.isin(self.episode_end, codes.to(self.episode_end.device))
 
     def __len__(self) -> int:
         return self.token_ids.shape[0]
@@ -108,24 +153,48 @@ class SegmentBatch:
             return self.trainable
         return self.trainable & ~self.is_summary[:, None]
 
+    def _tensors(self) -> list[str]:
+        return [f.name for f in fields(self) if f.name not in ("extras", "temperature")]
+
     def to(self, device: torch.device | str) -> SegmentBatch:
-        moved = {
-            f.name: getattr(self, f.name).to(device) for f in fields(self) if f.name != "extras"
-        }
-        return SegmentBatch(**moved, extras={k: v.to(device) for k, v in self.extras.items()})
+        moved = {name: getattr(self, name).to(device) for name in self._tensors()}
+        return SegmentBatch(
+            **moved,
+            temperature=self.temperature,
+            extras={k: v.to(device) for k, v in self.extras.items()},
+        )
 
     def select(self, rows: torch.Tensor | Sequence[int]) -> SegmentBatch:
         """A sub-batch with the given rows (for minibatches), extras included."""
         idx = torch.as_tensor(rows, dtype=torch.long, device=self.token_ids.device)
-        picked = {f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name != "extras"}
-        return SegmentBatch(**picked, extras={k: v[idx] for k, v in self.extras.items()})
+        picked = {name: getattr(self, name)[idx] for name in self._tensors()}
+        return SegmentBatch(
+            **picked,
+            temperature=self.temperature,
+            extras={k: v[idx] for k, v in self.extras.items()},
+        )
+
+    def trim(self, width: int) -> SegmentBatch:
+        """The batch cut to its first ``width`` positions (padding beyond is dropped)."""
+        cut = {
+            name: (x[:, :width] if x.dim() == 2 else x)
+            for name in self._tensors()
+            for x in (getattr(self, name),)
+        }
+        extras = {k: (v[:, :width] if v.dim() == 2 else v) for k, v in self.extras.items()}
+        return SegmentBatch(**cut, temperature=self.temperature, extras=extras)
 
     def with_extras(self, **tensors: torch.Tensor) -> SegmentBatch:
         return replace(self, extras={**self.extras, **tensors})
 
 
-def pack_segments(segments: Sequence[Segment], pad_id: int = 0) -> SegmentBatch:
+def pack_segments(
+    segments: Sequence[Segment], pad_id: int = 0, temperature: float | None = None
+) -> SegmentBatch:
     """Packs segments into a right-padded :class:`SegmentBatch`.
+
+    ``temperature``: the sampling temperature of the segments' log-probs, kept on the
+    batch so that the update can name it if the first ratios are not 1.
 
     Raises ValueError on an empty list or when two segments share
     ``(rollout_id, segment_index)``.
@@ -147,12 +216,15 @@ def pack_segments(segments: Sequence[Segment], pad_id: int = 0) -> SegmentBatch:
     trainable = torch.zeros((num_rows, width), dtype=torch.bool)
     attention = torch.zeros((num_rows, width), dtype=torch.bool)
     logprobs = torch.zeros((num_rows, width), dtype=torch.float32)
+    step_rewards = torch.zeros((num_rows, width), dtype=torch.float32)
     for row, seg in enumerate(segments):
         n = len(seg.token_ids)
         token_ids[row, :n] = torch.tensor(seg.token_ids, dtype=torch.long)
         trainable[row, :n] = torch.tensor(seg.trainable, dtype=torch.bool)
         attention[row, :n] = True
         logprobs[row, :n] = torch.tensor(seg.logprobs, dtype=torch.float32)
+        if seg.step_rewards is not None:
+            step_rewards[row, :n] = torch.tensor(seg.step_rewards, dtype=torch.float32)
     return SegmentBatch(
         token_ids=token_ids,
         trainable=trainable,
@@ -163,4 +235,7 @@ def pack_segments(segments: Sequence[Segment], pad_id: int = 0) -> SegmentBatch:
         segment_index=torch.tensor([seg.segment_index for seg in segments], dtype=torch.long),
         rewards=torch.tensor([seg.reward for seg in segments], dtype=torch.float32),
         group_id=torch.tensor([seg.group_id for seg in segments], dtype=torch.long),
+        step_rewards=step_rewards,
+        episode_end=torch.tensor([EPISODE_ENDS.index(seg.end) for seg in segments]),
+        temperature=temperature,
     )

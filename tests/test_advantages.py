@@ -569,3 +569,26 @@ def test_bench_smoke(capsys):
     out = capsys.readouterr().out
     assert "cross_segment_gae" in out and "stitched_gae" in out
     assert out.count("ratio (loop/ours)") == 2
+
+
+def test_truncation_bootstrap_on_and_off_by_hand():
+    """Two one-segment rollouts of 2 trainable tokens, V = 0, gamma = 1, lambda = 1; rollout 0
+    was cut by the env's time limit with V_end = 0.5, rollout 1 terminated; R = 0 for both."""
+    from cxsim.advantages import bootstrapped_rewards
+
+    values = torch.zeros(2, 3)
+    trainable = torch.tensor([[False, True, True], [False, True, True]])
+    rewards, rid = torch.zeros(2), torch.tensor([0, 1])
+    truncated = torch.tensor([True, False])
+    final = torch.tensor([0.5, 7.0])  # read only where truncated
+    off = segment_gae(values, trainable, rewards, 1.0, 1.0)
+    assert (off == 0).all()  # the method: the cut is a failure, nothing comes after it
+    boot = bootstrapped_rewards(rewards, rid, truncated, final, gamma=1.0)
+    assert boot.tolist() == [0.5, 0.0]
+    on = segment_gae(values, trainable, boot, 1.0, 1.0)
+    assert on.tolist() == [[0.0, 0.5, 0.5], [0.0, 0.0, 0.0]]
+    # gamma 0.5: R + gamma V_end = 0.25 at the last token, 0.125 one token earlier
+    half = segment_gae(
+        values, trainable, bootstrapped_rewards(rewards, rid, truncated, final, 0.5), 0.5, 1.0
+    )
+    assert half[0].tolist() == [0.0, 0.125, 0.25]

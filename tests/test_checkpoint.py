@@ -20,7 +20,9 @@ from cxsim.agents.critic import Critic
 from cxsim.agents.models import save_policy
 from cxsim.checkpoint import (
     TrainingState,
+    UntrustedCheckpointError,
     capture_rng,
+    convert_state,
     latest_checkpoint,
     list_checkpoints,
     load_state,
@@ -122,7 +124,7 @@ def test_compute_meter_restores_per_rank_and_from_older_checkpoints():
 
     from cxsim.diagnostics import ComputeMeter
     from cxsim.distributed import DistContext
-    from cxsim.experiments.train import compute_meter
+    from cxsim.experiments.training_run import compute_meter
 
     policy = build_policy("tiny", default_tokenizer(), seed=0)
     meters = [ComputeMeter(rollouts=3, iterations=2), ComputeMeter(rollouts=5, iterations=2)]
@@ -135,3 +137,79 @@ def test_compute_meter_restores_per_rank_and_from_older_checkpoints():
     assert compute_meter(older, policy, None, alone).rollouts == 3
     fresh = compute_meter(None, policy, None, alone)
     assert fresh.rollouts == 0 and fresh.actor_params == sum(p.numel() for p in policy.parameters())
+
+
+RAN: list[str] = []
+
+
+def _ran_on_load(marker: str) -> str:
+    RAN.append(marker)
+    return marker
+
+
+class RunsCodeOnLoad:
+    """Unpickling this calls ``_ran_on_load``: what a hostile state.pt would do."""
+
+    def __reduce__(self):
+        return (_ran_on_load, ("ran",))
+
+
+def test_a_state_that_would_run_code_is_refused(tmp_path: Path):
+    state = TrainingState(1, {}, capture_rng(), [], {"payload": RunsCodeOnLoad()})
+    torch.save(state.__dict__, tmp_path / "state.pt")
+    with pytest.raises(UntrustedCheckpointError, match="--trust-checkpoint"):
+        load_state(tmp_path)
+    assert RAN == []  # nothing ran
+
+
+def _old_format_checkpoint(tmp_path: Path) -> Path:
+    """A checkpoint as cxsim wrote it before plain-data states: raw numpy RNG tuples."""
+    tokenizer = default_tokenizer()
+    policy = build_policy("tiny", tokenizer, seed=0)
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    state = TrainingState(1, {"actor": opt.state_dict()}, capture_rng(), [{"x": 1.0}])
+    path = save_checkpoint(tmp_path, state, policy, tokenizer, None, PPOConfig())
+    old_rng = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    raw = {**state.__dict__, "rng": old_rng, "extra": {"rng_per_rank": [old_rng], "elapsed_s": 1.0}}
+    torch.save(raw, path / "state.pt")
+    return path
+
+
+def test_an_earlier_checkpoint_resumes_by_the_documented_routes(tmp_path: Path):
+    path = _old_format_checkpoint(tmp_path)
+    with pytest.raises(UntrustedCheckpointError, match=r"python -m cxsim\.checkpoint"):
+        load_state(path)
+    trusted = load_state(path, trust=True)  # route 1: --trust-checkpoint
+    restore_rng(trusted.rng)
+    a = np.random.rand()
+    convert_state(path)  # route 2: convert once, then the default loader reads it
+    converted = load_state(path)
+    restore_rng(converted.rng)
+    assert np.random.rand() == a and converted.history == [{"x": 1.0}]
+    assert isinstance(converted.rng["numpy"]["keys"], torch.Tensor)
+
+
+@pytest.mark.slow
+def test_train_resumes_an_earlier_checkpoint_with_trust(tmp_path: Path):
+    tokenizer = default_tokenizer()
+    policy_dir = tmp_path / "base"
+    save_policy(build_policy("tiny", tokenizer, seed=0), tokenizer, policy_dir)
+    run_dir = tmp_path / "run"
+    subprocess.run(_train_cmd(policy_dir, run_dir), check=True, stderr=subprocess.DEVNULL)
+    last = latest_checkpoint(run_dir)
+    raw = torch.load(last / "state.pt", weights_only=True)
+    for rng in [raw["rng"], *raw["extra"]["rng_per_rank"]]:  # back to the earlier format
+        restore_rng(rng)
+        rng["numpy"] = np.random.get_state()
+    torch.save(raw, last / "state.pt")
+    more = ["--ppo.iterations", "4", "--resume"]
+    refused = subprocess.run(_train_cmd(policy_dir, run_dir, *more), capture_output=True, text=True)
+    assert refused.returncode != 0 and "--trust-checkpoint" in refused.stderr
+    subprocess.run(_train_cmd(policy_dir, run_dir, *more, "--trust-checkpoint"), check=True,
+                   stderr=subprocess.DEVNULL)  # fmt: skip
+    assert json.loads((run_dir / "results.json").read_text())["iterations_done"] == 5
+    load_state(latest_checkpoint(run_dir))  # written back as plain data

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import torch
 import tyro
 
 from cxsim.config import (
@@ -15,10 +16,13 @@ from cxsim.config import (
     SFTConfig,
     check_policy_dir,
 )
+from cxsim.diagnostics import token_weights
 from cxsim.experiments.presets import PRESETS, cli_with_preset, preset_from_argv, preset_ppo
 from cxsim.experiments.run import Config as RunConfig
 from cxsim.experiments.run import preset_ppo as run_preset_ppo
 from cxsim.experiments.train import Config as TrainConfig
+from cxsim.ppo import score_batch
+from cxsim.segments import Segment, pack_segments
 
 
 @pytest.mark.parametrize(
@@ -32,6 +36,10 @@ from cxsim.experiments.train import Config as TrainConfig
         ({"gamma": 1.5}, "gamma"),
         ({"minibatches": 100}, "lower --ppo.minibatches"),
         ({"actor_lr": 0.0}, "positive"),
+        (
+            {"estimator": "group-broadcast", "group_size": 2, "bootstrap_truncated": True},
+            "no critic",
+        ),
     ],
 )
 def test_ppo_config_rejects(changes, message):
@@ -42,6 +50,10 @@ def test_ppo_config_rejects(changes, message):
 def test_other_configs_reject():
     with pytest.raises(ValueError, match="unknown environment id 'cxsim/Nope-v0'"):
         EnvConfig(env_id="cxsim/Nope-v0")
+    with pytest.raises(ValueError, match="cannot import module 'no_such_module_here'"):
+        EnvConfig(env_id="no_such_module_here:my/Env-v0")
+    with pytest.raises(ValueError, match="unknown environment id 'my/Env-v0'"):
+        EnvConfig(env_id="cxsim.envs:my/Env-v0")  # the module imports, the id is not there
     with pytest.raises(ValueError, match="omission_rate"):
         SFTConfig(omission_rate=1.5)
     with pytest.raises(ValueError, match="protocol"):
@@ -61,15 +73,43 @@ def test_env_kwargs_flag_takes_pairs():
     assert "remember the key" in tyro.cli(EnvConfig, args=[]).system_prompt
 
 
-def test_presets_are_the_paper_rows():
-    assert set(PRESETS) >= {"compactionrl", "ppo-single", "no-summary-training",
-                            "segment-mean-loss", "no-cross-segment", "stitched", "supo"}  # fmt: skip
-    assert preset_ppo("ppo-single").protocol == "single"
-    assert not preset_ppo("no-summary-training").train_summaries
+def preset_batch():
+    """Two rollouts (rewards 1 and 0, one task group) of exec, summary, exec segments."""
+    segments = []
+    for r in range(2):
+        for k, role in enumerate(("execution", "summary", "execution")):
+            trainable = [False, False, True, True, False, True]
+            segments.append(
+                Segment(role, [3] * 6, trainable, [-1.0 if t else 0.0 for t in trainable],
+                        rollout_id=r, segment_index=k, reward=float(r == 0), group_id=0)
+            )  # fmt: skip
+    return pack_segments(segments)
+
+
+def test_each_preset_does_what_its_paper_row_ablates():
+    """Scored on one batch, each preset differs from ``compactionrl`` by its ablation."""
+    batch = preset_batch()
+    scored = {
+        name: score_batch(batch, None, replace(cfg, whiten=False))[0]
+        for name, (_, cfg) in PRESETS.items()
+    }
+    base = scored["compactionrl"]
+    summary = batch.is_summary[:, None] & batch.trainable
+    assert base.advantages[summary].abs().sum() > 0  # summaries are trained
+    assert scored["no-summary-training"].advantages[summary].abs().sum() == 0
+    assert not scored["no-summary-training"].policy_mask[summary].any()
+    first = batch.segment_index == 0  # the correction discounts early windows...
+    local, cross = scored["no-cross-segment"].advantages, base.advantages
+    assert (local[first].abs().sum() > cross[first].abs().sum()) and torch.equal(
+        local[~first & ~batch.is_summary], cross[~first & ~batch.is_summary]
+    )  # ...and leaves the last one alone
+    assert not torch.equal(scored["stitched"].advantages, cross)
+    supo = scored["supo"].advantages
+    assert not preset_ppo("supo").uses_critic and supo[batch.trainable].sum().abs() < 1e-5
+    weights = token_weights(batch.trainable, "segment-mean", batch.rollout_id).sum(dim=1)
     assert preset_ppo("segment-mean-loss").loss_mode == "segment-mean"
-    assert preset_ppo("no-cross-segment").estimator == "local"
-    supo = preset_ppo("supo")
-    assert supo.estimator == "group-broadcast" and supo.group_size > 1 and not supo.uses_critic
+    assert torch.allclose(weights, weights[0].expand_as(weights))  # each segment one vote
+    assert preset_ppo("ppo-single").protocol == "single"  # the runtime's Single protocol
     with pytest.raises(SystemExit, match="unknown preset"):
         preset_ppo("nope")
 

@@ -43,9 +43,30 @@ def test_from_policy_shares_no_parameters(policy):
     torch.testing.assert_close(critic(ids, torch.ones_like(ids)), before_values)
 
 
-def test_zero_head_starts_at_zero(policy):
+def test_fresh_critic_learns_through_its_head_first(policy):
+    """From the policy, the critic values everything at 0; the first step on a value loss
+    moves only the head (the backbone's gradient passes through the zero head), the second
+    reaches the backbone, and the values move toward the target."""
+    critic = Critic.from_policy(policy)
     ids = torch.tensor([[3, 10, 11, 4]])
-    assert critic_values(Critic.from_policy(policy), ids).abs().sum() == 0
+    opt = torch.optim.SGD(critic.parameters(), lr=0.1)
+    backbone = [p.detach().clone() for p in critic.backbone.parameters()]
+
+    def step() -> None:
+        opt.zero_grad()
+        ((critic(ids, torch.ones_like(ids))[:, 1:] - 1.0) ** 2).mean().backward()
+        opt.step()
+
+    step()
+    assert all(
+        torch.equal(a, b) for a, b in zip(backbone, critic.backbone.parameters(), strict=True)
+    )
+    assert critic.head.weight.abs().sum() > 0
+    step()
+    assert any(
+        not torch.equal(a, b) for a, b in zip(backbone, critic.backbone.parameters(), strict=True)
+    )
+    assert (critic_values(critic, ids)[:, 1:] > 0.1).all()  # toward the target 1
 
 
 def critic_values(critic: Critic, ids: torch.Tensor) -> torch.Tensor:

@@ -85,8 +85,12 @@ def test_scripted_oracle_under_both_protocols():
             else:
                 assert 0.25 < result["pass_at_1"] < 0.7
                 assert 0.2 < result["summary_recall"] < 0.6
-    table = format_table(rows)
-    assert table.count("\n") == 2 + len(rows) - 1
+    table = format_table(rows).splitlines()
+    for label, result in rows:  # one row per result, its figures as measured
+        (line,) = [x for x in table if x.startswith(f"| {label} | {result['protocol']} |")]
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[2] == f"{result['pass_at_1']:.3f}" and cells[-1] == "80"
+        assert cells[3] == f"[{result['ci95_low']:.3f}, {result['ci95_high']:.3f}]"
 
 
 def test_external_summarizer_protocol_follows_the_summarizer():

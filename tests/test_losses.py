@@ -210,7 +210,7 @@ def ref_aggregate(loss, mask, mode, rid):
 
 
 @PROPERTY
-@given(loss_batches(), st.sampled_from(LOSS_MODES))
+@given(loss_batches(), st.sampled_from(tuple(LOSS_MODES)))
 def test_aggregate_matches_loop(batch, mode):
     loss, mask, rid = batch
     out = aggregate(loss, mask, mode, rid)

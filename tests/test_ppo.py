@@ -11,7 +11,8 @@ import torch
 from cxsim.advantages import cross_segment_gae, segment_gae
 from cxsim.agents import build_policy, build_tokenizer
 from cxsim.agents.critic import Critic
-from cxsim.config import LOSS_MODES, PPOConfig
+from cxsim.config import PPOConfig
+from cxsim.loss_modes import LOSS_MODES
 from cxsim.ppo import (
     actor_update,
     critic_update,
@@ -89,11 +90,12 @@ def test_score_batch_cross_segment_with_zero_critic_matches_estimator():
     expected = cross_segment_gae(
         zeros, batch.trainable, batch.rewards, batch.rollout_id, batch.segment_index, 1.0, 0.9
     )
-    assert torch.allclose(scored.extras["advantages"], expected)
-    assert torch.allclose(scored.extras["returns"], expected)  # A + V with V = 0
-    uncorrected = score_batch(batch, None, replace(cfg, returns_from="uncorrected"))[0]
-    local = segment_gae(zeros, batch.trainable, batch.rewards, 1.0, 0.9)
-    assert torch.allclose(uncorrected.extras["returns"], local)
+    assert torch.allclose(scored.advantages, expected)
+    assert torch.allclose(scored.returns, expected)  # A + V with V = 0
+    local = score_batch(batch, None, replace(cfg, estimator="local"))[0]
+    assert torch.allclose(
+        local.advantages, segment_gae(zeros, batch.trainable, batch.rewards, 1.0, 0.9)
+    )
     assert stats["charts/policy_tokens"] == batch.num_trainable
 
 
@@ -102,24 +104,28 @@ def test_score_batch_without_summary_training_zeroes_summary_rows():
     cfg = PPOConfig(train_summaries=False, whiten=True)
     scored, _ = score_batch(batch, None, cfg)
     summary = batch.is_summary
-    assert not scored.extras["policy_mask"][summary].any()
-    assert (scored.extras["advantages"][summary] == 0).all()
+    assert not scored.policy_mask[summary].any()
+    assert (scored.advantages[summary] == 0).all()
     # N_{>s} counts only trained tokens: the first segment's correction skips the summary
     full = score_batch(batch, None, replace(cfg, train_summaries=True, whiten=False))[0]
     masked = score_batch(batch, None, replace(cfg, whiten=False))[0]
     first = (batch.segment_index == 0) & (batch.rewards > 0)
-    assert (
-        masked.extras["advantages"][first].abs().sum()
-        > full.extras["advantages"][first].abs().sum()
-    )
+    assert masked.advantages[first].abs().sum() > full.advantages[first].abs().sum()
 
 
 def test_group_broadcast_needs_no_critic():
     batch = make_batch(num_rollouts=4)
     cfg = PPOConfig(estimator="group-broadcast", group_size=2, whiten=False)
+    assert not cfg.uses_critic
     scored, _ = score_batch(batch, None, cfg)
-    adv = scored.extras["advantages"]
-    assert adv[batch.trainable].abs().min() > 0.5  # rewards 0/1 in every group of 2
+    # rewards 0 and 1 in every group of 2: (R - 0.5) / std, std = sqrt(0.5) (Bessel)
+    expected = torch.where(batch.rewards > 0, 0.5**0.5, -(0.5**0.5))[:, None].expand_as(
+        scored.advantages
+    )
+    torch.testing.assert_close(
+        scored.advantages[batch.trainable], expected[batch.trainable], atol=1e-5, rtol=0
+    )
+    assert (scored.advantages[~batch.trainable] == 0).all()
 
 
 @pytest.mark.parametrize("mode", LOSS_MODES)
@@ -127,7 +133,10 @@ def test_every_loss_mode_is_exact_across_micro_batches(tokenizer, mode):
     """One step with micro-batches of 1 row (which split every rollout) equals one step
     over the whole minibatch."""
     batch = make_batch(num_rollouts=3)
-    cfg = PPOConfig(lambda_scope="fixed", whiten=False, minibatches=1, epochs=1, loss_mode=mode)
+    cfg = PPOConfig(
+        lambda_scope="fixed", whiten=False, minibatches=1, epochs=1, loss_mode=mode,
+        ratio_check_atol=None,  # made-up behaviour log-probs
+    )  # fmt: skip
     scored, _ = score_batch(batch, None, cfg)
     results = []
     for rows in (1, 64):
@@ -148,7 +157,8 @@ def test_actor_update_raises_logprob_of_advantaged_tokens(tokenizer):
 
     with torch.no_grad():
         before = sequence_logprobs(policy, batch.token_ids, batch.attention)
-    scored = replace(scored, logprobs=before * batch.trainable)  # on-policy behaviour
+    on_policy = replace(scored.batch, logprobs=before * batch.trainable)  # behaviour = current
+    scored = replace(scored, batch=on_policy)
     opt = torch.optim.Adam(policy.parameters(), lr=1e-2)
     stats = actor_update(policy, opt, scored, cfg)
     with torch.no_grad():
@@ -159,16 +169,22 @@ def test_actor_update_raises_logprob_of_advantaged_tokens(tokenizer):
 
 
 def test_critic_update_fits_returns(tokenizer):
+    """Value passes on a fixed batch make the critic predict the targets: the rewarded
+    rollouts' tokens end up valued above the unrewarded ones'."""
     batch = make_batch(num_rollouts=3)
     policy = build_policy("tiny", tokenizer, seed=0)
     critic = Critic.from_policy(policy)
     cfg = PPOConfig(lambda_scope="fixed", whiten=False, minibatches=1)
     opt = torch.optim.Adam(critic.parameters(), lr=1e-2)
     scored, _ = score_batch(batch, critic, cfg)
-    first = critic_update(critic, opt, scored, cfg, passes=1)
-    for _ in range(10):
-        last = critic_update(critic, opt, scored, cfg, passes=1)
-    assert last["losses/value"] < first["losses/value"]
+    critic_update(critic, opt, scored, cfg, passes=30)
+    with torch.no_grad():
+        values = critic(batch.token_ids, batch.attention)
+    mask = scored.policy_mask
+    error = (values - scored.returns)[mask].abs().mean()
+    assert error < 0.5 * scored.returns[mask].abs().mean()  # initially: error = mean |G|
+    rewarded = (batch.rewards > 0)[:, None] & mask
+    assert values[rewarded].mean() > values[~(batch.rewards > 0)[:, None] & mask].mean() + 0.2
 
 
 def test_score_batch_uses_critic_values(tokenizer):
@@ -177,7 +193,7 @@ def test_score_batch_uses_critic_values(tokenizer):
     critic = Critic.from_policy(policy)
     torch.nn.init.constant_(critic.head.bias, 0.25)
     scored, stats = score_batch(batch, critic, PPOConfig(whiten=False))
-    values = scored.extras["values"]
+    values = scored.values
     assert torch.allclose(values[batch.trainable], torch.full_like(values[batch.trainable], 0.25))
     assert (values[~batch.attention] == 0).all()
     assert stats["critic/value_mean"] == pytest.approx(0.25)
@@ -188,3 +204,38 @@ def test_copy_of_batch_unchanged_by_scoring():
     before = copy.deepcopy(batch)
     score_batch(batch, None, PPOConfig())
     assert torch.equal(before.token_ids, batch.token_ids) and not batch.extras
+    assert torch.equal(before.rewards, batch.rewards)
+
+
+class ConstantCritic(torch.nn.Module):
+    """V = 0.5 everywhere (and for the state after any row)."""
+
+    def forward(self, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+        return 0.5 * attention.float()
+
+
+def test_bootstrap_truncated_is_a_choice_at_env_truncations_only():
+    batch = make_batch(num_rollouts=2, reward_of=lambda r: 0.0)
+    last = batch.segment_index == 2
+    ends = torch.where(last & (batch.rollout_id == 0), 2, 0)  # rollout 0: env_truncated
+    batch = replace(batch, episode_end=torch.where(last & (batch.rollout_id == 1), 1, ends))
+    assert batch.ends("env_truncated").tolist() == (last & (batch.rollout_id == 0)).tolist()
+    cfg = PPOConfig(lambda_scope="fixed", lam=1.0, whiten=False, estimator="stitched")
+    off = score_batch(batch, ConstantCritic(), cfg)[0].advantages
+    on = score_batch(batch, ConstantCritic(), replace(cfg, bootstrap_truncated=True))[0]
+    on = on.advantages
+    # stitched, gamma = lambda = 1, V = 0.5: every token's advantage is R + tail - V
+    mask, r0 = batch.trainable, (batch.rollout_id == 0)[:, None]
+    torch.testing.assert_close(off[mask], torch.full_like(off[mask], -0.5))
+    torch.testing.assert_close(on[mask & r0], torch.zeros_like(on[mask & r0]))  # 0 + 0.5 - 0.5
+    torch.testing.assert_close(on[mask & ~r0], off[mask & ~r0])  # terminated: untouched
+
+
+def test_first_ratio_check_stops_every_rank_together():
+    from cxsim.ppo import RatioCheckError, check_first_ratio
+
+    check_first_ratio(1e-6, 1e-3, 1.0, 1.0, global_sum=lambda x: x)  # within tolerance
+    with pytest.raises(RatioCheckError, match=r"sampled at temperature 0\.7 .* temperature 1 "):
+        check_first_ratio(0.2, 1e-3, 0.7, 1.0, global_sum=lambda x: x)
+    with pytest.raises(RatioCheckError):  # this rank is fine, another one is not
+        check_first_ratio(1e-6, 1e-3, 1.0, 1.0, global_sum=lambda x: x + 1)

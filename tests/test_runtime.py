@@ -5,13 +5,17 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cache
 
+import gymnasium as gym
 import pytest
+import torch
 
+from cxsim.advantages import segment_gae, stitched_gae
 from cxsim.agent_api import TurnRequest, TurnResponse
 from cxsim.agents.chat import WordChatFormat
 from cxsim.agents.scripted import RandomAgent, ScriptedAgent
 from cxsim.agents.tokenizer import default_tokenizer
 from cxsim.runtime import CompactionConfig, RolloutBatch, collect_rollouts
+from cxsim.segments import EPISODE_ENDS, pack_segments
 
 ENV = "cxsim/KeyRecall-v0"
 # 20 corridor steps of ~20 words: each episode needs at least 4 windows (3 compactions).
@@ -272,3 +276,137 @@ def test_bad_output_never_crashes_a_rollout():
     garbage = RandomAgent(chat(), seed=0, garbage_rate=1.0)
     batch = run(garbage, config=replace(CFG, max_turns=30), seeds=range(4))
     assert all(r.turns > 0 and not r.success for r in batch.records)
+
+
+# -- rewards where they happen, episode ends on the batch ---------------------------------
+
+
+class PenaltyEnv(gym.Env):
+    """Corridor of ``horizon`` steps with 12-word observations; step t pays -0.1 when t is in
+    ``penalised`` and the last step pays 1. No cxsim info keys."""
+
+    system_prompt = "walk"
+
+    def __init__(self, horizon: int = 20, penalised: tuple[int, ...] = ()):
+        self.horizon, self.penalised, self.t = horizon, set(penalised), 0
+        letters = "abcdefghijklmnopqrstuvwxyz "
+        self.observation_space = gym.spaces.Text(200, charset=letters)
+        self.action_space = gym.spaces.Text(50, charset=letters)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return "go", {}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t == self.horizon
+        reward = 1.0 if done else (-0.1 if self.t in self.penalised else 0.0)
+        return " ".join(["next"] * 12), reward, done, False, {}
+
+
+gym.register("cxsim-test/Penalty-v0", entry_point=PenaltyEnv)
+
+
+class NextAgent:
+    """Answers every turn with ``next <|end|>`` (log-prob -0.5 per token)."""
+
+    def respond(self, requests: list[TurnRequest]) -> list[TurnResponse]:
+        ids = [*chat().encode("next"), chat().end_id]
+        return [TurnResponse(ids, [-0.5] * len(ids), "next", True) for _ in requests]
+
+
+PENALTY_CFG = CompactionConfig(
+    budget=160, threshold=72, max_summary_tokens=16, max_response_tokens=4, keep_last=0
+)
+
+
+def penalty_run(penalised: tuple[int, ...]) -> RolloutBatch:
+    kwargs = {"horizon": 20, "penalised": penalised}
+    return collect_rollouts("cxsim-test/Penalty-v0", kwargs, NextAgent(), PENALTY_CFG, [0], chat())
+
+
+def response_windows(batch: RolloutBatch) -> list[int]:
+    """The execution window (1, 2, ...) of each turn's response, in time order."""
+    windows, k = [], 0
+    for seg in batch.segments:
+        if seg.role == "execution":
+            k += 1
+            ends = [
+                t
+                for t in range(len(seg.trainable) - 1)
+                if seg.trainable[t] and not seg.trainable[t + 1]
+            ]
+            windows += [k] * len(ends)
+    return windows
+
+
+def test_step_rewards_sit_in_the_window_that_earned_them():
+    """Penalties in windows 1 and 3 reach the advantages of those windows' tokens (and, by
+    the stitched estimator, earlier tokens), never window 2's local target."""
+    windows = response_windows(penalty_run(()))
+    assert len(set(windows)) >= 3, windows  # the corridor needs three windows
+    penalised = tuple(t + 1 for t, w in enumerate(windows) if w in (1, 3) and t + 1 < 20)
+    batch = penalty_run(penalised)
+    rec, execs = batch.records[0], [s for s in batch.segments if s.role == "execution"]
+    assert rec.end_reason == "terminated" and rec.reward == pytest.approx(1 - 0.1 * len(penalised))
+    assert all(s.reward == 1.0 for s in batch.segments)  # R, where the method puts it
+    paid = [sum(s.step_rewards) for s in execs[:3]]
+    per_window = [sum(1 for t in penalised if windows[t - 1] == k) for k in (1, 2, 3)]
+    assert paid == pytest.approx([-0.1 * n for n in per_window]) and per_window[1] == 0
+    for seg in execs:  # each penalty on the last token of a response
+        for t, r in enumerate(seg.step_rewards):
+            if r:
+                assert seg.trainable[t] and not seg.trainable[t + 1]
+
+    packed = pack_segments(batch.segments)
+    zeros = torch.zeros(packed.token_ids.shape)
+    args = (zeros, packed.trainable, packed.rewards)
+    local = segment_gae(*args, 1.0, 1.0, step_rewards=packed.step_rewards)
+    seg_args = (packed.rollout_id, packed.segment_index, 1.0, 1.0)
+    stitched = stitched_gae(*args, *seg_args, step_rewards=packed.step_rewards)
+    # hand-computed rewards-to-go (V = 0, gamma = lambda = 1)
+    rows = sorted(range(len(packed)), key=lambda r: int(packed.segment_index[r]))
+    later = 0.0
+    for row in reversed(rows):
+        seg = batch.segments[row]
+        steps = seg.step_rewards or [0.0] * len(seg.token_ids)
+        own = 1.0  # R at this segment's last trainable token
+        for t in reversed(range(len(seg.token_ids))):
+            own += steps[t]
+            if seg.trainable[t]:
+                assert float(local[row, t]) == pytest.approx(own)
+                # stitched: R once, at the rollout's end, plus every later step reward
+                assert float(stitched[row, t]) == pytest.approx(own + later)
+        later += sum(steps)
+    window2 = [r for r in rows if batch.segments[r].role == "execution"][1]
+    trained = packed.trainable[window2]
+    assert torch.allclose(local[window2][trained], torch.ones(int(trained.sum())))  # R only
+
+
+END_CASES = {
+    "terminated": ({}, CFG, {"memory_length": 3}),
+    "env_truncated": ({}, CFG, {"memory_length": 20, "max_episode_steps": 3}),
+    "window_full": ({}, replace(CFG, protocol="single"), LONG),
+    "max_turns": ({}, replace(CFG, max_turns=3), LONG),
+    "observation_overflow": (
+        {},
+        CompactionConfig(budget=320, threshold=70, max_summary_tokens=40, max_compactions=8),
+        {"memory_length": 10, "obs_words_mean": 60.0, "obs_words_std": 1.0},
+    ),
+}
+
+
+@pytest.mark.parametrize("reason", list(END_CASES))
+def test_each_end_reason_reaches_the_batch(reason):
+    _, config, kwargs = END_CASES[reason]
+    batch = run(config=config, env_kwargs=kwargs, seeds=range(3))
+    packed = pack_segments(batch.segments)
+    for rec in batch.records:
+        assert rec.end_reason == reason
+        rows = (packed.rollout_id == rec.rollout_id).nonzero().squeeze(1)
+        last = rows[packed.segment_index[rows].argmax()]
+        assert EPISODE_ENDS[int(packed.episode_end[last])] == reason
+        others = rows[rows != last]
+        assert (packed.episode_end[others] == EPISODE_ENDS.index("none")).all()  # boundaries
+    assert packed.ends(reason).sum() == len(batch.records)

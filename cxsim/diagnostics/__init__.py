@@ -39,7 +39,6 @@ from cxsim.diagnostics.weights import (
     token_weights,
     token_weights_autograd,
 )
-from cxsim.losses import LOSS_MODES, LossMode
 from cxsim.segments import SegmentBatch
 
 __all__ = [
@@ -76,13 +75,13 @@ def summarize_all(
     gamma: float = 1.0,
     lam: float | torch.Tensor | None = None,
     train_summaries: bool = True,
-    modes: tuple[LossMode, ...] = LOSS_MODES,
+    modes: tuple[str, ...] | None = None,
     meter: ComputeMeter | None = None,
 ) -> dict[str, float]:
     """Every diagnostic the given inputs allow, merged into one flat dict.
 
     - ``records``: summary omission and the figures' per-rollout numbers;
-    - ``batch``: segment weights under each of ``modes``;
+    - ``batch``: segment weights under each of ``modes`` (every registered mode when None);
     - ``batch`` + ``advantages`` (S, T), the ones trained on: credit decay;
     - ``batch`` + ``lam``: the discount the cross-segment correction applies;
     - ``batch`` + ``values`` (S, T): critic calibration against the Monte Carlo
@@ -115,7 +114,9 @@ def summarize_all(
         out.update(critic_calibration(values, returns, mask, seg))
         if lam is not None:
             args = (values.detach(), mask, batch.rewards.to(values.dtype), rid, seg, gamma, lam)
-            out.update(estimator_gap(cross_segment_gae(*args), stitched_gae(*args), mask, seg))
+            steps = {"step_rewards": batch.step_rewards.to(values.dtype)}
+            cross, stitched = cross_segment_gae(*args, **steps), stitched_gae(*args, **steps)
+            out.update(estimator_gap(cross, stitched, mask, seg))
     if entropy is not None:
         out.update(entropy_stats(entropy, mask, summ))
     return out

@@ -21,11 +21,11 @@ from cxsim.diagnostics._common import (
     check_per_row,
     group_sums,
     safe_div,
-    same_rollout,
     segment_counts,
     to_floats,
 )
-from cxsim.losses import LOSS_MODES, LossMode, aggregate
+from cxsim.loss_modes import LOSS_MODES
+from cxsim.losses import aggregate
 
 # Histogram of share relative to uniform (share * S'): bins centred on powers of
 # two, edges at 2^(k +- 1/2); the outer bins are open.
@@ -33,37 +33,19 @@ SHARE_BIN_CENTRES: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 SHARE_BIN_LABELS: tuple[str, ...] = ("0.125x", "0.25x", "0.5x", "1x", "2x", "4x", "8x")
 
 
-def token_weights(mask: torch.Tensor, mode: LossMode, rollout_id: torch.Tensor) -> torch.Tensor:
-    """Closed-form gradient weight of every token under ``mode`` (S, T), float64.
-
-    With ``|M|`` masked tokens, ``n_s`` those of segment s, ``N_tau`` those of
-    rollout tau, and ``S'`` / ``R'`` the segments / rollouts with a masked token:
-    token-mean ``1/|M|``; segment-mean ``1/(S' n_s)``; rollout-mean
-    ``1/(R' N_tau)``; seq-mean-token-sum ``1/S'``. Zero off the mask.
-    Equals :func:`token_weights_autograd` (tested).
+def token_weights(mask: torch.Tensor, mode: str, rollout_id: torch.Tensor) -> torch.Tensor:
+    """Closed-form gradient weight of every token under ``mode`` (S, T), float64: the
+    mode's own ``weights`` in :data:`cxsim.loss_modes.LOSS_MODES` (token-mean ``1/|M|``;
+    segment-mean ``1/(S' n_s)``; rollout-mean ``1/(R' N_tau)``; seq-mean-token-sum
+    ``1/S'``). Zero off the mask. Equals :func:`token_weights_autograd` (tested).
     """
     check_per_row("rollout_id", rollout_id, mask)
-    m = mask.to(torch.float64)
-    n_s = m.sum(dim=1)
-    voting = (n_s > 0).to(torch.float64)
-    if mode == "token-mean":
-        per_row = voting / m.sum()
-    elif mode == "segment-mean":
-        per_row = voting / (n_s.clamp(min=1) * voting.sum())
-    elif mode == "rollout-mean":
-        n_tau = (same_rollout(rollout_id).to(torch.float64) * n_s[None, :]).sum(dim=1)
-        num_rollouts = torch.unique(rollout_id[n_s > 0]).numel()
-        per_row = voting / (n_tau.clamp(min=1) * num_rollouts)
-    elif mode == "seq-mean-token-sum":
-        per_row = voting / voting.sum()
-    else:
-        raise ValueError(f"mode must be one of {LOSS_MODES}, got {mode!r}")
-    return m * per_row[:, None]
+    if mode not in LOSS_MODES:
+        raise ValueError(f"mode must be one of {tuple(LOSS_MODES)}, got {mode!r}")
+    return LOSS_MODES[mode].weights(mask, rollout_id)
 
 
-def token_weights_autograd(
-    mask: torch.Tensor, mode: LossMode, rollout_id: torch.Tensor
-) -> torch.Tensor:
+def token_weights_autograd(mask: torch.Tensor, mode: str, rollout_id: torch.Tensor) -> torch.Tensor:
     """Gradient weight of every token as ``d aggregate(l, mask, mode) / d l`` at ``l = 1``
     (S, T), float64: the reference for :func:`token_weights`."""
     loss = torch.ones(mask.shape, dtype=torch.float64, device=mask.device, requires_grad=True)
@@ -84,7 +66,7 @@ def gini(x: torch.Tensor) -> torch.Tensor:
 class SegmentWeights:
     """Per-segment shares under one loss mode, over the S' segments with a masked token."""
 
-    mode: LossMode
+    mode: str
     shares: torch.Tensor  # (S',) float64, sums to 1; for TensorBoard's add_histogram
     rows: torch.Tensor  # (S',) long, their rows in the batch
     counts: torch.Tensor  # (len(SHARE_BIN_CENTRES),) long: histogram of shares * S'
@@ -96,7 +78,7 @@ class SegmentWeights:
 
 def segment_weights(
     mask: torch.Tensor,
-    mode: LossMode,
+    mode: str,
     rollout_id: torch.Tensor,
     is_summary: torch.Tensor,
     segment_index: torch.Tensor,
@@ -147,10 +129,10 @@ def segment_weight_stats(
     rollout_id: torch.Tensor,
     is_summary: torch.Tensor,
     segment_index: torch.Tensor,
-    modes: tuple[LossMode, ...] = LOSS_MODES,
+    modes: tuple[str, ...] | None = None,
 ) -> dict[str, float]:
     """:func:`segment_weights` for each mode, merged into one flat dict."""
     out: dict[str, float] = {}
-    for mode in modes:
+    for mode in LOSS_MODES if modes is None else modes:
         out.update(segment_weights(mask, mode, rollout_id, is_summary, segment_index).as_dict())
     return out

@@ -1,0 +1,103 @@
+"""The advantage estimators the trainer can run, one registry keyed by name.
+
+``ESTIMATORS[name]`` is an :class:`Estimator`: the function from an
+:class:`EstimatorInputs` to (S, T) advantages, whether it needs a critic, and
+its help text. ``PPOConfig.estimator`` (its Literal, its ``--help`` and its
+validation), ``ppo.score_batch``'s dispatch and whether the trainer builds a
+critic are all read from this dict, so adding an estimator is one entry here
+(and its test). The math lives in :mod:`cxsim.advantages`; this module imports
+torch only when an estimator runs, so configs and ``--help`` stay light.
+
+Shapes: S segments, T tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class EstimatorInputs:
+    """Everything an estimator may read, already restricted to the policy mask."""
+
+    values: torch.Tensor
+    """(S, T) float: critic values ``V(tokens_<t)`` (zeros without a critic)."""
+    mask: torch.Tensor
+    """(S, T) bool: the tokens the estimator steps over (the policy mask)."""
+    rewards: torch.Tensor
+    """(S,) float: terminal reward ``R`` of each row's rollout (bootstrapped truncations
+    already added when the config asks for it, :func:`cxsim.advantages.bootstrapped_rewards`)."""
+    step_rewards: torch.Tensor
+    """(S, T) float: rewards of non-final steps at the last token of their response."""
+    rollout_id: torch.Tensor
+    """(S,) long."""
+    segment_index: torch.Tensor
+    """(S,) long."""
+    group_id: torch.Tensor
+    """(S,) long: rollouts of one task share it."""
+    gamma: float
+    lam: float | torch.Tensor
+    """A float or (S,) per-row lambdas."""
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One way of turning a scored batch into advantages."""
+
+    advantages: Callable[[EstimatorInputs], torch.Tensor]
+    """``inputs -> (S, T)`` advantages, 0 off the mask."""
+    needs_critic: bool
+    """The trainer builds, scores with and trains a critic only when True."""
+    help: str
+    """One line for ``--ppo.estimator``'s help."""
+
+
+def _local(x: EstimatorInputs) -> torch.Tensor:
+    from cxsim.advantages import segment_gae
+
+    return segment_gae(x.values, x.mask, x.rewards, x.gamma, x.lam, step_rewards=x.step_rewards)
+
+
+def _cross_segment(x: EstimatorInputs) -> torch.Tensor:
+    from cxsim.advantages import cross_segment_gae
+
+    return cross_segment_gae(
+        x.values, x.mask, x.rewards, x.rollout_id, x.segment_index, x.gamma, x.lam,
+        step_rewards=x.step_rewards,
+    )  # fmt: skip
+
+
+def _stitched(x: EstimatorInputs) -> torch.Tensor:
+    from cxsim.advantages import stitched_gae
+
+    return stitched_gae(
+        x.values, x.mask, x.rewards, x.rollout_id, x.segment_index, x.gamma, x.lam,
+        step_rewards=x.step_rewards,
+    )  # fmt: skip
+
+
+def _group_broadcast(x: EstimatorInputs) -> torch.Tensor:
+    from cxsim.advantages import group_broadcast
+    from cxsim.scans import per_group_sum
+
+    # the rollout's return: R plus its step rewards, whichever segment they fell in
+    returns = x.rewards + per_group_sum(x.step_rewards.sum(dim=1), x.rollout_id)
+    return group_broadcast(returns, x.mask, x.rollout_id, x.group_id)
+
+
+ESTIMATORS: dict[str, Estimator] = {
+    "cross-segment": Estimator(
+        _cross_segment, True, "the paper: local GAE times (gamma lambda)^N_{>s}"
+    ),
+    "local": Estimator(_local, True, "GAE inside each segment, no cross-segment correction"),
+    "stitched": Estimator(_stitched, True, "exact GAE over the rollout's segments in order"),
+    "group-broadcast": Estimator(
+        _group_broadcast, False, "SUPO/GRPO: group-normalised return on every token; no critic"
+    ),
+}
+"""Every estimator by name; the first is the default."""

@@ -1,0 +1,274 @@
+"""The plumbing beside ``cxsim train``'s loop: resume, time limit, data parallel, logging.
+
+:class:`TrainingRun` is built once from the config and holds what the loop in
+``experiments/train.py`` should not have to think about: the torchrun context
+(shards, all-reduced denominators, gradients and whitening statistics), the
+checkpoint to resume from and the state it restores (optimisers, RNG streams,
+history, compute meter, elapsed time), the TensorBoard writer, the progress bar
+and the time limit. The loop calls its methods; nothing here decides what an
+iteration does.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from cxsim.agents.critic import Critic
+from cxsim.agents.models import load_policy
+from cxsim.checkpoint import (
+    TrainingState,
+    capture_rng,
+    checkpoint_dir,
+    latest_checkpoint,
+    list_checkpoints,
+    load_state,
+    restore_rng,
+    save_checkpoint,
+    seed_everything,
+)
+from cxsim.config import check_policy_dir
+from cxsim.diagnostics import ComputeMeter
+from cxsim.distributed import (
+    DistContext,
+    allreduce_gradients,
+    barrier,
+    broadcast_object,
+    gather_objects,
+    gather_records,
+    global_count,
+    global_whiten,
+    init_distributed,
+    mean_metrics,
+    rank_seed,
+    shard_seeds,
+)
+from cxsim.evaluation import rollout_metrics
+from cxsim.runtime import RolloutBatch, RolloutRecord, collect_rollouts
+from cxsim.tracking import (
+    log_config,
+    log_scalars,
+    log_transcripts,
+    open_writer,
+    progress,
+    write_json,
+)
+
+if TYPE_CHECKING:
+    from cxsim.agents.lm_agent import LMAgent
+    from cxsim.experiments.train import Config
+
+
+class TrainingRun:
+    """One (possibly resumed, possibly multi-process) training run's state and side effects."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.ctx = init_distributed(device="cpu")  # a one-process context without torchrun
+        check_policy_dir(cfg.policy)
+        self.run_dir = Path(cfg.run_dir)
+        checkpoint = starting_checkpoint(cfg, self.ctx)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        seed_everything(rank_seed(cfg.seed, self.ctx))  # rank 0 keeps cfg.seed
+        self.policy, self.tokenizer, self.chat, self.critic = load_models(cfg, checkpoint)
+        self.optimizers = {"actor": torch.optim.Adam(self.policy.parameters(), lr=cfg.ppo.actor_lr)}
+        if self.critic is not None:
+            self.optimizers["critic"] = torch.optim.Adam(
+                self.critic.parameters(), lr=cfg.ppo.critic_lr
+            )
+        self.state = TrainingState(0, {}, {}, [], {"elapsed_s": 0.0})
+        if checkpoint:
+            self.state = restore(checkpoint, self.optimizers, cfg, self.ctx)
+        self.start_iteration = self.iteration = self.state.iteration
+        self.last_saved = checkpoint
+        self.writer = None
+        if self.ctx.is_main:
+            self.writer = open_writer(
+                self.run_dir, purge_step=self.iteration if checkpoint else None
+            )
+            log_config(self.writer, cfg)
+        show = cfg.progress_bar and self.ctx.is_main
+        self.bar = progress(cfg.total_iterations, self.iteration, "train", disable=not show)
+        self.meter = compute_meter(
+            self.state if checkpoint else None, self.policy, self.critic, self.ctx
+        )
+        self.began = time.perf_counter() - self.state.extra["elapsed_s"]
+
+    # -- data parallel: what the update functions take ---------------------
+    def global_sum(self, count: torch.Tensor) -> torch.Tensor:
+        return global_count(count, self.ctx)
+
+    def sync_grads(self, model: torch.nn.Module) -> None:
+        allreduce_gradients(model, self.ctx)
+
+    def whiten(self, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return global_whiten(advantages, mask, self.ctx)
+
+    def collect(self, agent: LMAgent, seeds: list[int], groups: list[int]) -> RolloutBatch:
+        """This rank's share of the rollouts: whole task groups, with the rollout ids of a
+        one-process run, under the training protocol."""
+        shard = shard_seeds(seeds, self.ctx, groups)
+        runtime = replace(self.cfg.compaction, protocol=self.cfg.ppo.protocol)
+        env = self.cfg.env
+        batch = collect_rollouts(
+            env.env_id, env.kwargs, agent, runtime, shard.seeds, agent.chat,
+            rollout_id_start=shard.rollout_id_start, group_ids=shard.group_ids,
+        )  # fmt: skip
+        agent.forget()
+        return batch
+
+    # -- logging -------------------------------------------------------------
+    def log(
+        self, iteration: int, warmup: bool, metrics: dict[str, float], records: list[RolloutRecord]
+    ) -> None:
+        """Averages the update statistics over ranks, adds the whole batch's rollout metrics,
+        writes TensorBoard (rank 0) and the history."""
+        metrics = mean_metrics(metrics, self.ctx)
+        if self.ctx.is_distributed:  # compute: work adds up over ranks, clocks run side by side
+            metrics |= ComputeMeter.merged(gather_objects(self.meter, self.ctx)).as_dict()
+        records = gather_records(records, self.ctx)  # the whole batch, on every rank
+        metrics |= rollout_metrics(records)
+        if self.writer is not None:
+            log_scalars(self.writer, metrics, iteration)
+            if iteration % self.cfg.transcripts_every == 0:
+                log_transcripts(self.writer, [r.transcript for r in records[:2]], iteration)
+        self.state.history.append({"iteration": iteration, "warmup": float(warmup), **metrics})
+        self.iteration = iteration + 1
+        self.bar.update(1)
+        self.bar.set_postfix(success=f"{metrics['charts/success_rate']:.2f}", warmup=warmup)
+
+    # -- checkpoints and the time limit -----------------------------------------
+    def checkpoint(self) -> bool:
+        """Saves when due (every ``checkpoint_every``, at the end, at the time limit); True
+        when the time limit is reached (every rank stops together, on rank 0's clock)."""
+        cfg, done = self.cfg, self.iteration
+        out_of_time = cfg.time_limit_s is not None and self.elapsed() > cfg.time_limit_s
+        out_of_time = broadcast_object(out_of_time, self.ctx)
+        if done % cfg.checkpoint_every == 0 or done == cfg.total_iterations or out_of_time:
+            self.save()
+        if out_of_time and self.ctx.is_main:
+            print(f"time limit {cfg.time_limit_s}s reached after {done} iterations")
+        return out_of_time
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.began
+
+    def save(self) -> None:
+        state, ctx = self.state, self.ctx
+        state.iteration = self.iteration
+        state.optimizers = {name: opt.state_dict() for name, opt in self.optimizers.items()}
+        rngs = gather_objects(capture_rng(), ctx)  # rank r resumes from rngs[r]
+        state.rng = rngs[0]
+        state.extra["rng_per_rank"] = rngs
+        state.extra["elapsed_s"] = self.elapsed()
+        state.extra["compute_per_rank"] = [asdict(m) for m in gather_objects(self.meter, ctx)]
+        path = checkpoint_dir(self.run_dir, self.iteration)
+        if ctx.is_main:
+            path = save_checkpoint(
+                self.run_dir, state, self.policy, self.tokenizer, self.critic, self.cfg,
+                self.cfg.keep_checkpoints,
+            )  # fmt: skip
+        barrier(ctx)  # no rank runs ahead of a checkpoint being written
+        self.last_saved = path
+
+    def finish(self) -> dict[str, Any]:
+        """Final checkpoint if the last iteration has none (a resumed finished run), closes
+        the writer, writes results.json (rank 0); returns what it holds."""
+        self.bar.close()
+        if self.last_saved is None or not str(self.last_saved).endswith(f"{self.iteration:06d}"):
+            self.save()
+        if self.writer is not None:
+            self.writer.close()
+        results = {
+            "preset": self.cfg.preset,
+            "iterations_done": self.iteration,
+            "wall_time_s": self.elapsed(),
+            "checkpoint": str(self.last_saved),
+            "policy": str(Path(self.last_saved) / "policy"),
+            "final": final_metrics(self.state.history),
+            "history": self.state.history,
+            "config": self.cfg,
+        }
+        if self.ctx.is_main:
+            write_json(self.run_dir / "results.json", results)
+        return results
+
+
+def starting_checkpoint(cfg: Config, ctx: DistContext) -> Path | None:
+    """The checkpoint to resume (rank 0's newest, on every rank), or None for a fresh run;
+    a fresh run refuses a run directory that already holds checkpoints."""
+    run_dir = Path(cfg.run_dir)
+    checkpoint = broadcast_object(latest_checkpoint(run_dir) if cfg.resume else None, ctx)
+    if not cfg.resume and list_checkpoints(run_dir):
+        raise FileExistsError(
+            f"{run_dir} already holds checkpoints; pass --resume to continue that run, "
+            "or choose another --run-dir"
+        )
+    return checkpoint
+
+
+def load_models(cfg: Config, checkpoint: Path | None) -> tuple[Any, Any, Any, Critic | None]:
+    """Policy, tokenizer, chat format and critic (None when the estimator needs none), from
+    the checkpoint or, for a fresh run, from ``cfg.policy`` with a new critic; checks that
+    the window fits."""
+    policy, tokenizer, chat = load_policy(checkpoint / "policy" if checkpoint else Path(cfg.policy))
+    cfg.compaction.validate(chat, cfg.env.system_prompt)
+    critic = None
+    if cfg.ppo.uses_critic:
+        critic = (
+            Critic.from_pretrained(checkpoint / "critic")
+            if checkpoint
+            else Critic.from_policy(policy)
+        )
+    return policy, tokenizer, chat, critic
+
+
+def restore(
+    checkpoint: Path, optimizers: dict[str, torch.optim.Optimizer], cfg: Config, ctx: DistContext
+) -> TrainingState:
+    """Loads a checkpoint's state into the optimisers and this rank's RNGs."""
+    state = load_state(checkpoint, trust=cfg.trust_checkpoint)
+    for name, opt in optimizers.items():
+        opt.load_state_dict(state.optimizers[name])
+    rngs = state.extra["rng_per_rank"]
+    if len(rngs) == ctx.world_size:
+        restore_rng(rngs[ctx.rank])
+    else:  # another number of processes: same weights, new shards and RNG streams
+        seed_everything(rank_seed(cfg.seed + state.iteration, ctx))
+    if ctx.is_main:
+        print(f"resuming from {checkpoint} (iteration {state.iteration})")
+    return state
+
+
+def compute_meter(
+    state: TrainingState | None, policy: Any, critic: Critic | None, ctx: DistContext
+) -> ComputeMeter:
+    """This rank's compute meter: fresh, or as the checkpoint left it. Resumed on another
+    number of processes, rank 0 carries the merged totals and the others start at 0."""
+    fresh = ComputeMeter(
+        actor_params=sum(p.numel() for p in policy.parameters()),
+        critic_params=sum(p.numel() for p in critic.parameters()) if critic else None,
+    )
+    if state is None:
+        return fresh
+    # checkpoints written before meters were kept per rank hold one meter, "compute"
+    per_rank = state.extra.get("compute_per_rank") or [state.extra["compute"]]
+    saved = [ComputeMeter(**m) for m in per_rank]
+    if len(saved) == ctx.world_size:
+        return saved[ctx.rank]
+    return ComputeMeter.merged(saved) if ctx.is_main else fresh
+
+
+def final_metrics(history: list[dict[str, float]], last: int = 5) -> dict[str, float]:
+    """Mean of each metric over the last ``last`` non-warm-up iterations."""
+    rows = [h for h in history if not h["warmup"]][-last:] or history[-last:]
+    if not rows:
+        return {}
+    keys = [k for k in rows[-1] if k not in ("iteration", "warmup")]
+    return {k: float(np.mean([r[k] for r in rows if k in r])) for k in keys}

@@ -60,6 +60,7 @@ from cxsim.evaluation import EVAL_SEED_OFFSET, rollout_metrics, torch_threads
 from cxsim.experiments.presets import DEFAULT_PRESET, PresetName, cli_with_preset, preset_ppo
 from cxsim.generation import SamplingConfig
 from cxsim.ppo import actor_update, critic_update, score_batch
+from cxsim.preflight import preflight
 from cxsim.runtime import RolloutBatch, RolloutRecord, collect_rollouts
 from cxsim.segments import SegmentBatch, pack_segments
 from cxsim.tracking import (
@@ -320,9 +321,8 @@ def load_models(
     cfg: Config, checkpoint: Path | None
 ) -> tuple[PreTrainedModel, Any, ChatFormat, Critic | None]:
     """Policy, tokenizer, chat format and critic (None without one), from the checkpoint
-    or, for a fresh run, from ``cfg.policy`` with a new critic; checks the window fits."""
+    or, for a fresh run, from ``cfg.policy`` with a new critic."""
     policy, tokenizer, chat = load_policy(checkpoint / "policy" if checkpoint else Path(cfg.policy))
-    cfg.compaction.validate(chat, cfg.env.system_prompt)
     critic = None
     if cfg.ppo.uses_critic:
         critic = (
@@ -350,6 +350,7 @@ def train(cfg: Config) -> dict[str, Any]:
     seed_everything(rank_seed(cfg.seed, ctx))  # rank 0 keeps cfg.seed
 
     policy, tokenizer, chat, critic = load_models(cfg, checkpoint)
+    cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))
     optimizers = build_optimizers(policy, critic, cfg.ppo)
     state = TrainingState(iteration=0, optimizers={}, rng={}, history=[], extra={"elapsed_s": 0.0})
     if checkpoint:

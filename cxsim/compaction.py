@@ -200,33 +200,34 @@ def fit_sizes(
     if not episodes:
         raise ValueError("fit_sizes needs at least one episode to measure")
     floors = floors or {}
-    header = len(chat.assistant_prefix())
-
-    def tokens(texts: Sequence[str], extra: int = 0) -> list[int]:
-        return [len(chat.encode(t)) + extra for t in texts]
+    measured = _Measured(chat)
+    count = measured.count
+    header = count("assistant_prefix")
 
     def derived(name: str, value: int) -> int:
         given = getattr(config, name)
         return given if given is not None else max(value, floors.get(name, 0))
 
-    actions = [a for e in episodes for a in e.actions]
-    summaries = [s for e in episodes for s in e.summaries]
-    response = derived("max_response_tokens", max(tokens(actions, extra=1)))
-    summary = derived("max_summary_tokens", max(tokens(summaries, extra=1)))
-    q_sum = len(chat.summary_request(config.summary_instruction)) if config.summarizes else 0
+    response = derived(
+        "max_response_tokens", max(count("encode", a) + 1 for e in episodes for a in e.actions)
+    )
+    summary = derived(
+        "max_summary_tokens", max(count("encode", s) + 1 for e in episodes for s in e.summaries)
+    )
+    q_sum = count("summary_request", config.summary_instruction) if config.summarizes else 0
     reserve = q_sum + summary if config.summarizes else 0
-    longest_obs = max(len(chat.observation(o)) for e in episodes for o in e.observations)
+    longest_obs = max(count("observation", o) for e in episodes for o in e.observations)
     threshold = derived("threshold", reserve + header + response + longest_obs)
     sized = replace(
         config, max_response_tokens=response, max_summary_tokens=summary, threshold=threshold
     )
     if config.budget is not None:
         return sized
-    system = len(chat.system(system_prompt))
+    system = count("system", system_prompt)
     smallest_rebuilt = system + (
-        len(chat.resume(config.resume_instruction, "")) + summary if config.summarizes else 0
+        count("resume", config.resume_instruction, "") + summary if config.summarizes else 0
     )
-    plans = [_episode_plan(sized, chat, system, e) for e in episodes]
+    plans = [_episode_plan(sized, measured, system, e) for e in episodes]
     low = max(smallest_rebuilt, max(p.first for p in plans)) + threshold
     high = max(p.first + sum(p.steps) for p in plans) + threshold
     while low < high:  # smallest budget that fits every episode (the fit grows with budget)
@@ -236,6 +237,22 @@ def fit_sizes(
         else:
             low = mid + 1
     return replace(sized, budget=max(low, floors.get("budget", 0)))
+
+
+class _Measured:
+    """Token counts of a chat format's pieces, each measured once (episodes repeat
+    actions and summaries, and a template renders every observation)."""
+
+    def __init__(self, chat: ChatFormat):
+        self.chat = chat
+        self._counts: dict[tuple[str, tuple[str, ...]], int] = {}
+
+    def count(self, piece: str, *texts: str) -> int:
+        """``len(chat.<piece>(*texts))``."""
+        key = (piece, texts)
+        if key not in self._counts:
+            self._counts[key] = len(getattr(self.chat, piece)(*texts))
+        return self._counts[key]
 
 
 @dataclass(frozen=True)
@@ -268,17 +285,18 @@ class _EpisodePlan:
 
 
 def _episode_plan(
-    config: CompactionConfig, chat: ChatFormat, system: int, episode: EpisodeText
+    config: CompactionConfig, measured: _Measured, system: int, episode: EpisodeText
 ) -> _EpisodePlan:
-    task = len(chat.task(episode.task))
+    count = measured.count
+    task = count("task", episode.task)
     rebuilt = system
     if config.keep_task or not config.summarizes:
         rebuilt += task
     if config.summarizes:
-        rebuilt += max(len(chat.resume(config.resume_instruction, s)) for s in episode.summaries)
-    header = len(chat.assistant_prefix())
+        rebuilt += max(count("resume", config.resume_instruction, s) for s in episode.summaries)
+    header = count("assistant_prefix")
     steps = [
-        header + len(chat.encode(a)) + 1 + len(chat.observation(o))
+        header + count("encode", a) + 1 + count("observation", o)
         for a, o in zip(episode.actions, episode.observations, strict=True)
     ]
     return _EpisodePlan(first=system + task, rebuilt=rebuilt, steps=steps)

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from cxsim.agents import WordChatFormat, default_tokenizer
-from cxsim.compaction import CompactionConfig, fit_sizes
+from cxsim.compaction import CompactionConfig, _episode_plan, _Measured, fit_sizes
 from cxsim.envs.defaults import EpisodeText
 
 UNSIZED = CompactionConfig(
@@ -37,12 +37,10 @@ def test_caps_and_threshold_follow_the_longest_pieces() -> None:
 
 def test_budget_is_the_smallest_that_fits_every_episode() -> None:
     """One less token and some episode needs a fifth window (checked by the plan replay)."""
-    from cxsim.compaction import _episode_plan
-
     episodes = [episode(12, 8), episode(16, 6)]
     sized = fit_sizes(UNSIZED, CHAT, SYSTEM, episodes)
     system = len(CHAT.system(SYSTEM))
-    plans = [_episode_plan(sized, CHAT, system, e) for e in episodes]
+    plans = [_episode_plan(sized, _Measured(CHAT), system, e) for e in episodes]
     assert all(p.fits(sized, sized.budget) for p in plans)
     assert not all(p.fits(sized, sized.budget - 1) for p in plans)
     longer = fit_sizes(UNSIZED, CHAT, SYSTEM, [episode(30, 8)])

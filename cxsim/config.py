@@ -101,7 +101,8 @@ class EnvConfig:
     """Gymnasium id (``cxsim/KeyRecall-v0``, ``cxsim/FactUpdate-v0``, ``cxsim/SimRepo-v0``, presets)."""
     kwargs: EnvKwargs = field(default_factory=lambda: default_kwargs(DEFAULT_ENV))
     """Keyword arguments for ``gymnasium.make`` (e.g. ``--env.kwargs memory_length 12 num_values 4``;
-    they replace the id's own defaults, listed in docs/environments.md)."""
+    they replace the id's own defaults, listed in docs/environments.md; the default shown is
+    the default id's, and another ``--env.env-id`` brings its own)."""
 
     def __post_init__(self) -> None:
         check_env_id(self.env_id)

@@ -15,6 +15,10 @@ protocols:
 "The window is full" has one meaning for every protocol: ``C - |h_t| < T_comp``
 before a response. Compacting protocols compact then (while compactions are
 left); otherwise the episode ends truncated and failed.
+
+Sizes (budget, threshold, response and summary caps) may be left unset (None):
+``fit_sizes`` derives them from oracle episodes in the chat format's own tokens,
+and ``cxsim.preflight.preflight`` does so for every entry point before any work.
 """
 
 from __future__ import annotations

@@ -15,18 +15,28 @@ protocols:
 "The window is full" has one meaning for every protocol: ``C - |h_t| < T_comp``
 before a response. Compacting protocols compact then (while compactions are
 left); otherwise the episode ends truncated and failed.
+
+Sizes (budget, threshold, response and summary caps) may be left unset (None):
+``fit_sizes`` derives them from oracle episodes in the chat format's own tokens,
+and ``cxsim.preflight.preflight`` does so for every entry point before any work.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
 
 from cxsim.agents.chat import ChatFormat
+
+if TYPE_CHECKING:
+    from cxsim.envs.defaults import EpisodeText
 
 Protocol = Literal["compacted", "single", "sliding-window", "external-summarizer"]
 PROTOCOLS: tuple[Protocol, ...] = ("compacted", "single", "sliding-window", "external-summarizer")
 SUMMARIZING: tuple[Protocol, ...] = ("compacted", "external-summarizer")
+SIZES: tuple[str, ...] = ("budget", "threshold", "max_response_tokens", "max_summary_tokens")
+"""The sizes ``fit_sizes`` derives when they are None."""
 
 
 @dataclass(frozen=True)
@@ -36,16 +46,19 @@ class CompactionConfig:
     protocol: Protocol = "compacted"
     """``compacted`` (paper), ``single`` (no compaction), ``sliding-window`` (no summary),
     or ``external-summarizer`` (another agent writes the summaries)."""
-    budget: int = 320
-    """Working budget C: no context (window or summary prompt + summary) ever exceeds it."""
-    threshold: int = 128
+    budget: int | None = 320
+    """Working budget C: no context (window or summary prompt + summary) ever exceeds it.
+    None: derived from the environment's text and the chat format (``fit_sizes``)."""
+    threshold: int | None = 128
     """T_comp: compact (or, with no compaction left, fail) before a response when
     ``budget - |h_t| < threshold``. Needs ``threshold >= |q_sum| + max_summary_tokens``
-    plus the assistant header and one response token."""
-    max_response_tokens: int = 16
-    """Cap on one assistant response, its end token included (the paper: equal to the threshold)."""
-    max_summary_tokens: int = 48
-    """Cap on one summary, its end token included."""
+    plus the assistant header and one response token. None: derived."""
+    max_response_tokens: int | None = 16
+    """Cap on one assistant response, its end token included (the paper: equal to the
+    threshold). None: derived (the oracle's longest action)."""
+    max_summary_tokens: int | None = 48
+    """Cap on one summary, its end token included. None: derived (the longest perfect
+    scripted summary)."""
     summary_instruction: str = "summary : keep in mind what to do to finish the task ."
     """Text of q_sum, the instruction that asks for a summary."""
     resume_instruction: str = "you are given a summary of the task :"
@@ -68,14 +81,8 @@ class CompactionConfig:
                 f"protocol {self.protocol!r} is unknown: set --compaction.protocol to one of "
                 f"{', '.join(PROTOCOLS)}"
             )
-        for name in (
-            "budget",
-            "threshold",
-            "max_response_tokens",
-            "max_summary_tokens",
-            "max_turns",
-        ):
-            if getattr(self, name) < 1:
+        for name in (*SIZES, "max_turns"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(
                     f"{name} ({getattr(self, name)}) must be >= 1: raise --compaction.{name}"
                 )
@@ -84,12 +91,17 @@ class CompactionConfig:
                 raise ValueError(
                     f"{name} ({getattr(self, name)}) must be >= 0: raise --compaction.{name}"
                 )
-        if self.threshold > self.budget:
+        if self.threshold is not None and self.budget is not None and self.threshold > self.budget:
             raise ValueError(
                 f"threshold ({self.threshold}) must be <= budget ({self.budget}): lower "
                 "--compaction.threshold or raise --compaction.budget"
             )
-        if self.summarizes and self.max_summary_tokens >= self.threshold:
+        if (
+            self.summarizes
+            and self.max_summary_tokens is not None
+            and self.threshold is not None
+            and self.max_summary_tokens >= self.threshold
+        ):
             raise ValueError(
                 f"max_summary_tokens ({self.max_summary_tokens}) must be < threshold "
                 f"({self.threshold}) so that q_sum and the summary fit: lower "
@@ -98,6 +110,11 @@ class CompactionConfig:
         for name in ("summary_instruction", "resume_instruction"):
             if not getattr(self, name).strip():
                 raise ValueError(f"{name} is empty: set --compaction.{name} to a short instruction")
+
+    @property
+    def sized(self) -> bool:
+        """True when every size is set (a config the runtime can run)."""
+        return all(getattr(self, name) is not None for name in SIZES)
 
     @property
     def summarizes(self) -> bool:
@@ -129,6 +146,13 @@ class CompactionConfig:
         Task lengths vary per episode: a rebuilt window with ``keep_task`` that does
         not fit ends that episode (truncated), it is not a configuration error.
         """
+        if not self.sized:
+            unset = ", ".join(name for name in SIZES if getattr(self, name) is None)
+            raise ValueError(
+                f"compaction sizes {unset} are unset: derive them with cxsim.preflight.preflight "
+                "(the entry points do) or set --compaction.budget/threshold/max_response_tokens/"
+                "max_summary_tokens"
+            )
         header = len(chat.assistant_prefix())
         q_sum = len(chat.summary_request(self.summary_instruction)) if self.summarizes else 0
         summary = self.max_summary_tokens if self.summarizes else 0
@@ -151,3 +175,132 @@ class CompactionConfig:
                 f"{self.budget - rebuilt} < threshold ({self.threshold}); raise "
                 "--compaction.budget or lower --compaction.threshold / max_summary_tokens"
             )
+
+
+def fit_sizes(
+    config: CompactionConfig,
+    chat: ChatFormat,
+    system_prompt: str,
+    episodes: Sequence[EpisodeText],
+    floors: Mapping[str, int] | None = None,
+) -> CompactionConfig:
+    """``config`` with every unset size derived from oracle episodes, in ``chat``'s tokens.
+
+    Sizes already set are kept. The derived ones, in order (each uses the ones before):
+
+    - ``max_response_tokens``: the longest action + the end token;
+    - ``max_summary_tokens``: the longest perfect summary + the end token;
+    - ``threshold``: ``|q_sum| + max_summary_tokens + |assistant header| +
+      max_response_tokens + the longest observation turn``: the room one step
+      needs while the summary reserve stays free, so no observation overflows;
+    - ``budget``: the smallest budget under which every episode ends within
+      ``max_compactions + 1`` windows, replaying the runtime's rule (compact when
+      ``budget - |h| < threshold``; rebuild as system + [task] + resume turn with
+      the episode's longest summary + the last k steps, k lowered until
+      ``threshold`` is free).
+
+    ``floors`` (published sizes) raise a derived size that falls below them.
+    """
+    if not episodes:
+        raise ValueError("fit_sizes needs at least one episode to measure")
+    floors = floors or {}
+    measured = _Measured(chat)
+    count = measured.count
+    header = count("assistant_prefix")
+
+    def derived(name: str, value: int) -> int:
+        given = getattr(config, name)
+        return given if given is not None else max(value, floors.get(name, 0))
+
+    response = derived(
+        "max_response_tokens", max(count("encode", a) + 1 for e in episodes for a in e.actions)
+    )
+    summary = derived(
+        "max_summary_tokens", max(count("encode", s) + 1 for e in episodes for s in e.summaries)
+    )
+    q_sum = count("summary_request", config.summary_instruction) if config.summarizes else 0
+    reserve = q_sum + summary if config.summarizes else 0
+    longest_obs = max(count("observation", o) for e in episodes for o in e.observations)
+    threshold = derived("threshold", reserve + header + response + longest_obs)
+    sized = replace(
+        config, max_response_tokens=response, max_summary_tokens=summary, threshold=threshold
+    )
+    if config.budget is not None:
+        return sized
+    system = count("system", system_prompt)
+    smallest_rebuilt = system + (
+        count("resume", config.resume_instruction, "") + summary if config.summarizes else 0
+    )
+    plans = [_episode_plan(sized, measured, system, e) for e in episodes]
+    low = max(smallest_rebuilt, max(p.first for p in plans)) + threshold
+    high = max(p.first + sum(p.steps) for p in plans) + threshold
+    while low < high:  # smallest budget that fits every episode (the fit grows with budget)
+        mid = (low + high) // 2
+        if all(p.fits(sized, mid) for p in plans):
+            high = mid
+        else:
+            low = mid + 1
+    return replace(sized, budget=max(low, floors.get("budget", 0)))
+
+
+class _Measured:
+    """Token counts of a chat format's pieces, each measured once (episodes repeat
+    actions and summaries, and a template renders every observation)."""
+
+    def __init__(self, chat: ChatFormat):
+        self.chat = chat
+        self._counts: dict[tuple[str, tuple[str, ...]], int] = {}
+
+    def count(self, piece: str, *texts: str) -> int:
+        """``len(chat.<piece>(*texts))``."""
+        key = (piece, texts)
+        if key not in self._counts:
+            self._counts[key] = len(getattr(self.chat, piece)(*texts))
+        return self._counts[key]
+
+
+@dataclass(frozen=True)
+class _EpisodePlan:
+    """One episode's window costs in tokens: the first window's fixed part, a rebuilt
+    window's fixed part, and each step (assistant header + response + end + observation)."""
+
+    first: int
+    rebuilt: int
+    steps: list[int]
+
+    def fits(self, config: CompactionConfig, budget: int) -> bool:
+        """Whether the episode ends within ``max_compactions + 1`` windows of ``budget``."""
+        threshold = config.threshold
+        assert threshold is not None
+        window, windows = self.first, 1
+        for i, cost in enumerate(self.steps):
+            if budget - window < threshold:
+                windows += 1
+                if not config.compacts or windows > config.max_compactions + 1:
+                    return False
+                for k in range(min(config.keep_last, i), -1, -1):
+                    window = self.rebuilt + sum(self.steps[i - k : i])
+                    if budget - window >= threshold:
+                        break
+                else:
+                    return False
+            window += cost
+        return True
+
+
+def _episode_plan(
+    config: CompactionConfig, measured: _Measured, system: int, episode: EpisodeText
+) -> _EpisodePlan:
+    count = measured.count
+    task = count("task", episode.task)
+    rebuilt = system
+    if config.keep_task or not config.summarizes:
+        rebuilt += task
+    if config.summarizes:
+        rebuilt += max(count("resume", config.resume_instruction, s) for s in episode.summaries)
+    header = count("assistant_prefix")
+    steps = [
+        header + count("encode", a) + 1 + count("observation", o)
+        for a, o in zip(episode.actions, episode.observations, strict=True)
+    ]
+    return _EpisodePlan(first=system + task, rebuilt=rebuilt, steps=steps)

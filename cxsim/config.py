@@ -15,6 +15,7 @@ import gymnasium as gym
 import tyro
 
 from cxsim.compaction import CompactionConfig
+from cxsim.envs.defaults import DEFAULT_KWARGS, DefaultKwargs, default_kwargs
 from cxsim.estimators import ESTIMATORS
 from cxsim.loss_modes import LOSS_MODES
 
@@ -29,18 +30,15 @@ TrainProtocol = Literal["compacted", "single"]
 PolicySize = Literal["tiny", "small", "base"]
 
 DEFAULT_ENV = "cxsim/KeyRecall-v0"
-DEFAULT_ENV_KWARGS: dict[str, int | float | bool] = {
-    "obs_words_mean": 8.0,
-    "obs_words_std": 2.0,
-    "num_values": 4,
-}
-"""The default task: KeyRecall with short corridor text and 4 key values (chance 1/4); under
-DEFAULT_COMPACTION 99% of episodes need 3 windows and none fits in one (Single: 0%)."""
+DEFAULT_ENV_KWARGS: dict[str, int | float | bool] = dict(DEFAULT_KWARGS[DEFAULT_ENV])
+"""The default task's kwargs (every id's own defaults: cxsim.envs.defaults.DEFAULT_KWARGS)."""
 DEFAULT_COMPACTION = CompactionConfig(
-    budget=200, threshold=72, max_summary_tokens=32, max_response_tokens=8
+    budget=None, threshold=None, max_summary_tokens=None, max_response_tokens=None
 )
-"""Budget sized to the default task: threshold = summary reserve (|q_sum| 15 + 32) + header
-+ response cap 8 + the longest observation, so no observation overflows a window."""
+"""Sizes derived per environment and chat format before any work (cxsim.preflight): the
+oracle's longest action and perfect summary, the threshold one step needs, and the smallest
+budget whose 4 windows hold the sampled episodes; the main job's KeyRecall keeps its
+published 200 / 72 / 32 / 8 (cxsim.envs.defaults.PUBLISHED_SIZES)."""
 
 
 def _scalar(text: str) -> int | float | bool:
@@ -121,12 +119,16 @@ class EnvConfig:
     env_id: str = DEFAULT_ENV
     """Gymnasium id (``cxsim/KeyRecall-v0``, ``cxsim/FactUpdate-v0``, ``cxsim/SimRepo-v0``, presets),
     or ``my_module:my/Env-v0`` for your own Text-in/Text-out env (the module is imported first)."""
-    kwargs: EnvKwargs = field(default_factory=lambda: dict(DEFAULT_ENV_KWARGS))
+    kwargs: EnvKwargs = field(default_factory=lambda: default_kwargs(DEFAULT_ENV))
     """Keyword arguments for ``gymnasium.make`` (e.g. ``--env.kwargs memory_length 12 num_values 4``;
-    they replace the defaults, which suit KeyRecall and FactUpdate)."""
+    they replace the id's own defaults, listed in docs/environments.md; the default shown is
+    the default id's, and another ``--env.env-id`` brings its own)."""
 
     def __post_init__(self) -> None:
         check_env_id(self.env_id)
+        if isinstance(self.kwargs, DefaultKwargs) and self.kwargs.env_id != self.env_id:
+            # another id's defaults (the default instance's): use this id's own
+            object.__setattr__(self, "kwargs", default_kwargs(self.env_id))
 
     @property
     def system_prompt(self) -> str:

@@ -69,6 +69,11 @@ ORACLES: dict[str, Callable[[], Oracle]] = {
 }
 
 
+def has_oracle(env: gym.Env) -> bool:
+    """Whether ``env`` is a cxsim env with a scripted oracle (a user's own env has none)."""
+    return getattr(env.unwrapped, "env_name", None) in ORACLES
+
+
 def oracle_for(env: gym.Env) -> Oracle:
     """A fresh oracle for ``env`` (a cxsim env, wrapped or not)."""
     return ORACLES[env.unwrapped.env_name]()

@@ -4,6 +4,9 @@ Each env runs ``steps`` steps (resets included, as in a rollout loop) driven
 by the scripted oracle or by uniformly random admissible actions; the agent's
 own cost is included. The median of ``repeats`` timed runs is reported, with
 the oracle's (or random agent's) success rate over the episodes it finished.
+The speed target is ``--min-steps-per-s`` (1,000 steps/s per env, far below the
+17k-97k measured in docs/environments.md: a rollout of a tiny model is then
+bounded by the model, never by the env); the command exits 1 when an env is slower.
 
     cxsim bench envs --steps 100000
     cxsim bench envs --agent random --env-ids cxsim/SimRepo-v0
@@ -47,6 +50,8 @@ class Config:
     pin_core: int | None = 0
     """Pin the process to this CPU core (Linux); None leaves scheduling alone."""
     seed: int = 0
+    min_steps_per_s: float | None = 1000.0
+    """Speed target: exit 1 when an env runs fewer steps per second (None: no check)."""
     out: Path | None = None
     """Write the results as JSON here as well."""
 
@@ -118,6 +123,10 @@ def main(argv: list[str] | None = None) -> None:
     if config.out is not None:
         config.out.parent.mkdir(parents=True, exist_ok=True)
         config.out.write_text(json.dumps({"config": str(config), "results": results}, indent=2))
+    floor = config.min_steps_per_s
+    slow = [r["env_id"] for r in results if floor is not None and r["steps_per_s"] < floor]
+    if slow:
+        raise SystemExit(f"below the target of {floor:.0f} steps/s: {', '.join(map(str, slow))}")
 
 
 if __name__ == "__main__":

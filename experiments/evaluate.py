@@ -13,7 +13,7 @@ interval over tasks (cxsim/evaluation.py explains why).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import tyro
@@ -27,6 +27,7 @@ from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, check_policy_dir
 from cxsim.evaluation import evaluate_protocol, format_table
 from cxsim.generation import SamplingConfig
+from cxsim.preflight import preflight
 from cxsim.tracking import write_json
 
 
@@ -75,7 +76,7 @@ def evaluate(cfg: Config, label: str | None = None) -> dict[str, Any]:
     """Runs every protocol of ``cfg.eval``; returns the JSON payload (also written to --out)."""
     began = time.perf_counter()
     agent, chat, default_label = build_agent(cfg)
-    cfg.compaction.validate(chat, cfg.env.system_prompt)
+    cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))
     results = []
     for protocol in cfg.eval.protocols:
         result, _ = evaluate_protocol(

@@ -271,10 +271,11 @@ def run(cfg: Config) -> dict[str, Any]:
         for seed, e in zip(cfg.seeds, seed_evals, strict=True)
     ]
     per_run = format_table([(label, r) for label, e in labelled for r in e["results"]])
+    sized = base_eval["config"].compaction  # the sizes the pre-flight derived and checked
     (run_dir / "report.md").write_text(
         "# cxsim run report\n\n"
-        f"Environment `{cfg.env.env_id}` {cfg.env.kwargs or ''}; budget {cfg.compaction.budget}, "
-        f"threshold {cfg.compaction.threshold}, at most {cfg.compaction.max_compactions} "
+        f"Environment `{cfg.env.env_id}` {cfg.env.kwargs or ''}; budget {sized.budget}, "
+        f"threshold {sized.threshold}, at most {sized.max_compactions} "
         f"compactions. Presets {', '.join(cfg.presets)}; seeds {', '.join(map(str, cfg.seeds))}; "
         f"{cfg.eval.episodes} evaluation tasks x {cfg.eval.repeats} repeats per protocol.\n\n"
         "Pass@1 with two 95% intervals: Wilson over all (training seed, task) pairs, and a "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from cxsim.checkpoint import seed_everything
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, SFTConfig
 from cxsim.evaluation import EVAL_SEED_OFFSET, rollout_metrics
+from cxsim.preflight import preflight
 from cxsim.runtime import collect_rollouts
 from cxsim.segments import pack_segments
 from cxsim.sft import epoch_batches, sft_eval, sft_step
@@ -100,7 +101,7 @@ def run_sft(cfg: Config) -> dict[str, Any]:
     run_dir = Path(cfg.run_dir)
     tokenizer = default_tokenizer()
     chat = WordChatFormat(tokenizer)
-    cfg.compaction.validate(chat, cfg.env.system_prompt)
+    cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))
 
     base = cfg.seed * cfg.sft.episodes
     data = demonstrations(cfg, chat, [base + i for i in range(cfg.sft.episodes)])

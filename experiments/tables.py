@@ -61,6 +61,7 @@ from cxsim.experiments.report import plot_curves
 from cxsim.experiments.tables_page import ONE_WINDOW, ROW_LABELS, ROWS, Seeds, render
 from cxsim.experiments.tables_plots import LEARNING_CURVES, plot_omission, plot_summarizers
 from cxsim.generation import SamplingConfig
+from cxsim.preflight import preflight
 from cxsim.tables import cached_json, config_tag
 
 BudgetName = Literal["smoke", "full"]
@@ -192,10 +193,11 @@ def evaluate_agent(
     tasks and repeat seeds."""
     began = time.perf_counter()
     kwargs = cfg.env.kwargs | (env_kwargs or {})
+    compaction = preflight(cfg.env, cfg.compaction, chat)  # the sizes the runs were trained with
     results = {}
     for protocol in protocols or cfg.eval.protocols:
         result, records = evaluate_protocol(
-            cfg.env.env_id, kwargs, agent, chat, cfg.compaction, protocol,
+            cfg.env.env_id, kwargs, agent, chat, compaction, protocol,
             cfg.eval.episodes, cfg.eval.repeats, cfg.eval.seed, summarizer_agent=summarizer,
         )  # fmt: skip
         results[protocol] = with_omission(result, records)

@@ -112,6 +112,7 @@ def train(cfg: Config) -> dict[str, Any]:
     from cxsim.segments import pack_segments
 
     run = TrainingRun(cfg)  # seeds, models, optimisers; the resumed state if any
+    cfg = run.cfg  # with the compaction sizes derived for this env and chat format
     ppo, policy, critic, chat, opt = cfg.ppo, run.policy, run.critic, run.chat, run.optimizers
     agent = LMAgent(policy, chat, SamplingConfig(temperature=ppo.temperature))
     for iteration in range(run.start_iteration, cfg.total_iterations):

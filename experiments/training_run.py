@@ -49,6 +49,7 @@ from cxsim.distributed import (
     shard_seeds,
 )
 from cxsim.evaluation import rollout_metrics
+from cxsim.preflight import preflight
 from cxsim.runtime import RolloutBatch, RolloutRecord, collect_rollouts
 from cxsim.tracking import (
     log_config,
@@ -77,6 +78,8 @@ class TrainingRun:
             torch.set_num_threads(cfg.threads)
         seed_everything(rank_seed(cfg.seed, self.ctx))  # rank 0 keeps cfg.seed
         self.policy, self.tokenizer, self.chat, self.critic = load_models(cfg, checkpoint)
+        # sizes derived for this env and chat format; fails loudly if the oracle cannot solve it
+        self.cfg = cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, self.chat))
         self.optimizers = {"actor": torch.optim.Adam(self.policy.parameters(), lr=cfg.ppo.actor_lr)}
         if self.critic is not None:
             self.optimizers["critic"] = torch.optim.Adam(
@@ -215,10 +218,8 @@ def starting_checkpoint(cfg: Config, ctx: DistContext) -> Path | None:
 
 def load_models(cfg: Config, checkpoint: Path | None) -> tuple[Any, Any, Any, Critic | None]:
     """Policy, tokenizer, chat format and critic (None when the estimator needs none), from
-    the checkpoint or, for a fresh run, from ``cfg.policy`` with a new critic; checks that
-    the window fits."""
+    the checkpoint or, for a fresh run, from ``cfg.policy`` with a new critic."""
     policy, tokenizer, chat = load_policy(checkpoint / "policy" if checkpoint else Path(cfg.policy))
-    cfg.compaction.validate(chat, cfg.env.system_prompt)
     critic = None
     if cfg.ppo.uses_critic:
         critic = (

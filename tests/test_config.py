@@ -59,7 +59,7 @@ def test_other_configs_reject():
     with pytest.raises(ValueError, match="protocol"):
         EvalConfig(protocols=("both",))
     with pytest.raises(ValueError, match="threshold"):
-        replace(DEFAULT_COMPACTION, threshold=DEFAULT_COMPACTION.budget + 1)
+        replace(DEFAULT_COMPACTION, budget=200, threshold=201)
     with pytest.raises(ValueError, match=r"--ppo\.protocol"):
         TrainConfig(compaction=replace(DEFAULT_COMPACTION, protocol="single"))
     with pytest.raises(FileNotFoundError, match="cxsim sft"):

@@ -111,7 +111,18 @@ def test_run_main_job(tmp_path: Path, capsys):
 def test_invalid_configs_fail_before_any_work(tmp_path: Path, capsys):
     bad = [
         (["train", "--policy", str(tmp_path / "missing")], "cxsim sft"),
-        (["eval", "--agent", "oracle", "--compaction.threshold", "500"], "threshold"),
+        (
+            [
+                "eval",
+                "--agent",
+                "oracle",
+                "--compaction.budget",
+                "200",
+                "--compaction.threshold",
+                "500",
+            ],
+            "threshold",
+        ),
         (["eval", "--agent", "oracle", "--env.env-id", "cxsim/Nope-v0"], "unknown environment"),
         (["train", "--preset", "nope"], "unknown preset"),
     ]

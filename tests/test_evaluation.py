@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from cxsim.agents import WordChatFormat, default_tokenizer
 from cxsim.agents.scripted import ScriptedAgent
 from cxsim.config import DEFAULT_COMPACTION, DEFAULT_ENV, DEFAULT_ENV_KWARGS
+from cxsim.envs.defaults import PUBLISHED_SIZES
 from cxsim.evaluation import (
     evaluate_protocol,
     format_table,
@@ -18,6 +20,9 @@ from cxsim.evaluation import (
     t_interval,
     wilson_interval,
 )
+
+SIZED = replace(DEFAULT_COMPACTION, **PUBLISHED_SIZES[DEFAULT_ENV])
+"""The default task's sizes in the word-level format (what the entry points derive)."""
 
 
 def test_wilson_interval_known_values():
@@ -56,10 +61,10 @@ def test_t_interval():
 
 
 def test_protocol_config_single_keeps_the_budget():
-    single = protocol_config(DEFAULT_COMPACTION, "single")
-    assert single.protocol == "single" and single.budget == DEFAULT_COMPACTION.budget
+    single = protocol_config(SIZED, "single")
+    assert single.protocol == "single" and single.budget == SIZED.budget
     with pytest.raises(ValueError, match="protocol"):
-        protocol_config(DEFAULT_COMPACTION, "both")
+        protocol_config(SIZED, "both")
 
 
 def test_scripted_oracle_under_both_protocols():
@@ -72,7 +77,7 @@ def test_scripted_oracle_under_both_protocols():
         agent = ScriptedAgent(DEFAULT_ENV, chat, omission_rate=omission, seed=0)
         for protocol in ("single", "compacted"):
             result, records = evaluate_protocol(
-                *env, agent, chat, DEFAULT_COMPACTION, protocol, episodes=40, repeats=2
+                *env, agent, chat, SIZED, protocol, episodes=40, repeats=2
             )
             rows.append((f"oracle {omission}", result))
             assert result["runs"] == 80 and len(records) == 80
@@ -103,7 +108,7 @@ def test_external_summarizer_protocol_follows_the_summarizer():
     for omission in (0.0, 1.0):
         summarizer = ScriptedAgent(DEFAULT_ENV, chat, omission_rate=omission, seed=1)
         results[omission], records = evaluate_protocol(
-            DEFAULT_ENV, DEFAULT_ENV_KWARGS, executor, chat, DEFAULT_COMPACTION,
+            DEFAULT_ENV, DEFAULT_ENV_KWARGS, executor, chat, SIZED,
             "external-summarizer", episodes=48, summarizer_agent=summarizer,
         )  # fmt: skip
         assert results[omission]["protocol"] == "external-summarizer" and len(records) == 48
@@ -111,5 +116,5 @@ def test_external_summarizer_protocol_follows_the_summarizer():
     assert results[0.0]["pass_at_1"] == 1.0 and results[0.0]["summary_recall"] == 1.0
     assert results[1.0]["summary_recall"] == 0.0 and results[1.0]["pass_at_1"] < 0.5
     with pytest.raises(ValueError, match="summarizer_agent"):
-        evaluate_protocol(DEFAULT_ENV, DEFAULT_ENV_KWARGS, executor, chat, DEFAULT_COMPACTION,
+        evaluate_protocol(DEFAULT_ENV, DEFAULT_ENV_KWARGS, executor, chat, SIZED,
                           "external-summarizer", episodes=2)  # fmt: skip

@@ -51,7 +51,19 @@ if "mine/Doors-v0" not in gym.registry:
     gym.register("mine/Doors-v0", entry_point=DoorsEnv)
 
 ENV_ID = f"{__name__}:mine/Doors-v0"  # gymnasium's module:id form, as on the command line
-OWN = ["--env.env-id", ENV_ID, "--env.kwargs", "--compaction.budget", "140"]
+OWN = [
+    "--env.env-id",
+    ENV_ID,
+    "--env.kwargs",
+    "--compaction.budget",
+    "140",
+    "--compaction.threshold",
+    "72",
+    "--compaction.max-response-tokens",
+    "8",
+    "--compaction.max-summary-tokens",
+    "32",
+]  # fmt: skip  (no oracle to derive them from)
 
 
 def test_own_env_trains_two_iterations_and_evaluates(tmp_path: Path):

@@ -1,0 +1,93 @@
+"""Oracle pre-flight: before any training or evaluation, can the task be solved at all?
+
+``preflight`` first derives the compaction sizes left unset (``None``) from the
+environment's oracle episodes in the chat format's own tokens
+(``cxsim.compaction.fit_sizes``), then runs a few episodes of the scripted
+oracle with perfect summaries under Compacted. A run whose settings leave even
+the oracle unable to finish its tasks (observations that overflow the window,
+episodes longer than the windows allow) would train and evaluate to 0 without
+any error; the pre-flight stops it first and says by how much it failed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from functools import lru_cache
+
+import gymnasium as gym
+
+from cxsim.agents.chat import ChatFormat
+from cxsim.agents.scripted import ScriptedAgent
+from cxsim.compaction import CompactionConfig, fit_sizes
+from cxsim.config import EnvConfig
+from cxsim.envs.defaults import PUBLISHED_SIZES, EpisodeText, sample_episodes
+from cxsim.envs.scripted import has_oracle
+from cxsim.runtime import collect_rollouts
+
+SIZING_EPISODES = 128
+"""Oracle episodes whose text sizes the window (their longest pieces, and all of them must fit)."""
+PREFLIGHT_SEED = 50_000
+"""First task seed of the pre-flight (apart from the sizing episodes' seeds 0 .. 127)."""
+
+
+@lru_cache(maxsize=64)
+def _episodes(env_id: str, kwargs: tuple[tuple[str, int | float | bool], ...]) -> list[EpisodeText]:
+    return sample_episodes(env_id, dict(kwargs), SIZING_EPISODES)
+
+
+@lru_cache(maxsize=64)
+def _has_oracle(env_id: str, kwargs: tuple[tuple[str, int | float | bool], ...]) -> bool:
+    env = gym.make(env_id, **dict(kwargs))
+    found = has_oracle(env)
+    env.close()
+    return found
+
+
+def preflight(
+    env: EnvConfig,
+    compaction: CompactionConfig,
+    chat: ChatFormat,
+    episodes: int = 16,
+    min_solved: float = 0.8,
+) -> CompactionConfig:
+    """``compaction`` with its unset sizes derived, once the oracle solves the task under it.
+
+    The scripted oracle (omission rate 0) plays ``episodes`` tasks under the
+    Compacted protocol with the sized config; fewer than ``min_solved`` of them
+    solved raises a ValueError with the numbers (solved, end reasons, sizes).
+    A user's own environment has no oracle: its sizes must all be given, and it
+    skips the pre-flight.
+    """
+    if not _has_oracle(env.env_id, tuple(sorted(env.kwargs.items()))):
+        if not compaction.sized:
+            raise ValueError(
+                f"{env.env_id} has no scripted oracle to derive the window sizes from; set "
+                "--compaction.budget, --compaction.threshold, --compaction.max-response-tokens "
+                "and --compaction.max-summary-tokens"
+            )
+        compaction.validate(chat, env.system_prompt)
+        return compaction
+    if compaction.sized:
+        sized = compaction
+    else:
+        texts = _episodes(env.env_id, tuple(sorted(env.kwargs.items())))
+        floors = PUBLISHED_SIZES.get(env.env_id)
+        sized = fit_sizes(compaction, chat, env.system_prompt, texts, floors)
+    runtime = replace(sized, protocol="compacted")
+    agent = ScriptedAgent(env.env_id, chat, omission_rate=0.0, seed=0)
+    seeds = list(range(PREFLIGHT_SEED, PREFLIGHT_SEED + episodes))
+    records = collect_rollouts(env.env_id, env.kwargs, agent, runtime, seeds, chat).records
+    solved = sum(r.success for r in records)
+    if solved < min_solved * episodes:
+        ends = Counter(r.end_reason for r in records if not r.success)
+        why = ", ".join(f"{reason} {n}" for reason, n in ends.most_common())
+        raise ValueError(
+            f"pre-flight failed: the scripted oracle with perfect summaries solved {solved}/"
+            f"{episodes} {env.env_id} tasks under Compacted (failures: {why}) with budget "
+            f"{sized.budget}, threshold {sized.threshold}, max_response_tokens "
+            f"{sized.max_response_tokens}, max_summary_tokens {sized.max_summary_tokens}, "
+            f"max_compactions {sized.max_compactions}; leave the sizes unset to derive them, or "
+            "raise --compaction.budget / --compaction.threshold, or change --env.kwargs"
+        )
+    return sized

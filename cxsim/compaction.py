@@ -20,9 +20,10 @@ left); otherwise the episode ends truncated and failed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from cxsim.agents.chat import ChatFormat
+if TYPE_CHECKING:  # annotations only: importing agents pulls torch, slowing every --help
+    from cxsim.agents.chat import ChatFormat
 
 Protocol = Literal["compacted", "single", "sliding-window", "external-summarizer"]
 PROTOCOLS: tuple[Protocol, ...] = ("compacted", "single", "sliding-window", "external-summarizer")

@@ -8,8 +8,9 @@ cross-segment and stitched estimators as a function of critic error, number of
 compactions, lambda, segment length and gamma, and a throughput benchmark. The page is
 written by ``experiments/lab_page.py``.
 
-    cxsim lab --preset full     # the committed page (minutes on 2 cores)
-    cxsim lab --preset smoke --output-dir /tmp/lab
+    cxsim lab                          # full, about 2 minutes on 2 cores, under runs/lab
+    cxsim lab --out docs/results       # rewrites the committed page
+    cxsim lab --preset smoke --out /tmp/lab
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import matplotlib
 import numpy as np
@@ -42,9 +43,10 @@ class Config:
     """Estimator lab."""
 
     preset: Preset = "full"
-    """``smoke``: tiny samples, seconds (CI); ``full``: the committed page, minutes."""
-    output_dir: Path = Path("docs/results")
-    """Where estimators.md and the PNGs go."""
+    """``smoke``: tiny samples, seconds (CI); ``full``: the committed page, about 2 minutes
+    on 2 cores (``cxsim lab --out docs/results`` rewrites it)."""
+    output_dir: Annotated[Path, tyro.conf.arg(aliases=("--out",))] = Path("runs/lab")
+    """Where estimators.md and the PNGs go (``docs/results`` for the committed page)."""
     device: Device = "cpu"
     """Array backend of the simulation: ``cpu`` (NumPy), ``cuda`` (CuPy) or ``auto``."""
     seed: int = 0

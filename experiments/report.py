@@ -174,17 +174,15 @@ def write_report(cfg: Config) -> Path:
     runs = train_runs(run_dir, results)
     sections = [f"# cxsim report: `{run_dir}`\n"]
     if "table" in results:
-        from cxsim.experiments.run import report_table
-
         rows = [r | {"summary_recall": _nan(r["summary_recall"])} for r in results["table"]]
-        sections.append(
-            "## Evaluation\n\nPass@1 with a Wilson 95% interval over (seed, task) pairs and a "
-            f"t-interval over seeds (from 2 seeds on).\n\n{report_table(rows)}\n"
-        )
+        from cxsim.experiments.run import report_notes, report_table
+
+        sections.append(f"## Evaluation\n\n{report_table(rows)}\n\n{report_notes(rows, results)}\n")
     if runs:
-        plotted = plot_curves(
-            {label: [r["history"]] for label, r in runs.items()}, out_dir / "curves.png"
-        )
+        by_preset: dict[str, list[History]] = {}  # one mean line and min-max band per preset
+        for r in runs.values():
+            by_preset.setdefault(r["config"]["preset"], []).append(r["history"])
+        plotted = plot_curves(by_preset, out_dir / "curves.png")
         summary = [
             [label, str(r["iterations_done"]), f"{r['wall_time_s']:.0f}", r["config"]["preset"]]
             for label, r in runs.items()
@@ -194,7 +192,8 @@ def write_report(cfg: Config) -> Path:
             markdown_table(["run", "iterations", "wall time (s)", "preset"], summary) + "\n",
             "## Final metrics (mean of the last 5 post-warm-up iterations)\n",
             final_metrics_table({label: r["final"] for label, r in runs.items()}) + "\n",
-            f"## Learning curves\n\n![learning curves](curves.png)\n\nPanels: {', '.join(plotted)}.\n",
+            f"## Learning curves\n\n![learning curves](curves.png)\n\nPanels: {', '.join(plotted)}; "
+            "one line per preset (the mean over its seeds, shaded min-max).\n",
         ]
     out_dir.mkdir(parents=True, exist_ok=True)
     report = out_dir / "report.md"

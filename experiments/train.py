@@ -289,10 +289,12 @@ def iterate(
     """One PPO iteration: collect, pack, score and update, then the iteration's metrics
     (the same on every rank) and the whole batch's rollout records."""
     tick = time.perf_counter()
-    rollouts = collect(cfg, agent, iteration, ctx)
+    with meter.timed("rollout"):  # compute/wall_clock_s: rollout + update time
+        rollouts = collect(cfg, agent, iteration, ctx)
     rollout_s = time.perf_counter() - tick
     batch = pack_segments(rollouts.segments, agent.chat.pad_id)
-    batch, metrics = update(batch, policy, critic, optimizers, cfg.ppo, warmup, ctx)
+    with meter.timed("update"):
+        batch, metrics = update(batch, policy, critic, optimizers, cfg.ppo, warmup, ctx)
     metrics["charts/rollout_seconds"] = rollout_s
     metrics["charts/iteration_seconds"] = time.perf_counter() - tick
     metrics |= diagnostics(batch, rollouts, cfg, critic is not None, warmup, meter)

@@ -75,7 +75,12 @@ def _dispatch(
         _set_threads()
     prog = f"{prefix} {name}"
     sys.argv[0] = prog
-    with _one_line_parse_errors(prog):
+    _rewrap_help()
+    quiet = os.environ.get("CXSIM_QUIET", "") not in ("", "0")
+    with (
+        _one_line_parse_errors(prog),
+        contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext(),
+    ):
         try:
             module.main(rest)
         except USER_ERRORS as err:
@@ -83,6 +88,31 @@ def _dispatch(
                 raise
             message = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
             sys.exit(f"{prog}: error: {message}")
+
+
+def _unwrap(text: str) -> str:
+    """A docstring's hard-wrapped lines joined into paragraphs (blank lines and list items
+    ``- ...`` / ``1. ...`` keep their breaks), so that ``--help`` rewraps whole sentences."""
+    out: list[str] = []
+    for raw in text.split("\n"):
+        line = raw.strip()
+        starts_item = bool(re.match(r"([-*]|\d+\.) ", line))
+        if not line:
+            out.append("")
+        elif out and out[-1] and not starts_item:
+            out[-1] += " " + line
+        else:
+            out.append(line)
+    return "\n".join(out).strip()
+
+
+def _rewrap_help() -> None:
+    """tyro keeps a docstring's line break wherever the next line is indented, which breaks
+    field help mid-sentence; its joiner is replaced by :func:`_unwrap` (left alone if a
+    tyro version has no such function)."""
+    strings = getattr(importlib.import_module("tyro._docstrings"), "_strings", None)
+    if strings is not None and hasattr(strings, "remove_single_line_breaks"):
+        strings.remove_single_line_breaks = _unwrap
 
 
 def _condense(text: str) -> str:

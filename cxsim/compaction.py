@@ -1,4 +1,4 @@
-"""Compaction protocols and their configuration (METHOD.md section 1).
+"""Compaction protocols and their configuration (docs/method.md section 1).
 
 The runtime (``cxsim.runtime``) drives environments under one of four
 protocols:

@@ -48,3 +48,33 @@ def test_tables_and_lab_write_under_runs_by_default():
     assert Path(cfg.runs_dir).parts[0] == "runs"
     assert tables.parse(["--out", "elsewhere"]).out_dir == "elsewhere"
     assert Path(lab.Config().output_dir).parts[0] == "runs"
+
+
+def test_help_texts_are_rewrapped_as_sentences():
+    from cxsim.cli import _unwrap
+
+    text = (
+        "GAE lambda, used only\n    with ``fixed``: at the default\n    scope.\n\n- one item\n- two"
+    )
+    assert (
+        _unwrap(text)
+        == "GAE lambda, used only with ``fixed``: at the default scope.\n\n- one item\n- two"
+    )
+
+
+def test_help_of_a_command_keeps_sentences_whole():
+    done = run_cli("run", "--help")
+    assert done.returncode == 0
+    flat = " ".join(line.strip(" │") for line in done.stdout.splitlines())
+    assert "at the default scope (rollout) and at segment, lambda is length-adaptive" in " ".join(
+        flat.split()
+    )
+
+
+def test_quiet_prints_nothing(tmp_path: Path, capsys, monkeypatch):
+    monkeypatch.setenv("CXSIM_QUIET", "0")  # restored after the test
+    out = tmp_path / "eval.json"
+    cxsim(["eval", "--agent", "oracle", "--eval.episodes", "2", "--out", str(out), "--quiet"])
+    said = capsys.readouterr()
+    assert said.out == "" and said.err == ""
+    assert out.is_file()  # the work was done

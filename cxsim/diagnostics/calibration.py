@@ -1,4 +1,4 @@
-"""Critic calibration: predicted value against realised return (TESTBED.md, Diagnostics).
+"""Critic calibration: predicted value against realised return (docs/diagnostics.md).
 
 Shapes: S segments, T tokens. ``values[s, t] = V(tokens_<t)`` (CONTRACTS.md
 alignment); ``mask`` (S, T) bool marks trainable tokens.

@@ -78,3 +78,12 @@ def test_quiet_prints_nothing(tmp_path: Path, capsys, monkeypatch):
     said = capsys.readouterr()
     assert said.out == "" and said.err == ""
     assert out.is_file()  # the work was done
+
+
+@pytest.mark.parametrize("command", ["run", "eval", "tables", "report", "lab", "bench"])
+def test_help_does_not_import_torch(command: str):
+    """torch's import costs seconds; its help must not wait for it (timings: cxsim bench help)."""
+    from cxsim.experiments.bench_help import best_time
+
+    _, torch_loaded = best_time([command, "--help"], repeats=1)
+    assert not torch_loaded

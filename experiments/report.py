@@ -44,6 +44,11 @@ CURVES: tuple[tuple[str, str], ...] = (
 )
 """(history key, panel title); ``omission`` is derived as 1 - summary recall."""
 
+FRACTIONS: frozenset[str] = frozenset(
+    {"charts/success_rate", "compaction/summary_recall", "omission"}
+)
+"""Curves that are proportions: drawn on a fixed [0, 1] axis, so runs compare at a glance."""
+
 FINAL_KEYS: tuple[str, ...] = (
     "charts/success_rate",
     "compaction/compactions_mean",
@@ -95,6 +100,7 @@ def plot_curves(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     present = [
         (key, title)
@@ -123,6 +129,9 @@ def plot_curves(
                 ax.fill_between(iters, low, high, color=colors[label], alpha=0.15)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("iteration")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if key in FRACTIONS:
+            ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(present) :]:
         ax.axis("off")

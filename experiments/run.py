@@ -199,7 +199,7 @@ def report_table(rows: list[dict[str, Any]]) -> str:
     with_seed_ci = any(r["seeds"] >= 2 for r in rows)
     header = "| model | protocol | seeds | Pass@1 | 95% CI (tasks) [1] | "
     header += "95% CI (seeds) [2] | " if with_seed_ci else ""
-    header += "per seed | compactions [3] | summary recall [4] |"
+    header += "per seed | compactions [3] | summary recall [4] |"  # notes: report_notes
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in rows:
         seed_ci = (
@@ -241,19 +241,24 @@ def report_notes(rows: list[dict[str, Any]], results: dict[str, Any]) -> str:
     notes = []
     if chance is not None:
         notes.append(f"Chance level: {chance:.3f} (a uniform guess among the key values).")
-    for r in rows:
-        if r["protocol"] == "single" and r["pass_at_1"] == 0.0:
-            notes.append(
-                f"Single is 0 for {r['label']}: Single allows no compaction, and "
-                f"{r.get('truncated_rate', 1.0):.0%} of its episodes filled the {budget}-token "
-                "window before the answer (the default task never fits in one window; "
-                "Compacted is the protocol that can succeed)."
-            )
-            break
+    single = [r for r in rows if r["protocol"] == "single"]
+    zero = [r for r in single if r["pass_at_1"] == 0.0]
+    if zero:
+        who = "every model" if len(zero) == len(single) else ", ".join(r["label"] for r in zero)
+        full = min(r.get("truncated_rate", 1.0) for r in zero)
+        notes.append(
+            f"Single is 0 for {who}: Single allows no compaction, and at least {full:.0%} "
+            f"of those episodes filled the {budget}-token window before the answer was due "
+            "(the default task is sized so that no episode fits in one window). Compacted "
+            "is the protocol under which the task can be solved."
+        )
+    notes.append("[1] Wilson score interval over every (training seed, evaluation task) pair.")
+    if any(r["seeds"] >= 2 for r in rows):
+        notes.append(
+            "[2] Student-t interval over the per-seed Pass@1 values, clipped to [0, 1]; it "
+            "counts the variance between training seeds (shown from 2 seeds on)."
+        )
     notes += [
-        "[1] Wilson score interval over every (training seed, evaluation task) pair.",
-        "[2] Student-t interval over the per-seed Pass@1 values, clipped to [0, 1] "
-        "(shown from 2 seeds on; it counts the variance between training seeds).",
         "[3] Mean number of compactions per episode: times the window filled and the "
         "policy summarised its history into a fresh window.",
         "[4] Fraction of the facts the task needs later (the key's current value) that "

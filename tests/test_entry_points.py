@@ -112,6 +112,7 @@ def test_run_main_job(tmp_path: Path, capsys):
     assert (run_dir / "report" / "curves.png").stat().st_size > 1000
     assert f"trained policy: {run_dir / 'final' / 'policy'}" in out
     assert "Chance level: 0.250" in report  # 1 / num_values 4 of the tiny task
+    assert "Single is 0 for every model" in report  # the tiny task never fits one window
 
     # other settings into the same folder: refused before any work, naming the setting
     made = (run_dir / "results.json").stat().st_mtime_ns

@@ -194,12 +194,14 @@ def pooled(name: str, evals: list[dict[str, Any]], protocol: str) -> dict[str, A
 
 
 def report_table(rows: list[dict[str, Any]]) -> str:
-    """Markdown table: Pass@1 (Wilson CI over seed x task pairs; t-interval over seeds, a
-    column only when some row has 2 seeds or more). :func:`report_notes` explains it."""
+    """Markdown table: Pass@1 (Wilson CI over seed x task pairs; t-interval over seeds and
+    the per-seed values, columns only when some row has 2 seeds or more).
+    :func:`report_notes` explains it."""
     with_seed_ci = any(r["seeds"] >= 2 for r in rows)
     header = "| model | protocol | seeds | Pass@1 | 95% CI (tasks) [1] | "
     header += "95% CI (seeds) [2] | " if with_seed_ci else ""
-    header += "per seed | compactions [3] | summary recall [4] |"  # notes: report_notes
+    header += "per seed | " if with_seed_ci else ""  # one seed: per seed = Pass@1
+    header += "compactions [3] | summary recall [4] |"  # notes: report_notes
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in rows:
         seed_ci = (
@@ -207,10 +209,10 @@ def report_table(rows: list[dict[str, Any]]) -> str:
         )
         recall = "-" if np.isnan(r["summary_recall"]) else f"{r['summary_recall']:.2f}"
         per_seed = " ".join(f"{p:.2f}" for p in r["per_seed_pass_at_1"])
-        seed_cell = f"{seed_ci} | " if with_seed_ci else ""
+        seed_cell = f"{seed_ci} | {per_seed} | " if with_seed_ci else ""
         lines.append(
             f"| {r['label']} | {r['protocol']} | {r['seeds']} | {r['pass_at_1']:.3f} | "
-            f"[{r['ci95_low']:.3f}, {r['ci95_high']:.3f}] | {seed_cell}{per_seed} | "
+            f"[{r['ci95_low']:.3f}, {r['ci95_high']:.3f}] | {seed_cell}"
             f"{r['mean_compactions']:.2f} | {recall} |"
         )
     return "\n".join(lines)
@@ -280,6 +282,10 @@ def plot_curves(curves: dict[str, list[list[dict[str, Any]]]], path: Path) -> No
 
 
 def run(cfg: Config) -> dict[str, Any]:
+    began = time.perf_counter()
+    run_dir = Path(cfg.run_dir)
+    claim_run_dir(run_dir, recorded_settings(cfg), overwrite=cfg.overwrite)  # before any work
+
     from cxsim.evaluation import format_table
     from cxsim.experiments import evaluate as evaluate_entry
     from cxsim.experiments import sft as sft_entry
@@ -287,9 +293,6 @@ def run(cfg: Config) -> dict[str, Any]:
     from cxsim.experiments.report import Config as ReportConfig
     from cxsim.experiments.report import write_report
 
-    began = time.perf_counter()
-    run_dir = Path(cfg.run_dir)
-    claim_run_dir(run_dir, recorded_settings(cfg), overwrite=cfg.overwrite)
     timings: dict[str, float] = {}
     stages = 2 + 2 * len(cfg.presets) * len(cfg.seeds)
     stage = iter(range(1, stages + 1))

@@ -149,16 +149,19 @@ def _one_line_parse_errors(prog: str) -> Iterator[None]:
         captured = io.StringIO()
         try:
             with contextlib.redirect_stderr(captured):
-                return original(*args, **kwargs)
+                parsed = original(*args, **kwargs)
         except SystemExit as stop:
-            if stop.code not in (0, None):
+            if stop.code not in (0, None):  # a parse error: one line instead of the box
                 raise SystemExit(
                     f"{prog}: error: {_condense(captured.getvalue())}; see `{prog} --help`"
                 ) from None
+            sys.stderr.write(captured.getvalue())  # --help
             raise
-        finally:
-            if not captured.getvalue() or sys.exc_info()[0] is None:
-                sys.stderr.write(captured.getvalue())
+        except BaseException:
+            sys.stderr.write(captured.getvalue())
+            raise
+        sys.stderr.write(captured.getvalue())  # warnings tyro printed on success
+        return parsed
 
     tyro.cli = compact
     try:
@@ -181,7 +184,14 @@ def _set_threads() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        _main(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+
+
+def _main(argv: list[str]) -> None:
     if "--quiet" in argv:  # every command takes it; entry points read CXSIM_QUIET
         argv.remove("--quiet")
         os.environ["CXSIM_QUIET"] = "1"

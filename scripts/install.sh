@@ -36,7 +36,7 @@ elif reachable "$CPU_INDEX/torch/"; then
 else
   echo "install: no GPU and $CPU_INDEX unreachable; torch==$TORCH_VERSION from the default index"
   .venv/bin/python -m pip install -q "torch==$TORCH_VERSION"
-  .venv/bin/python -c "import torch, sys; sys.exit(0 if torch.version.cuda is None else 1)" \
+  .venv/bin/python -W ignore -c "import torch, sys; sys.exit(torch.version.cuda is not None)" \
     || echo "install: note: that is a CUDA build; set CXSIM_TORCH to a CPU wheel to save disk"
 fi
 .venv/bin/python -m pip install -q -e ".[dev]"

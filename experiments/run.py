@@ -248,9 +248,10 @@ def report_notes(rows: list[dict[str, Any]], results: dict[str, Any]) -> str:
     if zero:
         who = "every model" if len(zero) == len(single) else ", ".join(r["label"] for r in zero)
         full = min(r.get("truncated_rate", 1.0) for r in zero)
+        share = "all" if full == 1.0 else f"at least {full:.0%}"
         notes.append(
-            f"Single is 0 for {who}: Single allows no compaction, and at least {full:.0%} "
-            f"of those episodes filled the {budget}-token window before the answer was due "
+            f"Single is 0 for {who}: Single allows no compaction, and {share} of those "
+            f"episodes filled the {budget}-token window before the answer was due "
             "(the default task is sized so that no episode fits in one window). Compacted "
             "is the protocol under which the task can be solved."
         )

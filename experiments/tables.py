@@ -228,10 +228,11 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
     sft_cfg = run_entry.sft_config(rc)
     tick = time.perf_counter()
     sft = cached_json(Path(sft_cfg.run_dir) / "results.json", lambda: sft_entry.run_sft(sft_cfg))
-    log(f"seed {seed}: SFT base ready ({time.perf_counter() - tick:.0f}s)")
+    where = f"seed {seed} ({seed + 1} of {cfg.seeds})"
+    log(f"{where}: SFT base ready ({time.perf_counter() - tick:.0f}s)")
     policies = {"base": sft["policy"]}
     trained: dict[str, dict[str, Any]] = {}
-    for row in cfg.rows:
+    for i, row in enumerate(cfg.rows, start=1):
         tick = time.perf_counter()
         train_cfg = run_entry.train_config(rc, sft["policy"], row, seed)
         result = cached_json(
@@ -239,14 +240,17 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
         )
         trained[row] = result
         policies[row] = result["policy"]
-        log(f"seed {seed}: {row} trained ({time.perf_counter() - tick:.0f}s)")
+        log(
+            f"{where}: row {i} of {len(cfg.rows)}, {row}, trained "
+            f"({time.perf_counter() - tick:.0f}s)"
+        )
     evals = {}
     for row, policy in policies.items():
         evals[row] = cached_json(
             seed_dir / "tables" / f"eval-{row}.json",
             lambda r=row, p=policy: evaluate_policy(cfg, p, r),
         )
-    log(f"seed {seed}: {len(evals)} policies evaluated")
+    log(f"{where}: {len(evals)} policies evaluated")
     if 2 in cfg.tables and cfg.one_window_kwargs:
         tag = config_tag("one-window", cfg.one_window_kwargs)
         for row in ("oracle", "base", *ROWS[2]):
@@ -258,7 +262,7 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
             evals[f"{row}/{ONE_WINDOW}"] = cached_json(
                 seed_dir / "tables" / f"eval-{row}-{tag}.json", one_window
             )
-        log(f"seed {seed}: Table 2 one-window task evaluated ({cfg.one_window_kwargs})")
+        log(f"{where}: Table 2 one-window task evaluated ({cfg.one_window_kwargs})")
     external = {}
     if 1 in cfg.tables:
         summarizers = [f"scripted-{p:g}" for p in cfg.omission_rates] + ["compactionrl", "base"]
@@ -273,7 +277,7 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
 
                 key = f"{executor}+{summarizer}"
                 external[key] = cached_json(seed_dir / "tables" / f"t1-{key}.json", compute)
-        log(f"seed {seed}: Table 1 evaluated ({len(external)} executor/summarizer pairs)")
+        log(f"{where}: Table 1 evaluated ({len(external)} executor/summarizer pairs)")
     return {"sft": sft, "train": trained, "eval": evals, "external": external}
 
 

@@ -1,4 +1,4 @@
-"""Advantage estimators for segmented (compacted) rollouts (METHOD.md section 3).
+"""Advantage estimators for segmented (compacted) rollouts (docs/method.md section 3).
 
 Pure tensor functions over right-padded batches. Dimension names used below:
 ``S`` segments (rows), ``T`` tokens per row (padded), ``R`` rollouts. Rows need
@@ -193,7 +193,7 @@ def segment_gae(
     *,
     step_rewards: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Local GAE inside each segment, ``A_loc`` (METHOD.md 3, seed doc section 9).
+    """Local GAE inside each segment, ``A_loc`` (docs/method.md section 3).
 
     ``A_loc_{s,i} = sum_{l=0}^{n_s-i} (gamma lam_s)^l delta_{s,i+l}``, with
     ``delta_{s,i} = r_{s,i} + gamma V(x_{s,i+1}) - V(x_{s,i})`` over the trainable

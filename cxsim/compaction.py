@@ -1,4 +1,4 @@
-"""Compaction protocols and their configuration (METHOD.md section 1).
+"""Compaction protocols and their configuration (docs/method.md section 1).
 
 The runtime (``cxsim.runtime``) drives environments under one of four
 protocols:
@@ -27,7 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from cxsim.agents.chat import ChatFormat
+if TYPE_CHECKING:  # annotations only: importing agents pulls torch, slowing every --help
+    from cxsim.agents.chat import ChatFormat
 
 if TYPE_CHECKING:
     from cxsim.envs.defaults import EpisodeText

@@ -176,7 +176,7 @@ class SFTConfig:
 
 @dataclass(frozen=True)
 class PPOConfig:
-    """PPO with context compaction (METHOD.md sections 3-5); defaults are CompactionRL's."""
+    """PPO with context compaction (docs/method.md sections 3-5); defaults are CompactionRL's."""
 
     protocol: TrainProtocol = "compacted"
     """``compacted``: rollouts under the compaction runtime (CompactionRL);
@@ -188,7 +188,8 @@ class PPOConfig:
     gamma: float = 1.0
     """Discount per trainable token."""
     lam: float = 0.95
-    """GAE lambda when ``lambda_scope`` is ``fixed``."""
+    """GAE lambda, used only with ``--ppo.lambda-scope fixed``: at the default scope (rollout)
+    and at segment, lambda is length-adaptive and this value has no effect."""
     lambda_scope: LambdaScope = "rollout"
     """``fixed`` uses ``lam``; ``segment``/``rollout``: length-adaptive lambda = 1 - 1/(alpha l) with
     l the trainable tokens of the segment / of the rollout (under the policy mask)."""

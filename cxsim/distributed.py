@@ -2,7 +2,7 @@
 
 Every rank runs the same loop on its own shard of the iteration's rollouts:
 collect, score, update. Three things make the update equal to a single-process
-update on the whole global batch (METHOD.md section 4, "counted globally"):
+update on the whole global batch (docs/method.md section 4, "counted globally"):
 
 1. **Shard by rollout** (:func:`shard_seeds`): a rollout's segments stay on
    one rank, and so do the rollouts of one task group, so every estimator

@@ -1,6 +1,6 @@
 """Evaluation under the Single and Compacted protocols: Pass@1 with a 95% interval.
 
-Protocols (METHOD.md section 1): **Compacted** runs the compaction runtime as
+Protocols (docs/method.md, "Protocols"): **Compacted** runs the compaction runtime as
 configured; **Single** is the same runtime with no compaction allowed, so an
 episode whose context fills up fails. :func:`evaluate_protocol` also runs the
 runtime's other protocols, e.g. ``external-summarizer`` (a fixed executor with
@@ -18,7 +18,9 @@ Pass@1 sits near 0 or 1 for easy and hard settings, where the normal
 interval leaves [0, 1] and under-covers.
 
 Across training seeds, :func:`t_interval` gives a Student-t interval over the
-per-seed Pass@1 values (wide with 3 seeds, by design: it counts seed variance).
+per-seed Pass@1 values (wide with 3 seeds, by design: it counts seed variance),
+clipped to the range a proportion can take. Quantiles and the integer-count Wilson
+interval come from ``scipy.stats``.
 """
 
 from __future__ import annotations
@@ -27,27 +29,25 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
 
-from cxsim.agent_api import Agent
-from cxsim.agents.chat import ChatFormat
 from cxsim.compaction import PROTOCOLS as RUNTIME_PROTOCOLS
 from cxsim.compaction import CompactionConfig
 from cxsim.compaction import Protocol as RuntimeProtocol
-from cxsim.runtime import RolloutRecord, collect_rollouts
+
+if TYPE_CHECKING:  # torch and the runtime load where used: the interval maths stays light
+    from cxsim.agent_api import Agent
+    from cxsim.agents.chat import ChatFormat
+    from cxsim.runtime import RolloutRecord
 
 Protocol = Literal["single", "compacted"]
 PROTOCOLS: tuple[Protocol, ...] = ("single", "compacted")
 EVAL_SEED_OFFSET = 1_000_000_000
 """Evaluation task seeds start here; training seeds count up from 0, so they never meet."""
 Z95 = 1.959963984540054
-# Student-t 0.975 quantiles for 1..30 degrees of freedom (two-sided 95%).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+"""The normal 0.975 quantile (two-sided 95%)."""
 
 
 @contextmanager
@@ -59,6 +59,8 @@ def torch_threads(n: int) -> Iterator[None]:
     (4, 64) x (64, 256) linear on a loaded 2-core machine). Updates are large ops and
     gain from the threads.
     """
+    import torch
+
     before = torch.get_num_threads()
     if n:
         torch.set_num_threads(n)
@@ -71,13 +73,20 @@ def torch_threads(n: int) -> Iterator[None]:
 def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion ``successes / n``.
 
-    ``successes`` may be fractional (a sum of per-task success rates).
+    Integer counts: ``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``.
+    ``successes`` may be fractional (a sum of per-task success rates), which binomtest
+    does not take; then the same formula, written out:
     ``(p + z^2/2n -/+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)``.
     """
     if n <= 0:
         raise ValueError(f"n must be positive; got {n}")
     if not 0 <= successes <= n:
         raise ValueError(f"successes must lie in [0, n={n}]; got {successes}")
+    if float(successes).is_integer() and z == Z95:
+        from scipy.stats import binomtest
+
+        ci = binomtest(round(successes), n).proportion_ci(0.95, method="wilson")
+        return float(ci.low), float(ci.high)
     p = successes / n
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
@@ -88,15 +97,19 @@ def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, fl
     return low, high
 
 
-def t_interval(values: list[float]) -> tuple[float, float]:
-    """Student-t 95% interval of the mean of ``values`` (e.g. Pass@1 per training seed)."""
+def t_interval(
+    values: list[float], bounds: tuple[float, float] = (-math.inf, math.inf)
+) -> tuple[float, float]:
+    """Student-t 95% interval of the mean of ``values`` (e.g. Pass@1 per training seed),
+    clipped to ``bounds`` ((0, 1) for a proportion, (-1, 1) for a difference of two).
+    Fewer than 2 values: (nan, nan)."""
     if len(values) < 2:
         return (float("nan"), float("nan"))
+    from scipy.stats import t as student_t
+
     x = np.asarray(values, dtype=np.float64)
-    dof = len(x) - 1
-    t = _T975[dof - 1] if dof <= len(_T975) else Z95
-    half = t * x.std(ddof=1) / math.sqrt(len(x))
-    return float(x.mean() - half), float(x.mean() + half)
+    half = float(student_t.ppf(0.975, len(x) - 1)) * x.std(ddof=1) / math.sqrt(len(x))
+    return max(float(x.mean() - half), bounds[0]), min(float(x.mean() + half), bounds[1])
 
 
 @dataclass(frozen=True)
@@ -170,6 +183,10 @@ def evaluate_protocol(
     writes the summaries under ``external-summarizer`` (and is needed there only).
     Returns the JSON-ready summary and the records.
     """
+    import torch
+
+    from cxsim.runtime import collect_rollouts
+
     if episodes < 1 or repeats < 1:
         raise ValueError(f"episodes and repeats must be >= 1; got {episodes} and {repeats}")
     runtime = protocol_config(compaction, protocol)

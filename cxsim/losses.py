@@ -1,4 +1,4 @@
-"""Per-token PPO losses and their one reduction, :func:`aggregate` (METHOD.md section 4).
+"""Per-token PPO losses and their one reduction, :func:`aggregate` (docs/method.md section 4).
 
 Loss functions return per-token ``(S, T)`` tensors and never reduce; masks are
 applied only in :func:`aggregate` (or :func:`masked_mean`). ``S`` segments,

@@ -1,6 +1,6 @@
 """PPO on a batch of compaction segments: scoring, critic update, actor update.
 
-Three functions (METHOD.md sections 3-5):
+Three functions (docs/method.md sections 3-5):
 
 - :func:`score_batch`: critic values (no grad), advantages of the configured
   estimator (``cxsim.estimators.ESTIMATORS``), critic targets, whitening; returns
@@ -14,7 +14,7 @@ Rollout collection stays outside (the runtime), so a data-parallel version can
 collect and score its shard and call the same updates with a ``global_sum``
 that all-reduces the loss denominators.
 
-Masks (STYLE.md 5): ``policy_mask`` = trainable tokens that enter the policy
+Masks (docs/CONTRACTS.md; one mask, one meaning): ``policy_mask`` = trainable tokens that enter the policy
 loss under the config (summary rows dropped for "w/o summary training"); it is
 also the mask the estimators step over, so ``N_{>s}`` and the adaptive
 lambda's length count exactly the tokens that are trained. ``attention`` is

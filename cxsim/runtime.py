@@ -1,6 +1,6 @@
 """Batched compaction runtime: N environments in lockstep, recorded as segments.
 
-METHOD.md sections 1-2. Each row (one environment, one episode) keeps its
+docs/method.md sections 1-2. Each row (one environment, one episode) keeps its
 working window ``h_t = (s, u, z_1, ..., z_t)``; a step ``z_i`` is the assistant
 header, the response ``a_i`` and the observation ``o_i`` it caused, and is never
 split. Every loop iteration asks each live row for one turn, so one call to the

@@ -1,4 +1,4 @@
-"""Segments of compacted rollouts and their padded batch (METHOD.md section 2).
+"""Segments of compacted rollouts and their padded batch (docs/method.md section 2).
 
 A rollout under compaction is an ordered list of segments
 ``exec_1, sum_1, exec_2, sum_2, ..., exec_K``. An execution segment is one
@@ -12,7 +12,7 @@ describes token ``t`` of the segment. ``logprobs[s, t]`` is
 value of the state in which token ``t`` is chosen. Position 0 is never
 trainable (every segment starts with a prompt).
 
-Masks are kept apart (STYLE.md 5): ``trainable`` marks policy-generated
+Masks are kept apart (docs/CONTRACTS.md): ``trainable`` marks policy-generated
 tokens, ``attention`` marks real (non-padding) tokens, ``is_summary`` marks
 the role of each row. Nothing else is folded into them.
 

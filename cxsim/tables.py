@@ -5,8 +5,9 @@
 - K >= 2: a Student-t 95% interval over the K per-seed values
   (``cxsim.evaluation.t_interval``). It counts the variance between training
   seeds, the variance that decides whether a method is better, and is wide for
-  small K by design (t = 4.30 at K = 3). It is clipped to [0, 1] (a difference
-  to [-1, 1]): the normal-theory interval ignores that a proportion is bounded.
+  small K by design (t = 4.30 at K = 3; quantiles from ``scipy.stats``). It is
+  clipped to [0, 1] (a difference to [-1, 1]): the normal-theory interval ignores
+  that a proportion is bounded, and a page must not show a proportion below 0.
 - K = 1: a Wilson score 95% interval over the pooled proportion (tasks for
   Pass@1, needed facts for summary omission). It counts only evaluation noise;
   for omission it is optimistic, because the facts of one rollout are not
@@ -79,8 +80,8 @@ def seed_interval(per_seed: Sequence[Proportion]) -> Interval:
         return NAN_INTERVAL
     if len(seeds) >= 2:
         values = [p.value for p in seeds]
-        low, high = t_interval(values)
-        return Interval(sum(values) / len(values), max(low, 0.0), min(high, 1.0), len(values), "t")
+        low, high = t_interval(values, bounds=(0.0, 1.0))
+        return Interval(sum(values) / len(values), low, high, len(values), "t")
     (p,) = seeds
     low, high = wilson_interval(p.successes, p.trials)
     return Interval(p.value, low, high, p.trials, "wilson")
@@ -98,8 +99,8 @@ def paired_difference(a: Sequence[Proportion], b: Sequence[Proportion]) -> Inter
         return NAN_INTERVAL
     if len(pairs) >= 2:
         diffs = [x.value - y.value for x, y in pairs]
-        low, high = t_interval(diffs)
-        return Interval(sum(diffs) / len(diffs), max(low, -1.0), min(high, 1.0), len(diffs), "t")
+        low, high = t_interval(diffs, bounds=(-1.0, 1.0))
+        return Interval(sum(diffs) / len(diffs), low, high, len(diffs), "t")
     ((x, y),) = pairs
     l1, u1 = wilson_interval(x.successes, x.trials)
     l2, u2 = wilson_interval(y.successes, y.trials)
@@ -117,8 +118,7 @@ def mean_interval(
     kept = [v for v in values if not math.isnan(v)]
     if not kept:
         return NAN_INTERVAL
-    low, high = t_interval(kept)
-    low, high = max(low, bounds[0]), min(high, bounds[1])
+    low, high = t_interval(kept, bounds)
     return Interval(sum(kept) / len(kept), low, high, len(kept), "t")
 
 

@@ -1,6 +1,8 @@
-"""Run tracking: TensorBoard writer, the hyperparameter record, results JSON, progress bars.
+"""Run tracking: TensorBoard writer, the hyperparameter record, results JSON, progress,
+and the settings record that keeps one run folder to one set of settings.
 
-Scalars go straight to ``writer.add_scalar`` under a few prefixes (STYLE.md 10):
+Scalars go straight to ``writer.add_scalar`` under a few prefixes (docs/tensorboard.md
+lists every tag with its meaning and unit):
 ``charts/`` (reward, success, throughput), ``losses/`` (policy, value, entropy,
 KL, clip fraction), ``compaction/`` (compactions, summary recall, segment
 counts) and ``critic/`` (value statistics, explained variance). Update and
@@ -14,13 +16,20 @@ import dataclasses
 import json
 import math
 import os
+import shutil
+import sys
 import tempfile
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch.utils.tensorboard import SummaryWriter
-from tqdm.auto import tqdm
+if TYPE_CHECKING:  # imported where used: torch's import costs seconds on every --help
+    from torch.utils.tensorboard import SummaryWriter
+
+QUIET_ENV = "CXSIM_QUIET"
+"""Set to 1 by ``cxsim --quiet`` (or ``cxsim CMD --quiet``): no progress output at all."""
+SETTINGS_FILE = "settings.json"
 
 
 def open_writer(run_dir: str | Path, purge_step: int | None = None) -> SummaryWriter:
@@ -29,6 +38,8 @@ def open_writer(run_dir: str | Path, purge_step: int | None = None) -> SummaryWr
     ``purge_step``: on resume, drop events at or after this step that a killed
     run wrote after its last checkpoint, so curves have no duplicates.
     """
+    from torch.utils.tensorboard import SummaryWriter
+
     return SummaryWriter(log_dir=str(Path(run_dir) / "tb"), purge_step=purge_step)
 
 
@@ -36,6 +47,20 @@ def log_scalars(writer: SummaryWriter, metrics: Mapping[str, float], step: int) 
     """``writer.add_scalar`` for each ``prefix/name -> value`` of an update's metrics."""
     for name, value in metrics.items():
         writer.add_scalar(name, value, step)
+
+
+def log_evaluation(run_dir: str | Path, payload: Mapping[str, Any], step: int) -> None:
+    """An evaluation (``cxsim eval``'s payload) into ``run_dir/tb`` at ``step``:
+    ``eval/{protocol}/pass_at_1``, ``.../ci95_low``, ``.../ci95_high`` and, where
+    summaries were written, ``.../summary_recall``."""
+    writer = open_writer(run_dir)
+    for result in payload["results"]:
+        prefix = f"eval/{result['protocol']}/"
+        for key in ("pass_at_1", "ci95_low", "ci95_high", "summary_recall"):
+            value = result.get(key)
+            if value is not None and math.isfinite(value):
+                writer.add_scalar(prefix + key, value, step)
+    writer.close()
 
 
 def flatten_config(config: Any, prefix: str = "") -> dict[str, Any]:
@@ -90,6 +115,119 @@ def write_json(path: str | Path, payload: Any) -> None:
     os.replace(tmp, path)
 
 
-def progress(total: int, initial: int = 0, desc: str = "", disable: bool = False) -> tqdm:
-    """A tqdm bar with rate and ETA; ``initial`` > 0 when a run resumes."""
+def quiet() -> bool:
+    """True under ``--quiet``: commands print nothing but errors."""
+    return os.environ.get(QUIET_ENV, "") not in ("", "0")
+
+
+class LineProgress:
+    """Progress for logs (stderr not a terminal): one summary line every ``every_s``
+    seconds and one at the end, instead of a carriage-return bar rewritten many times
+    a second. Same calls as the tqdm bar it replaces: ``update``, ``set_postfix``, ``close``."""
+
+    def __init__(self, total: int, initial: int = 0, desc: str = "", every_s: float = 30.0):
+        self.total, self.n, self.start_n, self.desc = total, initial, initial, desc
+        self.every_s = every_s
+        self.began = self.last = time.perf_counter()
+        self.postfix = ""
+        self.closed = False
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.perf_counter()
+        if now - self.last >= self.every_s or self.n >= self.total:
+            self.last = now
+            self.write()
+
+    def set_postfix(self, **values: Any) -> None:
+        self.postfix = ", ".join(f"{k}={v}" for k, v in values.items())
+
+    def line(self) -> str:
+        elapsed = time.perf_counter() - self.began
+        done = self.n - self.start_n
+        eta = elapsed / done * (self.total - self.n) if done else math.nan
+        eta_text = f", ETA {eta:.0f}s" if math.isfinite(eta) and self.n < self.total else ""
+        tail = f"; {self.postfix}" if self.postfix else ""
+        return f"[{self.desc}] {self.n}/{self.total} in {elapsed:.0f}s{eta_text}{tail}"
+
+    def write(self) -> None:
+        print(self.line(), file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if not self.closed and self.n < self.total:
+            self.write()  # stopped early (time limit): say where
+        self.closed = True
+
+
+def progress(total: int, initial: int = 0, desc: str = "", disable: bool = False) -> Any:
+    """A tqdm bar with rate and ETA on a terminal; in a log (stderr redirected), a
+    :class:`LineProgress` summary line every 30 s; nothing under ``--quiet``.
+    ``initial`` > 0 when a run resumes."""
+    from tqdm.auto import tqdm
+
+    disable = disable or quiet()
+    if not disable and not sys.stderr.isatty():
+        return LineProgress(total, initial, desc)
     return tqdm(total=total, initial=initial, desc=desc, dynamic_ncols=True, disable=disable)
+
+
+def say(message: str) -> None:
+    """One line of progress on stdout (flushed, so logs keep the order); silent under --quiet."""
+    if not quiet():
+        print(message, flush=True)
+
+
+class SettingsMismatch(ValueError):
+    """A run folder holds results made with other settings."""
+
+
+def flat_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"sft.omission_rate": 0.5, ...}``: settings (dataclasses, dicts) as JSON values
+    under dotted names, so two records compare field by field."""
+    flat: dict[str, Any] = {}
+
+    def walk(value: Any, key: str) -> None:
+        value = to_jsonable(value)
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                walk(v, f"{key}.{k}" if key else str(k))
+        else:
+            flat[key] = value
+
+    walk(dict(settings), "")
+    return flat
+
+
+def claim_run_dir(
+    run_dir: str | Path,
+    settings: Mapping[str, Any],
+    overwrite: bool = False,
+    flag: str = "--run-dir",
+) -> None:
+    """Records ``settings`` in ``run_dir/settings.json``, or refuses a folder made with others.
+
+    Equal settings: the folder is resumed (nothing changes). Different settings:
+    :class:`SettingsMismatch` naming each differing setting, before any work, unless
+    ``overwrite``, which deletes the folder and starts it anew. A folder with results
+    but no record (made before records were kept) is taken as it is.
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / SETTINGS_FILE
+    wanted = flat_settings(settings)
+    if path.is_file() and not overwrite:
+        recorded = json.loads(path.read_text())
+        differ = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
+        if differ:
+            shown = "; ".join(
+                f"{k}: {json.dumps(recorded.get(k))} there, {json.dumps(wanted.get(k))} now"
+                for k in differ[:6]
+            )
+            more = f" (and {len(differ) - 6} more)" if len(differ) > 6 else ""
+            raise SettingsMismatch(
+                f"{run_dir} holds a run made with other settings ({shown}{more}); pass another "
+                f"{flag} to start a new run, or --overwrite to delete {run_dir} and start over"
+            )
+        return
+    if overwrite and run_dir.exists():
+        shutil.rmtree(run_dir)
+    write_json(path, wanted)

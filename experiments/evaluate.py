@@ -14,21 +14,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import tyro
 
-from cxsim.agent_api import Agent
-from cxsim.agents import WordChatFormat, default_tokenizer, load_policy
-from cxsim.agents.chat import ChatFormat
-from cxsim.agents.lm_agent import LMAgent
-from cxsim.agents.scripted import RandomAgent, ScriptedAgent
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, check_policy_dir
-from cxsim.evaluation import evaluate_protocol, format_table
-from cxsim.generation import SamplingConfig
-from cxsim.preflight import preflight
-from cxsim.tracking import write_json
+from cxsim.tracking import say, write_json
+
+if TYPE_CHECKING:  # torch-heavy; imported where used, so that --help is fast
+    from cxsim.agent_api import Agent
+    from cxsim.agents.chat import ChatFormat
 
 
 @dataclass(frozen=True)
@@ -61,6 +57,11 @@ class Config:
 
 def build_agent(cfg: Config) -> tuple[Agent, ChatFormat, str]:
     """The agent to evaluate, its chat format, and a label for tables."""
+    from cxsim.agents import WordChatFormat, default_tokenizer, load_policy
+    from cxsim.agents.lm_agent import LMAgent
+    from cxsim.agents.scripted import RandomAgent, ScriptedAgent
+    from cxsim.generation import SamplingConfig
+
     if cfg.policy is not None:
         policy, _, chat = load_policy(cfg.policy)
         sampling = SamplingConfig(temperature=cfg.eval.temperature)
@@ -74,6 +75,9 @@ def build_agent(cfg: Config) -> tuple[Agent, ChatFormat, str]:
 
 def evaluate(cfg: Config, label: str | None = None) -> dict[str, Any]:
     """Runs every protocol of ``cfg.eval``; returns the JSON payload (also written to --out)."""
+    from cxsim.evaluation import evaluate_protocol
+    from cxsim.preflight import preflight
+
     began = time.perf_counter()
     agent, chat, default_label = build_agent(cfg)
     cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))
@@ -106,9 +110,12 @@ def evaluate(cfg: Config, label: str | None = None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    payload = evaluate(tyro.cli(Config, args=argv))
-    print(format_table([(payload["label"], r) for r in payload["results"]]))
-    print(f"({payload['wall_time_s']:.0f}s; 95% CI: Wilson interval over tasks)")
+    cfg = tyro.cli(Config, args=argv)
+    from cxsim.evaluation import format_table
+
+    payload = evaluate(cfg)
+    say(format_table([(payload["label"], r) for r in payload["results"]]))
+    say(f"({payload['wall_time_s']:.0f}s; 95% CI: Wilson interval over tasks)")
 
 
 if __name__ == "__main__":

@@ -5,36 +5,30 @@ estimators of ``cxsim.advantages`` on them and writes ``estimators.md`` and
 ``estimators_*.png`` to ``output_dir``: the theory check, bias / noise /
 correlation by segment and by distance to the end, the gap between the
 cross-segment and stitched estimators as a function of critic error, number of
-compactions, lambda, segment length and gamma, and a throughput benchmark. The page is
-written by ``experiments/lab_page.py``.
+compactions, lambda, segment length and gamma, and a throughput benchmark. This
+module holds the settings; the studies are ``experiments/lab_studies.py`` (imported
+once the flags are parsed, so that ``--help`` does not wait for torch), the page
+``experiments/lab_page.py``.
 
-    cxsim lab --preset full     # the committed page (minutes on 2 cores)
-    cxsim lab --preset smoke --output-dir /tmp/lab
+    cxsim lab                          # full, about 2 minutes on 2 cores, under runs/lab
+    cxsim lab --out docs/results       # rewrites the committed page
+    cxsim lab --preset smoke --out /tmp/lab
 """
 
 from __future__ import annotations
 
 import sys
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-import matplotlib
-import numpy as np
-import torch
 import tyro
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-from cxsim.experiments.lab_page import render
-from cxsim.lab import measure
-from cxsim.lab.backend import Device, array_module
-from cxsim.lab.process import Critic, ProcessSpec, build_layout, simulate
+from cxsim.lab.process import ProcessSpec
 
 Preset = Literal["smoke", "full"]
-GAP_ESTIMATORS: tuple[measure.Estimator, ...] = ("local", "cross", "stitched", "group")
+Device = Literal["cpu", "cuda", "auto"]
+"""As ``cxsim.lab.backend.Device`` (which imports torch; tests/test_lab.py checks they agree)."""
 
 
 @dataclass(frozen=True)
@@ -42,9 +36,10 @@ class Config:
     """Estimator lab."""
 
     preset: Preset = "full"
-    """``smoke``: tiny samples, seconds (CI); ``full``: the committed page, minutes."""
-    output_dir: Path = Path("docs/results")
-    """Where estimators.md and the PNGs go."""
+    """``smoke``: tiny samples, seconds (CI); ``full``: the committed page, about 2 minutes
+    on 2 cores (``cxsim lab --out docs/results`` rewrites it)."""
+    output_dir: Annotated[Path, tyro.conf.arg(aliases=("--out",))] = Path("runs/lab")
+    """Where estimators.md and the PNGs go (``docs/results`` for the committed page)."""
     device: Device = "cpu"
     """Array backend of the simulation: ``cpu`` (NumPy), ``cuda`` (CuPy) or ``auto``."""
     seed: int = 0
@@ -90,273 +85,11 @@ class Config:
         }
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One point of a sweep: a process, a critic and a lambda."""
-
-    spec: ProcessSpec
-    critic: Critic = field(default_factory=Critic)
-    mode: measure.LambdaMode = "rollout"
-    lam: float = 1.0
-
-    @property
-    def lam_label(self) -> str:
-        return f"{self.lam:g}" if self.mode == "fixed" else f"adaptive ({self.mode})"
-
-
-class Lab:
-    """Runs settings with fresh seeds and keeps the wall time of the estimator calls."""
-
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
-        self.xp = array_module(cfg.device)
-        self.next_seed = cfg.seed
-
-    def sample(self, setting: Setting):
-        self.next_seed += 1
-        return simulate(setting.spec, self.cfg.rollouts, setting.critic, self.next_seed, self.xp)
-
-    def evaluate(self, setting: Setting, grouping, estimators=GAP_ESTIMATORS):
-        """{estimator: metrics dict (+ grad_cos)} and the group labels for one setting."""
-        sample = self.sample(setting)
-        member, labels = grouping(sample)
-        out = {}
-        for name in estimators:
-            est = measure.run(sample, name, setting.lam, setting.mode, self.cfg.chunk_rollouts)
-            out[name] = {
-                **measure.metrics(sample, est, member),
-                "grad_cos": measure.gradient_cosine(sample, est),
-            }
-        return out, labels
-
-
-# ---------------------------------------------------------------- experiments
-
-
-def theory_check(lab: Lab) -> tuple[list[list[str]], dict]:
-    """Measured bias against the prediction of ``measure.predicted_bias``, per segment.
-
-    Returns the table rows and {(case, estimator): (bias exec 0, its se, predicted,
-    max |z| raw, max |z| after the prediction)}.
-    """
-    base = lab.cfg.spec
-    cases = [
-        ("exact critic, gamma = lam = 1", base, Critic(), 1.0),
-        ("exact critic, lam = 0.99", base, Critic(), 0.99),
-        ("exact critic, gamma = 0.999", replace(base, gamma=0.999), Critic(), 1.0),
-        ("critic bias +0.1, lam = 0.99", base, Critic(bias=0.1), 0.99),
-    ]
-    rows, raw_out = [], {}
-    for case, (title, spec, critic, lam) in enumerate(cases):
-        sample = lab.sample(Setting(spec, critic, "fixed", lam))
-        member, _ = measure.segment_groups(sample)
-        for name in ("local", "cross", "stitched"):
-            est = measure.run(sample, name, lam, "fixed")
-            pred = measure.predicted_bias(sample, name, lam, critic.bias)
-            raw = measure.metrics(sample, est, member)
-            res = measure.metrics(sample, est - pred, member)
-            z_raw = raw["bias"] / raw["bias_se"]
-            z_res = res["bias"] / res["bias_se"]
-            pred0 = _mean_pred(sample, pred, member)[0]
-            raw_out[case, name] = (
-                raw["bias"][0],
-                raw["bias_se"][0],
-                pred0,
-                np.nanmax(np.abs(z_raw)),
-                np.nanmax(np.abs(z_res)),
-            )
-            rows.append(
-                [
-                    title,
-                    name,
-                    f"{raw['bias'][0]:+.4f} ± {raw['bias_se'][0]:.4f}",
-                    f"{pred0:+.4f}",
-                    f"{raw['slope'][0]:.3f}",
-                    f"{np.nanmax(np.abs(z_raw)):.1f}",
-                    f"{np.nanmax(np.abs(z_res)):.1f}",
-                    f"{np.nanmax(raw['rms_bias']):.4f} / {np.nanmax(res['rms_bias']):.4f}",
-                ]
-            )
-    return rows, raw_out
-
-
-def _mean_pred(sample, pred, member) -> np.ndarray:
-    xp = sample.xp
-    sums = measure._host(xp, pred.sum(0) @ xp.asarray(member, dtype=xp.float32))
-    return sums / (member.sum(0) * sample.num_rollouts)
-
-
-def by_segment(lab: Lab, critic: Critic):
-    """Slope (± se) and correlation per segment, for each lambda mode and estimator.
-
-    Returns labels, slope rows, correlation rows and {(lambda label, estimator): metrics}.
-    """
-    modes = [("fixed", 1.0), ("fixed", 0.99), ("rollout", 1.0), ("segment", 1.0)]
-    slope_rows, corr_rows, labels, raw = [], [], [], {}
-    for mode, lam in modes:
-        setting = Setting(lab.cfg.spec, critic, mode, lam)
-        res, labels = lab.evaluate(setting, measure.segment_groups)
-        for name, m in res.items():
-            raw[setting.lam_label, name] = m
-            head = [setting.lam_label, name]
-            slope_rows.append(
-                head + [f"{x:.2f}±{e:.2f}" for x, e in zip(m["slope"], m["slope_se"], strict=True)]
-            )
-            corr_rows.append(head + [f"{x:.3f}" for x in m["corr"]] + [f"{m['grad_cos']:.3f}"])
-    return labels, slope_rows, corr_rows, raw
-
-
-def by_distance(lab: Lab, path: Path) -> None:
-    """Plot: slope, noise and correlation against distance to the end."""
-    settings = [
-        (
-            "adaptive lambda (rollout), critic noise 0.1",
-            Setting(lab.cfg.spec, Critic(noise=0.1), "rollout"),
-        ),
-        ("lambda 0.99, critic noise 0.1", Setting(lab.cfg.spec, Critic(noise=0.1), "fixed", 0.99)),
-    ]
-    fig, axes = plt.subplots(len(settings), 3, figsize=(13, 3.4 * len(settings)), squeeze=False)
-    for row, (title, setting) in enumerate(settings):
-        res, labels = lab.evaluate(setting, measure.distance_groups, ("local", "cross", "stitched"))
-        x = np.arange(len(labels))
-        for col, key in enumerate(("slope", "sd", "corr")):
-            ax = axes[row, col]
-            for name, m in res.items():
-                ax.plot(x, m[key], marker="o", label=name)
-            ax.set_xticks(x, labels, rotation=45, fontsize=7)
-            ax.set_title(f"{key} — {title}", fontsize=9)
-            ax.set_xlabel("distance to end of rollout (trainable tokens)", fontsize=8)
-            ax.grid(alpha=0.3)
-        axes[row, 0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def gap_sweeps(lab: Lab) -> dict[str, tuple[list, dict[str, dict[str, list[float]]]]]:
-    """{sweep: (values, {estimator: {metric: one value per sweep point}})} over role groups."""
-    cfg, base = lab.cfg, lab.cfg.spec
-    make = {
-        "noise": lambda v: Setting(base, Critic(noise=v)),
-        "noise, lambda 0.99": lambda v: Setting(base, Critic(noise=v), "fixed", 0.99),
-        "compactions": lambda v: Setting(replace(base, compactions=v), Critic(noise=0.1)),
-        "lam": lambda v: Setting(base, Critic(noise=0.1), "fixed", v),
-        "exec": lambda v: Setting(replace(base, exec_tokens=(v,)), Critic(noise=0.1)),
-        "gamma": lambda v: Setting(replace(base, gamma=v), Critic(noise=0.1)),
-    }
-    values = {**cfg.sweeps, "noise, lambda 0.99": cfg.sweeps["noise"]}
-    out = {}
-    for sweep, build in make.items():
-        table: dict[str, dict[str, list[float]]] = {}
-        for v in values[sweep]:
-            res, _ = lab.evaluate(build(v), measure.role_groups)
-            for name, m in res.items():
-                row = table.setdefault(name, {})
-                for key, val in (
-                    ("corr", m["corr"][0]),
-                    ("grad_cos", m["grad_cos"]),
-                    ("slope_exec0", m["slope"][1]),
-                    ("slope_sum", m["slope"][2]),
-                    ("mse", m["mse"][0]),
-                ):
-                    row.setdefault(key, []).append(float(val))
-        out[sweep] = (values[sweep], table)
-    return out
-
-
-def plot_gaps(gaps, path: Path) -> None:
-    names = list(gaps)
-    fig, axes = plt.subplots(2, len(names), figsize=(3.4 * len(names), 6.2), squeeze=False)
-    for col, sweep in enumerate(names):
-        xs, table = gaps[sweep]
-        for row, key in enumerate(("grad_cos", "slope_sum")):
-            ax = axes[row, col]
-            for name, m in table.items():
-                if key == "slope_sum" and name == "group":
-                    continue
-                ax.plot(range(len(xs)), m[key], marker="o", label=name)
-            ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs], fontsize=7)
-            ax.set_xlabel(sweep, fontsize=8)
-            ax.set_title(key, fontsize=9)
-            ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def throughput(cfg: Config, xp) -> dict[str, float]:
-    """Estimator tokens per second, simulation included (best of 3 repeats).
-
-    Streams ``bench_rollouts`` rollouts in chunks of ``chunk_rollouts``: simulate a
-    chunk, hand it to torch, run the four estimators on it.
-    """
-    spec = cfg.spec
-    layout = build_layout(spec)
-    chunks = max(cfg.bench_rollouts // cfg.chunk_rollouts, 1)
-    best_total, best_est = np.inf, np.inf
-    for rep in range(3):
-        est_time = 0.0
-        start = time.perf_counter()
-        for c in range(chunks):
-            sample = simulate(
-                spec,
-                cfg.chunk_rollouts,
-                Critic(noise=0.1),
-                10_000 + 1000 * rep + c,
-                xp,
-                layout=layout,
-            )
-            x = measure.inputs(sample)
-            mid = time.perf_counter()
-            for name in measure.ESTIMATORS:
-                measure.estimate(x, name, spec.gamma, 0.99)
-            est_time += time.perf_counter() - mid
-        best_total = min(best_total, time.perf_counter() - start)
-        best_est = min(best_est, est_time)
-    trainable = sample.num_tokens * chunks
-    tokens = trainable * len(measure.ESTIMATORS)
-    return {
-        "tokens": float(tokens),
-        "trainable": float(trainable),
-        "positions": float(sample.values.size * chunks),
-        "seconds": best_total,
-        "rate": tokens / best_total,
-        "rate_estimators": tokens / best_est,
-    }
-
-
-# ---------------------------------------------------------------- page
-
-
 def main(argv: list[str] | None = None) -> None:
     cfg = tyro.cli(Config, args=argv)
-    torch.set_num_threads(cfg.threads)
-    cfg.output_dir.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    lab = Lab(cfg)
+    from cxsim.experiments.lab_studies import run_lab
 
-    print("lab: theory check", flush=True)
-    theory = theory_check(lab)
-    print("lab: by segment", flush=True)
-    seg_exact = by_segment(lab, Critic())
-    seg_noisy = by_segment(lab, Critic(noise=0.1))
-    print("lab: by distance", flush=True)
-    by_distance(lab, cfg.output_dir / "estimators_distance.png")
-    print("lab: gap sweeps", flush=True)
-    gaps = gap_sweeps(lab)
-    plot_gaps(gaps, cfg.output_dir / "estimators_gap.png")
-    print("lab: throughput", flush=True)
-    bench = throughput(cfg, lab.xp)
-    print(
-        f"lab: throughput {bench['rate'] / 1e6:.1f}M estimator tokens/s end to end "
-        f"({bench['rate_estimators'] / 1e6:.1f}M/s in the estimators alone)",
-        flush=True,
-    )
-    runtime = time.perf_counter() - start
-    page = render(cfg, theory, seg_exact, seg_noisy, gaps, bench, runtime, lab.xp.__name__)
-    (cfg.output_dir / "estimators.md").write_text(page)
-    print(f"lab: wrote {cfg.output_dir / 'estimators.md'} in {runtime:.0f} s", flush=True)
+    run_lab(cfg)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,11 @@ CURVES: tuple[tuple[str, str], ...] = (
 )
 """(history key, panel title); ``omission`` is derived as 1 - summary recall."""
 
+FRACTIONS: frozenset[str] = frozenset(
+    {"charts/success_rate", "compaction/summary_recall", "omission"}
+)
+"""Curves that are proportions: drawn on a fixed [0, 1] axis, so runs compare at a glance."""
+
 FINAL_KEYS: tuple[str, ...] = (
     "charts/success_rate",
     "compaction/compactions_mean",
@@ -95,6 +100,7 @@ def plot_curves(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     present = [
         (key, title)
@@ -123,6 +129,9 @@ def plot_curves(
                 ax.fill_between(iters, low, high, color=colors[label], alpha=0.15)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("iteration")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if key in FRACTIONS:
+            ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(present) :]:
         ax.axis("off")
@@ -174,17 +183,15 @@ def write_report(cfg: Config) -> Path:
     runs = train_runs(run_dir, results)
     sections = [f"# cxsim report: `{run_dir}`\n"]
     if "table" in results:
-        from cxsim.experiments.run import report_table
-
         rows = [r | {"summary_recall": _nan(r["summary_recall"])} for r in results["table"]]
-        sections.append(
-            "## Evaluation\n\nPass@1 with a Wilson 95% interval over (seed, task) pairs and a "
-            f"t-interval over seeds (from 2 seeds on).\n\n{report_table(rows)}\n"
-        )
+        from cxsim.experiments.run import report_notes, report_table
+
+        sections.append(f"## Evaluation\n\n{report_table(rows)}\n\n{report_notes(rows, results)}\n")
     if runs:
-        plotted = plot_curves(
-            {label: [r["history"]] for label, r in runs.items()}, out_dir / "curves.png"
-        )
+        by_preset: dict[str, list[History]] = {}  # one mean line and min-max band per preset
+        for r in runs.values():
+            by_preset.setdefault(r["config"]["preset"], []).append(r["history"])
+        plotted = plot_curves(by_preset, out_dir / "curves.png")
         summary = [
             [label, str(r["iterations_done"]), f"{r['wall_time_s']:.0f}", r["config"]["preset"]]
             for label, r in runs.items()
@@ -194,7 +201,8 @@ def write_report(cfg: Config) -> Path:
             markdown_table(["run", "iterations", "wall time (s)", "preset"], summary) + "\n",
             "## Final metrics (mean of the last 5 post-warm-up iterations)\n",
             final_metrics_table({label: r["final"] for label, r in runs.items()}) + "\n",
-            f"## Learning curves\n\n![learning curves](curves.png)\n\nPanels: {', '.join(plotted)}.\n",
+            f"## Learning curves\n\n![learning curves](curves.png)\n\nPanels: {', '.join(plotted)}; "
+            "one line per preset (the mean over its seeds, shaded min-max).\n",
         ]
     out_dir.mkdir(parents=True, exist_ok=True)
     report = out_dir / "report.md"

@@ -7,11 +7,16 @@ Reads top to bottom:
 2. evaluation of the base under the Single and Compacted protocols;
 3. for each preset (default: ``compactionrl``) and training seed: PPO from the
    base (``train/<preset>-s<seed>/``), then the same evaluation;
-4. ``report.md`` (table + learning curves as PNG) and ``results.json``; the
-   table is printed.
+4. ``report.md`` (table, its footnotes, learning curves per preset as PNG),
+   ``results.json``, the full report (``cxsim report``: ``report/``) and the
+   trained policy in ``final/policy`` (first preset, first seed); the table is
+   printed with where everything is.
 
 Every stage resumes: a finished SFT policy is reused, training runs continue
-from their newest checkpoint, so re-running a killed job finishes it. The
+from their newest checkpoint, so re-running a killed job finishes it. The run
+folder records its settings (``settings.json``): a rerun with other settings
+stops before any work and names them (``--overwrite`` starts the folder anew);
+more ``--seeds`` or ``--presets`` in the same folder reuse what is there. The
 learning study in docs/results.md is this command with several seeds and
 presets:
 
@@ -21,10 +26,11 @@ presets:
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tyro
@@ -37,12 +43,13 @@ from cxsim.config import (
     PPOConfig,
     SFTConfig,
 )
-from cxsim.evaluation import format_table, t_interval, wilson_interval
-from cxsim.experiments import evaluate as evaluate_entry
-from cxsim.experiments import sft as sft_entry
-from cxsim.experiments import train as train_entry
 from cxsim.experiments.presets import PRESETS, PresetName
-from cxsim.tracking import write_json
+from cxsim.tracking import claim_run_dir, log_evaluation, say, write_json
+
+if TYPE_CHECKING:  # the stages import torch; they are imported where they run (fast --help)
+    from cxsim.experiments import evaluate as evaluate_entry
+    from cxsim.experiments import sft as sft_entry
+    from cxsim.experiments import train as train_entry
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,9 @@ class Config:
     rollout_threads: int = 1
     """torch threads while sampling rollouts and evaluating (1: fastest for tiny models)."""
     progress_bar: bool = True
-    """Show tqdm progress bars."""
+    """Show progress (a bar on a terminal; a summary line every 30 s in a log)."""
+    overwrite: bool = False
+    """Delete ``--run-dir`` first when it holds a run made with other settings."""
 
     def __post_init__(self) -> None:
         if not self.presets or not self.seeds:
@@ -96,7 +105,23 @@ def preset_ppo(cfg: Config, name: str) -> PPOConfig:
     return replace(cfg.ppo, **changes)
 
 
+def recorded_settings(cfg: Config) -> dict[str, Any]:
+    """What a run folder's results depend on (settings.json). Presets and seeds are left
+    out (each has its own subfolder, so a rerun may add some), and so are evaluation,
+    threads and progress (evaluation reruns every time; threads change only speed)."""
+    return {
+        "env": cfg.env,
+        "compaction": cfg.compaction,
+        "sft": cfg.sft,
+        "sft_seed": cfg.sft_seed,
+        "ppo": cfg.ppo,
+        "train_time_limit_s": cfg.train_time_limit_s,
+    }
+
+
 def sft_config(cfg: Config) -> sft_entry.Config:
+    from cxsim.experiments import sft as sft_entry
+
     return sft_entry.Config(
         run_dir=str(Path(cfg.run_dir) / "sft"),
         seed=cfg.sft_seed,
@@ -109,6 +134,8 @@ def sft_config(cfg: Config) -> sft_entry.Config:
 
 
 def train_config(cfg: Config, policy: str, name: str, seed: int) -> train_entry.Config:
+    from cxsim.experiments import train as train_entry
+
     return train_entry.Config(
         preset=name,
         policy=policy,
@@ -126,6 +153,8 @@ def train_config(cfg: Config, policy: str, name: str, seed: int) -> train_entry.
 
 
 def eval_config(cfg: Config, policy: str, out: Path) -> evaluate_entry.Config:
+    from cxsim.experiments import evaluate as evaluate_entry
+
     return evaluate_entry.Config(
         policy=policy,
         env=cfg.env,
@@ -137,11 +166,14 @@ def eval_config(cfg: Config, policy: str, out: Path) -> evaluate_entry.Config:
 
 
 def pooled(name: str, evals: list[dict[str, Any]], protocol: str) -> dict[str, Any]:
-    """One row over training seeds: Wilson over all (seed, task) pairs, and a t-interval over seeds."""
+    """One row over training seeds: Wilson over all (seed, task) pairs, and a t-interval over
+    seeds clipped to [0, 1]."""
+    from cxsim.evaluation import t_interval, wilson_interval
+
     per_seed = [next(r for r in e["results"] if r["protocol"] == protocol) for e in evals]
     tasks = np.concatenate([r["per_task_success"] for r in per_seed])
     low, high = wilson_interval(float(tasks.sum()), len(tasks))
-    seed_low, seed_high = t_interval([r["pass_at_1"] for r in per_seed])
+    seed_low, seed_high = t_interval([r["pass_at_1"] for r in per_seed], bounds=(0.0, 1.0))
     recalls = [r["summary_recall"] for r in per_seed if r["summary_recall"] is not None]
     recalls = [x for x in recalls if not np.isnan(x)]  # Single writes no summaries
     return {
@@ -156,77 +188,133 @@ def pooled(name: str, evals: list[dict[str, Any]], protocol: str) -> dict[str, A
         "per_seed_pass_at_1": [r["pass_at_1"] for r in per_seed],
         "mean_compactions": float(np.mean([r["mean_compactions"] for r in per_seed])),
         "summary_recall": float(np.mean(recalls)) if recalls else float("nan"),
+        "truncated_rate": float(np.mean([r.get("truncated_rate", 0.0) for r in per_seed])),
         "runs": int(sum(r["runs"] for r in per_seed)),
     }
 
 
 def report_table(rows: list[dict[str, Any]]) -> str:
-    """Markdown table: Pass@1 (Wilson CI over seed x task pairs; t-interval over seeds)."""
-    lines = [
-        "| model | protocol | seeds | Pass@1 | 95% CI (tasks) | 95% CI (seeds) | per seed | "
-        "compactions | summary recall |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    """Markdown table: Pass@1 (Wilson CI over seed x task pairs; t-interval over seeds and
+    the per-seed values, columns only when some row has 2 seeds or more).
+    :func:`report_notes` explains it."""
+    with_seed_ci = any(r["seeds"] >= 2 for r in rows)
+    header = "| model | protocol | seeds | Pass@1 | 95% CI (tasks) [1] | "
+    header += "95% CI (seeds) [2] | " if with_seed_ci else ""
+    header += "per seed | " if with_seed_ci else ""  # one seed: per seed = Pass@1
+    header += "compactions [3] | summary recall [4] |"  # notes: report_notes
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in rows:
         seed_ci = (
             "-" if r["seeds"] < 2 else f"[{r['seed_ci95_low']:.3f}, {r['seed_ci95_high']:.3f}]"
         )
         recall = "-" if np.isnan(r["summary_recall"]) else f"{r['summary_recall']:.2f}"
         per_seed = " ".join(f"{p:.2f}" for p in r["per_seed_pass_at_1"])
+        seed_cell = f"{seed_ci} | {per_seed} | " if with_seed_ci else ""
         lines.append(
             f"| {r['label']} | {r['protocol']} | {r['seeds']} | {r['pass_at_1']:.3f} | "
-            f"[{r['ci95_low']:.3f}, {r['ci95_high']:.3f}] | {seed_ci} | {per_seed} | "
+            f"[{r['ci95_low']:.3f}, {r['ci95_high']:.3f}] | {seed_cell}"
             f"{r['mean_compactions']:.2f} | {recall} |"
         )
     return "\n".join(lines)
 
 
-def plot_curves(curves: dict[str, list[dict[str, Any]]], path: Path) -> None:
-    """Training success rate and summary recall per iteration, one line per run."""
-    import matplotlib
+def chance_level(env: dict[str, Any] | EnvConfig) -> float | None:
+    """Pass@1 of a uniform guess, where the task defines one: KeyRecall asks for one of
+    ``num_values`` key values (1 / num_values); None for other tasks."""
+    env_id = env["env_id"] if isinstance(env, dict) else env.env_id
+    kwargs = env["kwargs"] if isinstance(env, dict) else env.kwargs
+    if "KeyRecall" not in env_id:
+        return None
+    import gymnasium as gym
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import cxsim.envs  # noqa: F401  (registers the environments)
 
-    keys = [
+    made = gym.make(env_id, **(kwargs or {}))
+    values = getattr(made.unwrapped, "num_values", None)
+    made.close()
+    return 1.0 / values if values else None
+
+
+def report_notes(rows: list[dict[str, Any]], results: dict[str, Any]) -> str:
+    """The table's footnotes: chance level, why Single is 0 when it is, the columns."""
+    cfg = results["config"]
+    budget = cfg["compaction"]["budget"]
+    chance = chance_level(cfg["env"])
+    notes = []
+    if chance is not None:
+        notes.append(f"Chance level: {chance:.3f} (a uniform guess among the key values).")
+    single = [r for r in rows if r["protocol"] == "single"]
+    zero = [r for r in single if r["pass_at_1"] == 0.0]
+    if zero:
+        who = "every model" if len(zero) == len(single) else ", ".join(r["label"] for r in zero)
+        full = min(r.get("truncated_rate", 1.0) for r in zero)
+        share = "all" if full == 1.0 else f"at least {full:.0%}"
+        notes.append(
+            f"Single is 0 for {who}: Single allows no compaction, and {share} of those "
+            f"episodes filled the {budget}-token window before the answer was due "
+            "(the default task is sized so that no episode fits in one window). Compacted "
+            "is the protocol under which the task can be solved."
+        )
+    notes.append("[1] Wilson score interval over every (training seed, evaluation task) pair.")
+    if any(r["seeds"] >= 2 for r in rows):
+        notes.append(
+            "[2] Student-t interval over the per-seed Pass@1 values, clipped to [0, 1]; it "
+            "counts the variance between training seeds (shown from 2 seeds on)."
+        )
+    notes += [
+        "[3] Mean number of compactions per episode: times the window filled and the "
+        "policy summarised its history into a fresh window.",
+        "[4] Fraction of the facts the task needs later (the key's current value) that "
+        "the summaries kept, over all summaries written; - where none were written.",
+    ]
+    return "\n\n".join(notes)
+
+
+def plot_curves(curves: dict[str, list[list[dict[str, Any]]]], path: Path) -> None:
+    """Training success rate and summary recall per iteration: per preset, the mean over
+    its seeds with a min-max band."""
+    from cxsim.experiments.report import plot_curves as plot_panels
+
+    keys = (
         ("charts/success_rate", "training success rate"),
         ("compaction/summary_recall", "summary recall"),
-    ]
-    fig, axes = plt.subplots(1, len(keys), figsize=(11, 4))
-    for ax, (key, title) in zip(axes, keys, strict=True):
-        for label, history in curves.items():
-            xs = [h["iteration"] for h in history]
-            ys = [h[key] for h in history]
-            ax.plot(xs, ys, label=label, linewidth=1.2)
-        ax.set_title(title)
-        ax.set_xlabel("iteration")
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    )
+    plot_panels(curves, path, keys, columns=2)
 
 
 def run(cfg: Config) -> dict[str, Any]:
     began = time.perf_counter()
     run_dir = Path(cfg.run_dir)
+    claim_run_dir(run_dir, recorded_settings(cfg), overwrite=cfg.overwrite)  # before any work
+
+    from cxsim.evaluation import format_table
+    from cxsim.experiments import evaluate as evaluate_entry
+    from cxsim.experiments import sft as sft_entry
+    from cxsim.experiments import train as train_entry
+    from cxsim.experiments.report import Config as ReportConfig
+    from cxsim.experiments.report import write_report
+
     timings: dict[str, float] = {}
+    stages = 2 + 2 * len(cfg.presets) * len(cfg.seeds)
+    stage = iter(range(1, stages + 1))
+
+    def announce(what: str) -> None:
+        say(f"[run {next(stage)} of {stages}, {time.perf_counter() - began:.0f}s] {what}")
 
     # 1. SFT base (reused when a previous run of this job made it)
     sft_cfg = sft_config(cfg)
     base_policy = Path(sft_cfg.run_dir) / "policy"
     tick = time.perf_counter()
     if (base_policy / "config.json").is_file():
-        print(f"[run] reusing the SFT base at {base_policy}", flush=True)
+        announce(f"SFT: reusing the base at {base_policy}")
     else:
-        print("[run] SFT", flush=True)
+        announce("SFT: behaviour cloning of the scripted agent")
         sft_entry.run_sft(sft_cfg)
     timings["sft_s"] = time.perf_counter() - tick
 
     # 2. base evaluation
     tick = time.perf_counter()
-    print("[run] evaluating the SFT base", flush=True)
+    announce("evaluating the SFT base")
     base_eval = evaluate_entry.evaluate(
         eval_config(cfg, str(base_policy), run_dir / "eval" / "base.json"), label="base (SFT)"
     )
@@ -234,19 +322,26 @@ def run(cfg: Config) -> dict[str, Any]:
 
     # 3. PPO per preset and seed, each evaluated
     evals: dict[str, list[dict[str, Any]]] = {}
-    curves: dict[str, list[dict[str, Any]]] = {}
+    curves: dict[str, list[list[dict[str, Any]]]] = {}
+    policies: list[str] = []
     for name in cfg.presets:
         for seed in cfg.seeds:
             tick = time.perf_counter()
-            print(f"[run] training {name} seed {seed}", flush=True)
+            announce(f"training {name} seed {seed}")
             trained = train_entry.train(train_config(cfg, str(base_policy), name, seed))
             timings[f"train_{name}_s{seed}_s"] = time.perf_counter() - tick
-            curves[f"{name} s{seed}"] = trained["history"]
+            curves.setdefault(name, []).append(trained["history"])
+            policies.append(trained["policy"])
             tick = time.perf_counter()
+            announce(f"evaluating {name} seed {seed}")
             out = run_dir / "eval" / f"{name}-s{seed}.json"
-            evals.setdefault(name, []).append(
-                evaluate_entry.evaluate(eval_config(cfg, trained["policy"], out), label=name)
+            evaluated = evaluate_entry.evaluate(
+                eval_config(cfg, trained["policy"], out), label=name
             )
+            log_evaluation(
+                train_config(cfg, "", name, seed).run_dir, evaluated, trained["iterations_done"]
+            )
+            evals.setdefault(name, []).append(evaluated)
             timings[f"eval_{name}_s{seed}_s"] = time.perf_counter() - tick
 
     # 4. report
@@ -255,16 +350,21 @@ def run(cfg: Config) -> dict[str, Any]:
         rows += [pooled(name, seed_evals, p) for p in cfg.eval.protocols]
     table = report_table(rows)
     plot_curves(curves, run_dir / "learning_curves.png")
+    final = run_dir / "final" / "policy"  # the first preset's first seed, ready for `cxsim eval`
+    shutil.rmtree(final, ignore_errors=True)
+    shutil.copytree(policies[0], final)
     wall = time.perf_counter() - began
     results = {
         "table": rows,
         "base": base_eval,
         "evaluations": evals,
+        "final_policy": str(final),
         "timings_s": timings,
         "wall_time_s": wall,
         "config": cfg,
     }
     write_json(run_dir / "results.json", results)
+    notes = report_notes(rows, {"config": to_dict(cfg)})
     labelled = [("base (SFT)", base_eval)] + [
         (f"{name} s{seed}", e)
         for name, seed_evals in evals.items()
@@ -278,15 +378,28 @@ def run(cfg: Config) -> dict[str, Any]:
         f"threshold {sized.threshold}, at most {sized.max_compactions} "
         f"compactions. Presets {', '.join(cfg.presets)}; seeds {', '.join(map(str, cfg.seeds))}; "
         f"{cfg.eval.episodes} evaluation tasks x {cfg.eval.repeats} repeats per protocol.\n\n"
-        "Pass@1 with two 95% intervals: Wilson over all (training seed, task) pairs, and a "
-        "Student-t interval over the per-seed Pass@1 values (from 2 seeds on).\n\n"
-        f"{table}\n\n![learning curves](learning_curves.png)\n\n"
+        f"{table}\n\n{notes}\n\n"
+        "![learning curves](learning_curves.png)\n\n"
+        "More plots (losses, compactions, omission, critic): [report/report.md](report/report.md).\n\n"
         f"Per run (Wilson interval over tasks):\n\n{per_run}\n\n"
+        f"Trained policy: `{final}` (`cxsim eval --policy {final}`).\n\n"
         f"Wall time {wall:.0f}s: " + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()) + "\n"
     )
-    print(table)
-    print(f"[run] {wall:.0f}s; report at {run_dir / 'report.md'}")
+    full_report = write_report(ReportConfig(run_dir=str(run_dir)))
+    say(f"{table}\n\n{notes}\n")
+    say(f"[run] done in {wall:.0f}s")
+    say(f"[run] report: {run_dir / 'report.md'} (plots: {run_dir / 'learning_curves.png'})")
+    say(f"[run] full report: {full_report} (plots: {full_report.parent / 'curves.png'})")
+    say(f"[run] trained policy: {final}")
+    say(f"[run] TensorBoard: .venv/bin/tensorboard --logdir {run_dir}")
     return results
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    """The config as results.json stores it (what :func:`report_notes` reads)."""
+    from cxsim.tracking import to_jsonable
+
+    return to_jsonable(cfg)
 
 
 def main(argv: list[str] | None = None) -> None:

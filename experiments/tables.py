@@ -20,8 +20,8 @@ or another table reuses it, a killed run resumes. The page is written by
 experiments/tables_page.py (plots: tables_plots.py), its intervals by
 cxsim/tables.py.
 
-    cxsim tables --preset smoke --out-dir /tmp/tables
-    cxsim tables --preset full --jobs 2   # 3 seeds, two at a time
+    cxsim tables                                   # smoke: a minute, under runs/tables/page
+    cxsim tables --preset full --out docs/results  # the committed page: 5 seeds, ~1 hour
 """
 
 from __future__ import annotations
@@ -33,15 +33,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import torch
 import tyro
 
-from cxsim.agent_api import Agent
-from cxsim.agents.lm_agent import LMAgent
-from cxsim.agents.models import load_policy
-from cxsim.agents.scripted import ScriptedAgent
 from cxsim.compaction import CompactionConfig
 from cxsim.config import (
     DEFAULT_COMPACTION,
@@ -51,18 +46,16 @@ from cxsim.config import (
     PPOConfig,
     SFTConfig,
 )
-from cxsim.diagnostics import rollout_figures, summary_omission
 from cxsim.evaluation import evaluate_protocol
 from cxsim.experiments import run as run_entry
-from cxsim.experiments import sft as sft_entry
-from cxsim.experiments import train as train_entry
 from cxsim.experiments.presets import preset_from_argv
-from cxsim.experiments.report import plot_curves
 from cxsim.experiments.tables_page import ONE_WINDOW, ROW_LABELS, ROWS, Seeds, render
-from cxsim.experiments.tables_plots import LEARNING_CURVES, plot_omission, plot_summarizers
-from cxsim.generation import SamplingConfig
-from cxsim.preflight import preflight
 from cxsim.tables import cached_json, config_tag
+from cxsim.tracking import say
+
+if TYPE_CHECKING:  # torch-heavy modules load where they run, so that --help is fast
+    from cxsim.agent_api import Agent
+    from cxsim.agents.lm_agent import LMAgent
 
 BudgetName = Literal["smoke", "full"]
 Executor = Literal["oracle", "base"]
@@ -73,15 +66,17 @@ TableId = Literal[1, 2, 3, 4]
 class Config:
     """Tables 1-4 of the paper in miniature: K seeds per row, 95% intervals, Markdown + PNG."""
 
-    preset: BudgetName = "full"
-    """Budget preset: ``smoke`` (seconds; for tests) or ``full`` (the committed page);
-    resolved first, other flags override it."""
+    preset: BudgetName = "smoke"
+    """Budget preset, resolved first (other flags override it): ``smoke`` (about a minute,
+    a short task and tiny budgets: checks the pipeline, its numbers mean little) or
+    ``full`` (the committed page: the main job's budgets, 5 seeds, 2 at a time, about an
+    hour on 2 cores; ``cxsim tables --preset full --out docs/results``)."""
     seeds: int = 3
     """K: training seeds per row (seeds 0..K-1, each with its own SFT base)."""
     tables: tuple[TableId, ...] = (1, 2, 3, 4)
     """Which tables to build (the runs they share are made once)."""
-    out_dir: str = "docs/results"
-    """Where tables.md and the tables_*.png plots go."""
+    out_dir: Annotated[str, tyro.conf.arg(aliases=("--out",))] = "runs/tables/page"
+    """Where tables.md and the tables_*.png plots go (``docs/results`` for the committed page)."""
     runs_dir: str = "runs/tables"
     """Cache of runs and evaluations, one folder per settings hash, then per seed."""
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -147,22 +142,29 @@ BUDGETS: dict[str, Config] = {
         ppo=PPOConfig(rollouts_per_batch=4, iterations=1, critic_warmup=1, minibatches=1, epochs=1),
         eval=EvalConfig(episodes=3),
     ),
-    "full": Config(preset="full", seeds=3),
+    "full": Config(preset="full", seeds=5, jobs=2),
 }  # fmt: skip
 """``full``: the main job's defaults (cxsim/config.py: env, compaction, model, SFT, PPO and
-evaluation budgets, sized for 2 shared cores), 3 seeds; tables.md gives the runtime."""
+evaluation budgets, sized for 2 shared cores), 5 seeds two at a time; tables.md gives the
+runtime."""
 
 
 # -- evaluation -------------------------------------------------------------------------
 
 
 def lm_agent(policy_dir: str, cfg: Config) -> tuple[LMAgent, Any]:
+    from cxsim.agents.lm_agent import LMAgent
+    from cxsim.agents.models import load_policy
+    from cxsim.generation import SamplingConfig
+
     policy, _, chat = load_policy(policy_dir)
     return LMAgent(policy, chat, SamplingConfig(temperature=cfg.eval.temperature)), chat
 
 
 def with_omission(result: dict[str, Any], records: list) -> dict[str, Any]:
     """An evaluation result plus the omission and figure diagnostics of its records."""
+    from cxsim.diagnostics import rollout_figures, summary_omission
+
     return result | {"omission": summary_omission(records), "figures": rollout_figures(records)}
 
 
@@ -191,6 +193,8 @@ def evaluate_agent(
     default), on ``cfg.env`` or on its kwargs updated with ``env_kwargs``; ``summarizer``
     writes the summaries under ``external-summarizer`` (Table 1). Every call runs the same
     tasks and repeat seeds."""
+    from cxsim.preflight import preflight
+
     began = time.perf_counter()
     kwargs = cfg.env.kwargs | (env_kwargs or {})
     compaction = preflight(cfg.env, cfg.compaction, chat)  # the sizes the runs were trained with
@@ -206,6 +210,8 @@ def evaluate_agent(
 
 def agent_by_name(name: str, cfg: Config, seed: int, policies: dict[str, str]) -> tuple[Agent, Any]:
     """An agent of the tables by name: ``oracle``, ``scripted-<p>``, a row's policy."""
+    from cxsim.agents.scripted import ScriptedAgent
+
     if name == "oracle" or name.startswith("scripted-"):
         _, chat = lm_agent(policies["base"], cfg)  # the same word chat format as the policies
         rate = float(name.split("-", 1)[1]) if name.startswith("scripted-") else 0.0
@@ -218,14 +224,18 @@ def agent_by_name(name: str, cfg: Config, seed: int, policies: dict[str, str]) -
 
 def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
     """SFT, PPO rows, evaluations and Table 1 for one seed; every stage cached on disk."""
+    from cxsim.experiments import sft as sft_entry
+    from cxsim.experiments import train as train_entry
+
     rc = cfg.run_config(seed_dir, seed)
     sft_cfg = run_entry.sft_config(rc)
     tick = time.perf_counter()
     sft = cached_json(Path(sft_cfg.run_dir) / "results.json", lambda: sft_entry.run_sft(sft_cfg))
-    log(f"seed {seed}: SFT base ready ({time.perf_counter() - tick:.0f}s)")
+    where = f"seed {seed} ({seed + 1} of {cfg.seeds})"
+    log(f"{where}: SFT base ready ({time.perf_counter() - tick:.0f}s)")
     policies = {"base": sft["policy"]}
     trained: dict[str, dict[str, Any]] = {}
-    for row in cfg.rows:
+    for i, row in enumerate(cfg.rows, start=1):
         tick = time.perf_counter()
         train_cfg = run_entry.train_config(rc, sft["policy"], row, seed)
         result = cached_json(
@@ -233,14 +243,17 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
         )
         trained[row] = result
         policies[row] = result["policy"]
-        log(f"seed {seed}: {row} trained ({time.perf_counter() - tick:.0f}s)")
+        log(
+            f"{where}: row {i} of {len(cfg.rows)}, {row}, trained "
+            f"({time.perf_counter() - tick:.0f}s)"
+        )
     evals = {}
     for row, policy in policies.items():
         evals[row] = cached_json(
             seed_dir / "tables" / f"eval-{row}.json",
             lambda r=row, p=policy: evaluate_policy(cfg, p, r),
         )
-    log(f"seed {seed}: {len(evals)} policies evaluated")
+    log(f"{where}: {len(evals)} policies evaluated")
     if 2 in cfg.tables and cfg.one_window_kwargs:
         tag = config_tag("one-window", cfg.one_window_kwargs)
         for row in ("oracle", "base", *ROWS[2]):
@@ -252,7 +265,7 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
             evals[f"{row}/{ONE_WINDOW}"] = cached_json(
                 seed_dir / "tables" / f"eval-{row}-{tag}.json", one_window
             )
-        log(f"seed {seed}: Table 2 one-window task evaluated ({cfg.one_window_kwargs})")
+        log(f"{where}: Table 2 one-window task evaluated ({cfg.one_window_kwargs})")
     external = {}
     if 1 in cfg.tables:
         summarizers = [f"scripted-{p:g}" for p in cfg.omission_rates] + ["compactionrl", "base"]
@@ -267,7 +280,7 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
 
                 key = f"{executor}+{summarizer}"
                 external[key] = cached_json(seed_dir / "tables" / f"t1-{key}.json", compute)
-        log(f"seed {seed}: Table 1 evaluated ({len(external)} executor/summarizer pairs)")
+        log(f"{where}: Table 1 evaluated ({len(external)} executor/summarizer pairs)")
     return {"sft": sft, "train": trained, "eval": evals, "external": external}
 
 
@@ -277,6 +290,8 @@ def run_seeds(cfg: Config, cache: Path) -> list[dict[str, Any]]:
     Each seed writes only under its own folder, so the processes share nothing; a seed that
     fails stops the tables with its error, and what the others finished stays cached.
     """
+    import torch
+
     dirs = [cache / f"s{seed}" for seed in range(cfg.seeds)]
     if cfg.jobs == 1:
         return [run_seed(cfg, d, seed) for seed, d in enumerate(dirs)]
@@ -288,11 +303,16 @@ def run_seeds(cfg: Config, cache: Path) -> list[dict[str, Any]]:
 
 
 def log(message: str) -> None:
-    print(f"[tables {time.strftime('%H:%M:%S')}] {message}", flush=True)
+    say(f"[tables {time.strftime('%H:%M:%S')}] {message}")
 
 
 def run_tables(cfg: Config, command: str) -> dict[str, Any]:
     """Every run the tables need (cached), then tables.md and the plots; returns the paths."""
+    import torch
+
+    from cxsim.experiments.report import plot_curves
+    from cxsim.experiments.tables_plots import LEARNING_CURVES, plot_omission, plot_summarizers
+
     began = time.perf_counter()
     torch.set_num_threads(1)  # tiny models: one thread is 10-100x faster on a busy 2-core box
     settings = {  # what changes a run's result; seeds, tables and paths do not
@@ -320,7 +340,7 @@ def run_tables(cfg: Config, command: str) -> dict[str, Any]:
 
 def parse(argv: list[str]) -> Config:
     """``--preset`` picks the defaults (BUDGETS); the other flags override them."""
-    name = preset_from_argv(argv, default="full")
+    name = preset_from_argv(argv, default="smoke")
     if name not in BUDGETS:
         raise SystemExit(f"unknown preset {name!r}; choose one of: {', '.join(BUDGETS)}")
     return tyro.cli(Config, args=argv, default=BUDGETS[name])

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig
+from cxsim.experiments.presets import preset_ppo
 from cxsim.tables import (
     Interval,
     Proportion,
@@ -237,6 +238,7 @@ def table4(cfg: Config, s: Seeds) -> str:
     ref = s.passes("compactionrl")
     for row in ROWS[4]:
         res = s.result(row, "compacted")
+        has_critic = preset_ppo(row).uses_critic
         delta = (
             "-"
             if row == "compactionrl"
@@ -247,7 +249,8 @@ def table4(cfg: Config, s: Seeds) -> str:
             fmt(pass_interval(s.result(row, "single"))) if single else "-",
             fmt(omission_interval(res)),
             fmt(mean_interval(s.final(row, "charts/success_rate"))),
-            *(fmt(mean_interval(s.final(row, key)), digits=3) for key, _ in diagnostics),
+            *("-" if not has_critic and key.startswith("critic/")
+              else fmt(mean_interval(s.final(row, key)), digits=3) for key, _ in diagnostics),
         ])  # fmt: skip
     header = ["model", "Compacted Pass@1", "- CompactionRL (paired)", "Single Pass@1",
               "summary omission", "train success (last 5 it.)",
@@ -403,11 +406,10 @@ def setup_lines(cfg: Config, s: Seeds, command: str, wall_s: float, cache: Path)
         "(current values) a summary misses, from the evaluation records "
         "(`cxsim.diagnostics.summary_omission`); summary recall = 1 - omission.",
         "",
-        f"**Runtime**: {compute_seconds(s) / 60:.1f} min of compute in the runs this page "
-        f"reads (SFT, training, evaluation), measured when each ran, so about "
-        f"{compute_seconds(s) / 60 / min(cfg.jobs, k):.0f} min of wall time from an empty "
-        f"cache with --jobs {min(cfg.jobs, k)}; this invocation took {wall_s / 60:.1f} min "
-        f"(runs found in the cache `{cache}` are read, not rerun).",
+        f"**Runtime**: about {compute_seconds(s) / 60 / min(cfg.jobs, k):.0f} min of wall time "
+        f"from scratch with --jobs {min(cfg.jobs, k)} ({compute_seconds(s) / 60:.0f} min of "
+        "SFT, training and evaluation, measured when each ran). The runs are cached under "
+        f"`{Path(cache).parent}/`: the same command again only re-renders this page.",
         "",
     ]
 
@@ -434,7 +436,9 @@ def table_lines(cfg: Config, s: Seeds) -> list[str]:
             "",
             "Protocol `external-summarizer`: the executor acts, another agent writes every "
             "summary. The oracle executor acts from what its context holds (a lost fact costs a "
-            "guess), so its Pass@1 measures the summaries alone.",
+            "guess), so its Pass@1 measures the summaries alone. Omission, last summary: over "
+            "the last summary the rollouts wrote, the (k=N) after it being that summary's index "
+            "(k = 0 is the first summary, so k=1 means the second).",
             "",
             table1(cfg, s),
             "",
@@ -458,8 +462,15 @@ def table_lines(cfg: Config, s: Seeds) -> list[str]:
         lines += [
             "## Table 4: ablations of the estimator and the loss",
             "",
-            "Train success and critic explained variance are the training diagnostics of the "
-            "last five iterations (`results.json` `final`).",
+            "Train success and the columns marked (last 5 it.) are training diagnostics, the "
+            "mean of the last five iterations (`results.json` `final`; docs/tensorboard.md): "
+            "critic EV = explained variance of the critic's values against the returns it is "
+            "trained on, 1 - Var(return - V) / Var(return) (1: exact, 0: no better than a "
+            "constant); critic ECE = expected calibration error of V against the realised "
+            "return (reward units); gap to stitched GAE = relative error of the trained-on "
+            "advantages against the exact stitched estimator; credit, 1st / last summary = "
+            "mean absolute advantage of the first summary over that of the last. Rows without "
+            "a critic show - in the critic columns.",
             "",
             table4(cfg, s),
             "",

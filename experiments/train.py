@@ -120,23 +120,24 @@ def train(cfg: Config) -> dict[str, Any]:
         tick = time.perf_counter()
         # 1. collect this rank's rollouts (the behaviour log-probs come with them)
         seeds, groups = task_seeds(cfg, iteration)
-        with torch.no_grad(), torch_threads(cfg.rollout_threads):
+        with torch.no_grad(), torch_threads(cfg.rollout_threads), run.meter.timed("rollout"):
             rollouts = run.collect(agent, seeds, groups)
         rollout_s = time.perf_counter() - tick
         batch = pack_segments(rollouts.segments, chat.pad_id, agent.sampling.temperature)
-        # 2. score: critic values, advantages, critic targets
-        scored, metrics = score_batch(batch, critic, ppo, run.whiten, chat.assistant_prefix())
-        # 3. critic updates
-        if critic is not None:
-            passes = ppo.critic_ratio * ppo.epochs
-            metrics |= critic_update(
-                critic, opt["critic"], scored, ppo, passes, run.global_sum, run.sync_grads
-            )
-        # 4. actor update, after the value-only warm-up
-        if not warmup:
-            metrics |= actor_update(
-                policy, opt["actor"], scored, ppo, run.global_sum, run.sync_grads
-            )
+        with run.meter.timed("update"):  # compute/wall_clock_s: rollout + update time
+            # 2. score: critic values, advantages, critic targets
+            scored, metrics = score_batch(batch, critic, ppo, run.whiten, chat.assistant_prefix())
+            # 3. critic updates
+            if critic is not None:
+                passes = ppo.critic_ratio * ppo.epochs
+                metrics |= critic_update(
+                    critic, opt["critic"], scored, ppo, passes, run.global_sum, run.sync_grads
+                )
+            # 4. actor update, after the value-only warm-up
+            if not warmup:
+                metrics |= actor_update(
+                    policy, opt["actor"], scored, ppo, run.global_sum, run.sync_grads
+                )
         # 5. log
         metrics["charts/rollout_seconds"] = rollout_s
         metrics["charts/iteration_seconds"] = time.perf_counter() - tick

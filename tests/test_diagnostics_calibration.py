@@ -43,11 +43,11 @@ def test_exact_critic_has_zero_ece_and_explained_variance_one(where):
         returns.clone(), returns, batch.trainable, batch.segment_index, where
     )
     assert stats["critic/ece"] == 0.0
-    assert stats["critic/ev"] == 1.0
+    assert stats["critic/mc_ev"] == 1.0
     assert stats["critic/bias"] == 0.0
     for k in range(3):
         assert stats[f"critic/ece_seg{k}"] == 0.0
-        assert stats[f"critic/ev_seg{k}"] == 1.0
+        assert stats[f"critic/mc_ev_seg{k}"] == 1.0
     bins = [b for b in range(10) if stats[f"critic/bin{b}_count"] > 0]
     for b in bins:
         assert stats[f"critic/bin{b}_pred"] == pytest.approx(stats[f"critic/bin{b}_real"])
@@ -60,7 +60,7 @@ def test_constant_critic_has_explained_variance_zero():
     returns = _returns(batch, 1.0)
     values = torch.full_like(returns, 0.75)
     stats = critic_calibration(values, returns, batch.trainable, batch.segment_index)
-    assert stats["critic/ev"] == pytest.approx(0.0, abs=1e-12)
+    assert stats["critic/mc_ev"] == pytest.approx(0.0, abs=1e-12)
     # one bin holds everything: |0.75 - mean R| with mean R = 0.6
     assert stats["critic/ece"] == pytest.approx(0.15)
     assert stats["critic/bias"] == pytest.approx(0.15)
@@ -81,12 +81,12 @@ def test_binned_reliability_on_a_hand_built_critic():
     assert stats["critic/bin1_real"] == 1.0
     assert stats["critic/ece"] == pytest.approx(0.5 * 0.2 + 0.5 * 0.1)
     # Var(R - V) = Var of {-0.2, 0.1} = 0.0225, Var(R) = 0.25
-    assert stats["critic/ev"] == pytest.approx(1 - 0.0225 / 0.25)
+    assert stats["critic/mc_ev"] == pytest.approx(1 - 0.0225 / 0.25)
 
 
 def test_constant_return_leaves_explained_variance_out():
     batch = _batch([1.0, 1.0])
     returns = _returns(batch, 1.0)
     stats = critic_calibration(returns, returns, batch.trainable, batch.segment_index)
-    assert "critic/ev" not in stats
+    assert "critic/mc_ev" not in stats
     assert stats["critic/ece"] == 0.0

@@ -105,7 +105,30 @@ def test_run_main_job(tmp_path: Path, capsys):
     report = (run_dir / "report.md").read_text()
     assert "| compactionrl | compacted |" in report
     assert (run_dir / "learning_curves.png").stat().st_size > 1000
-    assert "| base (SFT) | compacted |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| base (SFT) | compacted |" in out
+    assert "[run 1 of 4" in out and "[run 4 of 4" in out  # SFT, base eval, train, eval
+    assert (run_dir / "final" / "policy" / "config.json").is_file()
+    assert (run_dir / "report" / "curves.png").stat().st_size > 1000
+    assert f"trained policy: {run_dir / 'final' / 'policy'}" in out
+    assert "Chance level: 0.250" in report  # 1 / num_values 4 of the tiny task
+    assert "Single is 0 for every model" in report  # the tiny task never fits one window
+
+    # other settings into the same folder: refused before any work, naming the setting
+    made = (run_dir / "results.json").stat().st_mtime_ns
+    with pytest.raises(SystemExit) as info:
+        cxsim(["run", "--run-dir", str(run_dir), *TINY_ENV, *TINY_SFT, *TINY_PPO, *TINY_EVAL,
+               "--sft.omission-rate", "0.65", *QUIET])  # fmt: skip
+    message = str(info.value.code)
+    assert "sft.omission_rate: 0.5 there, 0.65 now" in message and "--overwrite" in message
+    assert "\n" not in message
+    assert (run_dir / "results.json").stat().st_mtime_ns == made
+
+    # equal settings resume: the SFT base and the training run are reused
+    cxsim(["run", "--run-dir", str(run_dir), *TINY_ENV, *TINY_SFT, *TINY_PPO, *TINY_EVAL, *QUIET])
+    assert "SFT: reusing the base" in capsys.readouterr().out
+    resumed = json.loads((run_dir / "results.json").read_text())
+    assert resumed["table"] == results["table"]
 
 
 def test_invalid_configs_fail_before_any_work(tmp_path: Path, capsys):

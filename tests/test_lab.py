@@ -209,7 +209,7 @@ def test_cupy_path_matches_numpy_statistics():
 def test_lab_smoke_writes_page_and_plots(tmp_path):
     from cxsim.experiments import lab
 
-    lab.main(["--preset", "smoke", "--output-dir", str(tmp_path)])
+    lab.main(["--preset", "smoke", "--out", str(tmp_path)])
     page = (tmp_path / "estimators.md").read_text()
     for section in (
         "## Findings",
@@ -222,3 +222,12 @@ def test_lab_smoke_writes_page_and_plots(tmp_path):
     assert "| exact critic, gamma = lam = 1 | stitched |" in page
     for png in ("estimators_distance.png", "estimators_gap.png"):
         assert (tmp_path / png).stat().st_size > 10_000
+
+
+def test_lab_settings_stay_light_and_match_the_backend():
+    from typing import get_args
+
+    from cxsim.experiments import lab
+    from cxsim.lab import backend
+
+    assert get_args(lab.Device) == get_args(backend.Device)

@@ -1,4 +1,4 @@
-"""Diagnostics of PPO with context compaction (TESTBED.md, "Diagnostics").
+"""Diagnostics of PPO with context compaction (docs/diagnostics.md).
 
 Pure functions over ``SegmentBatch`` tensors and per-rollout records, each
 returning a flat ``dict[str, float]`` whose keys are TensorBoard tags under a

@@ -1,4 +1,4 @@
-"""Critic calibration: predicted value against realised return (TESTBED.md, Diagnostics).
+"""Critic calibration: predicted value against realised return (docs/diagnostics.md).
 
 Shapes: S segments, T tokens. ``values[s, t] = V(tokens_<t)`` (CONTRACTS.md
 alignment); ``mask`` (S, T) bool marks trainable tokens.
@@ -82,12 +82,12 @@ def critic_calibration(
     ``value_range`` (default: the range of V in the batch):
 
     - ``critic/ece`` = ``sum_b (n_b / n) |mean_b V - mean_b R|``;
-    - ``critic/ev`` = ``1 - Var(R - V) / Var(R)`` (1: exact; 0: no better than
+    - ``critic/mc_ev`` = ``1 - Var(R - V) / Var(R)`` (1: exact; 0: no better than
       a constant; negative: worse than one); left out when ``Var(R) = 0``;
     - ``critic/bias`` = ``mean(V - R)``; ``critic/count``;
     - ``critic/bin{b}_pred``, ``critic/bin{b}_real``, ``critic/bin{b}_count``:
       the reliability diagram (a calibrated critic has pred = real);
-    - ``critic/ece_seg{k}``, ``critic/ev_seg{k}``, ``critic/bias_seg{k}``,
+    - ``critic/ece_seg{k}``, ``critic/mc_ev_seg{k}``, ``critic/bias_seg{k}``,
       ``critic/count_seg{k}`` over the segments at index k (same bins).
     """
     check_per_token("values", values, mask)
@@ -112,7 +112,7 @@ def critic_calibration(
         gap = torch.where(n_b > 0, (pred_b - real_b).abs(), 0.0)
         out = {
             f"critic/ece{suffix}": safe_div((n_b * gap).sum(), n_b.sum()),
-            f"critic/ev{suffix}": _explained_variance(p, r),
+            f"critic/mc_ev{suffix}": _explained_variance(p, r),
             f"critic/bias{suffix}": (p - r).mean() if p.numel() else p.new_tensor(torch.nan),
             f"critic/count{suffix}": n_b.sum(),
         }

@@ -1,5 +1,5 @@
 """Compute accounting: tokens, forward/backward passes and wall-clock, per iteration
-and per success (the paper reports none of these; METHOD.md section 6)."""
+and per success (the paper reports none of these; docs/method.md section 6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Credit decay: how much advantage reaches early segments (TESTBED.md, Diagnostics).
+"""Credit decay: how much advantage reaches early segments (docs/diagnostics.md).
 
 Under the cross-segment correction the terminal reward reaches token ``(s, i)``
 discounted by ``(gamma lambda)^(N_{>s} + n_s - i)``; with lambda < 1 and long
@@ -173,7 +173,7 @@ def applied_discount(
     gamma: float,
     lam: float | torch.Tensor,
 ) -> torch.Tensor:  # (S,)
-    """The cross-segment correction factor ``(gamma lambda_s)^{N_{>s}}`` (METHOD.md 3).
+    """The cross-segment correction factor ``(gamma lambda_s)^{N_{>s}}`` (docs/method.md section 3).
 
     ``lam`` is a float or an (S,) tensor (length-adaptive lambda), as in
     ``cxsim.advantages.cross_segment_gae``; ``N_{>s}`` counts masked tokens in

@@ -1,6 +1,6 @@
 """Estimator gap: one advantage estimate against a reference on the same batch.
 
-The paper's cross-segment estimator approximates stitched GAE (METHOD.md 3);
+The paper's cross-segment estimator approximates stitched GAE (docs/method.md section 3);
 their gap is a first-class measurement. The same function compares any
 estimate with any reference (e.g. true advantages where an environment's
 value is known in closed form).

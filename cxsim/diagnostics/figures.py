@@ -29,10 +29,13 @@ class FigureRecord(Protocol):
 def rollout_figures(records: Sequence[FigureRecord | Mapping]) -> dict[str, float]:
     """Per-trajectory statistics of a batch of rollouts.
 
-    - ``figures/success_rate``;
-    - ``figures/compactions_mean``, ``figures/compactions_max``,
-      ``figures/compactions_eq{k}`` (fraction of rollouts with exactly k);
-    - ``figures/turns_mean``, ``figures/turns_max``: tool calls (assistant turns);
+    - ``figures/compactions_max``, ``figures/compactions_eq{k}`` (fraction of
+      rollouts with exactly k);
+    - ``figures/turns_max``: tool calls (assistant turns);
+
+    Success rate, mean compactions and mean turns are ``charts/success_rate``,
+    ``compaction/compactions_mean`` and ``charts/turns_mean``
+    (``cxsim.evaluation.rollout_metrics``): one tag per quantity.
     - ``figures/summary_tokens`` = ``sum tokens_summarised / sum #summaries`` and
       ``figures/summary_words`` (mean whitespace-separated words per summary);
     - ``figures/tokens_per_turn`` = ``sum (tokens_generated - tokens_summarised)
@@ -48,10 +51,7 @@ def rollout_figures(records: Sequence[FigureRecord | Mapping]) -> dict[str, floa
     num_summaries = torch.tensor([len(r.summaries) for r in recs], dtype=torch.float64)
     words = torch.tensor([len(s.split()) for r in recs for s in r.summaries], dtype=torch.float64)
     stats: dict[str, torch.Tensor] = {
-        "figures/success_rate": torch.tensor([float(r.success) for r in recs]).mean(),
-        "figures/compactions_mean": c.mean(),
         "figures/compactions_max": c.max(),
-        "figures/turns_mean": turns.mean(),
         "figures/turns_max": turns.max(),
         "figures/summary_tokens": safe_div(summ.sum(), num_summaries.sum()),
         "figures/summary_words": words.mean(),

@@ -1,4 +1,4 @@
-"""Summary omission: needed key facts a summary failed to carry (TESTBED.md, Diagnostics).
+"""Summary omission: needed key facts a summary failed to carry (docs/diagnostics.md).
 
 Input per rollout (``cxsim.runtime.RolloutRecord`` or a dict with these keys):
 ``summary_recall: list[dict[str, bool]]``, one dict per summary in time order,

@@ -21,8 +21,9 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from cxsim.agents.chat import ChatFormat, HFChatFormat, WordChatFormat
+from cxsim.agents.chat import ChatFormat, ChatOptions, HFChatFormat, WordChatFormat
 from cxsim.agents.tokenizer import SPECIAL_TOKENS
+from cxsim.generation import attention_layout
 
 MARKER_FILE = "cxsim.json"
 """Written next to a policy saved by `save_policy`; names the chat format to load it with."""
@@ -107,13 +108,19 @@ def save_policy(
     (path / MARKER_FILE).write_text(json.dumps({"chat_format": chat}, indent=2) + "\n")
 
 
-def load_policy(path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ChatFormat]:
+def load_policy(
+    path: str | Path,
+    device: torch.device | str = "cpu",
+    chat_options: ChatOptions | None = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ChatFormat]:
     """Load a local causal-LM directory: (model, tokenizer, chat format).
 
     Directories saved by `save_policy` with the word tokenizer get
     `WordChatFormat`; any other Hugging Face model saved with `save_pretrained`
-    gets `HFChatFormat` over its own chat template. Nothing is downloaded and
-    no remote code runs.
+    gets `HFChatFormat` over its own chat template (with ``chat_options``).
+    The weights load as float32 on ``device`` whatever dtype they were saved in:
+    they are the master copy that optimizers update (bf16 is an autocast
+    choice, `cxsim.devices`). Nothing is downloaded and no remote code runs.
     """
     path = Path(path)
     if not (path / "config.json").is_file():
@@ -123,13 +130,18 @@ def load_policy(path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerB
             "`cxsim sft` or a Hugging Face model saved with save_pretrained"
         )
     model = AutoModelForCausalLM.from_pretrained(
-        path, local_files_only=True, trust_remote_code=False
+        path, local_files_only=True, trust_remote_code=False, dtype=torch.float32
     )
+    attention_layout(model.config)  # refuse what the KV-cache runtime cannot serve, up front
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     marker = path / MARKER_FILE
     chat_name = json.loads(marker.read_text())["chat_format"] if marker.is_file() else "hf"
-    chat: ChatFormat = WordChatFormat(tokenizer) if chat_name == "word" else HFChatFormat(tokenizer)
-    return model, tokenizer, chat
+    chat: ChatFormat = (
+        WordChatFormat(tokenizer)
+        if chat_name == "word"
+        else HFChatFormat(tokenizer, chat_options or ChatOptions())
+    )
+    return model.to(device), tokenizer, chat
 
 
 @overload
@@ -188,3 +200,135 @@ def sequence_logprobs(
     entropy_next = -(logp_all.exp() * logp_all).sum(-1)  # (S, T-1)
     entropy = torch.cat([zeros, torch.where(scored, entropy_next, 0.0)], dim=1)
     return logprobs, entropy
+
+
+HEAD_CHUNK_ELEMENTS = 2**25
+"""Logits computed at once by `token_logprobs_at` (tokens x vocab; 128 MB in float32)."""
+
+
+def head_logits(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    """The LM head on decoder states: hidden (..., H) -> logits (..., V), with the
+    config's final logit transforms (Gemma-2 soft-capping, Granite/Cohere scaling)."""
+    logits = model.get_output_embeddings()(hidden)
+    config = model.config
+    if getattr(config, "logits_scaling", None):
+        logits = logits / config.logits_scaling
+    if getattr(config, "logit_scale", None):
+        logits = logits * config.logit_scale
+    cap = getattr(config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def _scored_tokens(
+    head: torch.nn.Module,
+    model: PreTrainedModel,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """hidden (N, H), targets (N,) -> (log pi(target), entropy), both (N,) float32."""
+    z = head_logits(model, hidden).float() / temperature  # (N, V)
+    log_norm = torch.logsumexp(z, dim=-1)  # (N,)
+    logp = z.gather(-1, targets[:, None]).squeeze(-1) - log_norm
+    entropy = log_norm - (torch.softmax(z, dim=-1) * z).sum(-1)
+    return logp, entropy
+
+
+@overload
+def token_logprobs_at(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    positions: torch.Tensor,
+    temperature: float = 1.0,
+    return_entropy: Literal[False] = False,
+    chunk_elements: int = HEAD_CHUNK_ELEMENTS,
+) -> torch.Tensor: ...
+@overload
+def token_logprobs_at(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    positions: torch.Tensor,
+    temperature: float = 1.0,
+    *,
+    return_entropy: Literal[True],
+    chunk_elements: int = HEAD_CHUNK_ELEMENTS,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+def token_logprobs_at(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    positions: torch.Tensor,
+    temperature: float = 1.0,
+    return_entropy: bool = False,
+    chunk_elements: int = HEAD_CHUNK_ELEMENTS,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """`sequence_logprobs` at the positions the loss needs only.
+
+    input_ids, attention_mask, positions: (S, T); positions (bool) marks the
+    tokens to score (e.g. ``trainable`` or the PPO ``policy_mask``). Returns
+    logprobs (S, T) (and the entropy (S, T) with `return_entropy`), equal to
+    `sequence_logprobs` at the marked positions that it scores, 0 everywhere else.
+
+    The decoder runs once over the batch; the LM head runs only on the states
+    before the marked tokens, at most ``chunk_elements`` logits (tokens x vocab)
+    at a time; with more than one chunk, each chunk's head is recomputed in the
+    backward pass instead of keeping its logits, so memory is one chunk's logits,
+    whatever rows x tokens x vocab is.
+    """
+    assert input_ids.shape == attention_mask.shape == positions.shape and input_ids.dim() == 2, (
+        f"input_ids {tuple(input_ids.shape)}, attention_mask {tuple(attention_mask.shape)} and "
+        f"positions {tuple(positions.shape)} must be the same (S, T)"
+    )
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0; got {temperature}")
+    mask = attention_mask.long()
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    hidden = model.get_decoder()(
+        input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=False
+    ).last_hidden_state  # (S, T, H)
+    # Same scored positions as sequence_logprobs: the token and its predecessor are real.
+    scored = positions[:, 1:].bool() & (mask[:, 1:] * mask[:, :-1]).bool()  # (S, T-1)
+    states = hidden[:, :-1][scored]  # (N, H): the state before each scored token
+    targets = input_ids[:, 1:][scored]  # (N,)
+    head = model.get_output_embeddings()
+    rows = max(1, chunk_elements // head.weight.shape[0])
+    pieces = []
+    for start in range(0, states.shape[0], rows):
+        args = (head, model, states[start : start + rows], targets[start : start + rows])
+        if states.shape[0] > rows and torch.is_grad_enabled():
+            pieces.append(
+                torch.utils.checkpoint.checkpoint(
+                    _scored_tokens, *args, temperature, use_reentrant=False
+                )
+            )
+        else:
+            pieces.append(_scored_tokens(*args, temperature))
+    logp = torch.cat([p[0] for p in pieces]) if pieces else hidden.new_zeros(0, dtype=torch.float32)
+    full = torch.zeros(scored.shape, dtype=torch.float32, device=input_ids.device)
+    zeros = full.new_zeros(input_ids.shape[0], 1)
+    logprobs = torch.cat([zeros, full.masked_scatter(scored, logp)], dim=1)
+    if not return_entropy:
+        return logprobs
+    ent = torch.cat([p[1] for p in pieces]) if pieces else logp
+    return logprobs, torch.cat([zeros, full.masked_scatter(scored, ent)], dim=1)
+
+
+def enable_gradient_checkpointing(model: PreTrainedModel) -> None:
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them.
+
+    Uses the model's own (non-reentrant) checkpointing. Transformers checkpoints a
+    layer only in training mode; the flag is set on the checkpointed layers alone,
+    so dropout elsewhere keeps the mode the model was in (a policy loaded with
+    `from_pretrained` stays deterministic). Forwards without gradients (sampling
+    with the KV cache) run unchanged.
+    """
+    if not model.supports_gradient_checkpointing:
+        raise ValueError(f"{type(model).__name__} does not support gradient checkpointing")
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    for module in model.modules():
+        if getattr(module, "gradient_checkpointing", False):
+            module.training = True

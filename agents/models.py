@@ -5,6 +5,7 @@ Shapes: S = rows (segments) in a batch, T = padded length, V = vocabulary size.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,14 +99,20 @@ def _is_word_tokenizer(tokenizer: PreTrainedTokenizerBase) -> bool:
 
 
 def save_policy(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    path: str | Path,
+    chat_options: ChatOptions | None = None,
 ) -> None:
-    """Save model, tokenizer and the `cxsim.json` marker naming the chat format."""
+    """Save model, tokenizer and the `cxsim.json` marker naming the chat format (and, for a
+    chat template, the `ChatOptions` it was trained with, which `load_policy` reuses)."""
     path = Path(path)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
-    chat = "word" if _is_word_tokenizer(tokenizer) else "hf"
-    (path / MARKER_FILE).write_text(json.dumps({"chat_format": chat}, indent=2) + "\n")
+    marker: dict[str, object] = {"chat_format": "word" if _is_word_tokenizer(tokenizer) else "hf"}
+    if marker["chat_format"] == "hf" and chat_options is not None:
+        marker["chat_options"] = dataclasses.asdict(chat_options)
+    (path / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n")
 
 
 def load_policy(
@@ -117,7 +124,8 @@ def load_policy(
 
     Directories saved by `save_policy` with the word tokenizer get
     `WordChatFormat`; any other Hugging Face model saved with `save_pretrained`
-    gets `HFChatFormat` over its own chat template (with ``chat_options``).
+    gets `HFChatFormat` over its own chat template, with ``chat_options`` (None:
+    those saved in `cxsim.json`, else the defaults).
     The weights load as float32 on ``device`` whatever dtype they were saved in:
     they are the master copy that optimizers update (bf16 is an autocast
     choice, `cxsim.devices`). Nothing is downloaded and no remote code runs.
@@ -134,12 +142,17 @@ def load_policy(
     )
     attention_layout(model.config)  # refuse what the KV-cache runtime cannot serve, up front
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
-    marker = path / MARKER_FILE
-    chat_name = json.loads(marker.read_text())["chat_format"] if marker.is_file() else "hf"
+    marker_file = path / MARKER_FILE
+    marker = json.loads(marker_file.read_text()) if marker_file.is_file() else {}
+    if chat_options is None:
+        saved = marker.get("chat_options", {})
+        chat_options = ChatOptions(
+            **{**saved, "template_args": tuple(saved.get("template_args", ()))}
+        )
     chat: ChatFormat = (
         WordChatFormat(tokenizer)
-        if chat_name == "word"
-        else HFChatFormat(tokenizer, chat_options or ChatOptions())
+        if marker.get("chat_format", "hf") == "word"
+        else HFChatFormat(tokenizer, chat_options)
     )
     return model.to(device), tokenizer, chat
 

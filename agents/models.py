@@ -341,7 +341,11 @@ def enable_gradient_checkpointing(model: PreTrainedModel) -> None:
     """
     if not model.supports_gradient_checkpointing:
         raise ValueError(f"{type(model).__name__} does not support gradient checkpointing")
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # the name from transformers 5.24 on
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     for module in model.modules():
         if getattr(module, "gradient_checkpointing", False):
             module.training = True

@@ -215,8 +215,8 @@ def sequence_logprobs(
     return logprobs, entropy
 
 
-HEAD_CHUNK_ELEMENTS = 2**25
-"""Logits computed at once by `token_logprobs_at` (tokens x vocab; 128 MB in float32)."""
+HEAD_CHUNK_ELEMENTS = 2**24
+"""Logits computed at once by `token_logprobs_at` (tokens x vocab; 64 MB in float32)."""
 
 
 def head_logits(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
@@ -310,7 +310,8 @@ def token_logprobs_at(
     head = model.get_output_embeddings()
     rows = max(1, chunk_elements // head.weight.shape[0])
     pieces = []
-    for start in range(0, states.shape[0], rows):
+    # At least one (possibly empty) chunk: the outputs stay in the graph with no marked token.
+    for start in range(0, max(states.shape[0], 1), rows):
         args = (head, model, states[start : start + rows], targets[start : start + rows])
         if states.shape[0] > rows and torch.is_grad_enabled():
             pieces.append(
@@ -320,13 +321,13 @@ def token_logprobs_at(
             )
         else:
             pieces.append(_scored_tokens(*args, temperature))
-    logp = torch.cat([p[0] for p in pieces]) if pieces else hidden.new_zeros(0, dtype=torch.float32)
+    logp = torch.cat([p[0] for p in pieces])
     full = torch.zeros(scored.shape, dtype=torch.float32, device=input_ids.device)
     zeros = full.new_zeros(input_ids.shape[0], 1)
     logprobs = torch.cat([zeros, full.masked_scatter(scored, logp)], dim=1)
     if not return_entropy:
         return logprobs
-    ent = torch.cat([p[1] for p in pieces]) if pieces else logp
+    ent = torch.cat([p[1] for p in pieces])
     return logprobs, torch.cat([zeros, full.masked_scatter(scored, ent)], dim=1)
 
 

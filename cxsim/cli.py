@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "envs": ("cxsim.experiments.bench_envs", "environment steps per second"),
     "rollout": ("cxsim.experiments.bench_rollout", "batched compaction rollouts vs a naive loop"),
     "distributed": ("cxsim.experiments.bench_distributed", "rollouts/s with 1 and 2 processes"),
+    "memory": ("cxsim.experiments.bench_memory", "loss-head peak memory and time per token"),
 }
 
 

@@ -226,3 +226,15 @@ def test_load_policy_loads_bf16_weights_as_float32(tmp_path):
     save_policy(build_policy("tiny", tokenizer).to(torch.bfloat16), tokenizer, tmp_path / "p")
     model, _, _ = load_policy(tmp_path / "p", device="cpu")
     assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_token_logprobs_at_with_nothing_marked_stays_in_the_graph(tiny):
+    from cxsim.agents.models import token_logprobs_at
+
+    ids = torch.tensor([[3, 10, 11, 4]])
+    out = token_logprobs_at(
+        tiny, ids, torch.ones_like(ids), torch.zeros_like(ids, dtype=torch.bool)
+    )
+    assert out.shape == (1, 4) and out.abs().sum() == 0
+    out.sum().backward()  # a micro-batch without trainable tokens must not break the update
+    tiny.zero_grad(set_to_none=True)

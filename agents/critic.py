@@ -13,6 +13,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoModel, PreTrainedModel
 
+from cxsim.agents.models import decoder_of
+
 HEAD_FILE = "value_head.safetensors"
 """Value-head weights, saved next to the backbone's own files."""
 
@@ -42,7 +44,7 @@ class Critic(nn.Module):
         A zero head starts every value at 0; its gradient reaches the backbone
         from the second update on.
         """
-        backbone = copy.deepcopy(policy.get_decoder())
+        backbone = copy.deepcopy(decoder_of(policy))
         head = nn.Linear(backbone.config.hidden_size, 1)
         nn.init.zeros_(head.weight)
         nn.init.zeros_(head.bias)

@@ -219,6 +219,12 @@ HEAD_CHUNK_ELEMENTS = 2**24
 """Logits computed at once by `token_logprobs_at` (tokens x vocab; 64 MB in float32)."""
 
 
+def decoder_of(model: PreTrainedModel) -> PreTrainedModel:
+    """The transformer under a causal-LM head (``model.model``, GPT-2's ``transformer``, ...)."""
+    decoder = model.get_decoder()
+    return model.base_model if decoder is model else decoder  # older releases return self
+
+
 def head_logits(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
     """The LM head on decoder states: hidden (..., H) -> logits (..., V), with the
     config's final logit transforms (Gemma-2 soft-capping, Granite/Cohere scaling)."""
@@ -300,7 +306,7 @@ def token_logprobs_at(
         raise ValueError(f"temperature must be > 0; got {temperature}")
     mask = attention_mask.long()
     position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-    hidden = model.get_decoder()(
+    hidden = decoder_of(model)(
         input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=False
     ).last_hidden_state  # (S, T, H)
     # Same scored positions as sequence_logprobs: the token and its predecessor are real.

@@ -185,12 +185,14 @@ class BufferLayer(DynamicLayer):
 
     def get_seq_length(self, *args, **kwargs) -> int:
         """Cached columns (all rows share them)."""
-        return 0 if not self.is_initialized or self.keys is None else self.keys.shape[-2]
+        if not getattr(self, "is_initialized", False) or self.keys is None:
+            return 0
+        return self.keys.shape[-2]
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
+        if not getattr(self, "is_initialized", False):
             # Set here, not by lazy_initialization (its signature changed across releases).
             self.dtype, self.device = key_states.dtype, key_states.device
             self.is_initialized = True

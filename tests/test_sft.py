@@ -133,8 +133,14 @@ def save_hf_policy(kind: str, path) -> None:
     tok.save_pretrained(path)
 
 
-@pytest.mark.parametrize("kind", ["qwen2", "gpt2"])
-def test_cxsim_sft_from_a_local_hf_policy(kind, tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("kind", "flags"),
+    [
+        ("qwen2", ["--precision", "bf16"]),
+        ("gpt2", ["--precision", "fp32", "--gradient-checkpointing"]),
+    ],
+)
+def test_cxsim_sft_from_a_local_hf_policy(kind, flags, tmp_path, capsys):
     from cxsim.agents.chat import HFChatFormat
     from cxsim.agents.models import load_policy
     from cxsim.cli import main as cli_main
@@ -144,11 +150,11 @@ def test_cxsim_sft_from_a_local_hf_policy(kind, tmp_path, capsys):
     run = tmp_path / "sft"
     cli_main(
         ["sft", "--policy", str(tmp_path / "base"), "--run-dir", str(run), "--device", "cpu",
-         "--precision", "bf16", "--sft.episodes", "4", "--sft.heldout-episodes", "2",
+         *flags, "--sft.episodes", "4", "--sft.heldout-episodes", "2",
          "--sft.epochs", "2", "--sft.batch-rows", "8", "--no-progress-bar",
          "--compaction.budget", "400", "--compaction.threshold", "150"]
     )  # fmt: skip
-    assert "on cpu (bf16)" in capsys.readouterr().out
+    assert f"on cpu ({flags[1]})" in capsys.readouterr().out
     results = json.loads((run / "results.json").read_text())
     assert results["demonstrations"]["charts/success_rate"] > 0  # the oracle solves tasks
     final = results["final"]

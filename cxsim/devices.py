@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
 from typing import Literal
 
 import torch
@@ -69,17 +68,3 @@ def master_weights(model: torch.nn.Module) -> torch.nn.Module:
     if any(p.dtype != torch.float32 for p in floating):
         model.float()
     return model
-
-
-@contextlib.contextmanager
-def peak_memory(device: torch.device) -> Iterator[dict[str, float]]:
-    """Yields a dict that holds ``peak_bytes`` allocated on a CUDA ``device`` inside the block
-    (0 on CPU: measure CPU memory with a tracer such as ``torch.profiler``)."""
-    out = {"peak_bytes": 0.0}
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-    yield out
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        out["peak_bytes"] = float(torch.cuda.max_memory_allocated(device))

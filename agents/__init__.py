@@ -1,6 +1,6 @@
 """Agents: word tokenizer, chat formats, policies and the critic (CONTRACTS.md, Agents)."""
 
-from cxsim.agents.chat import ChatFormat, HFChatFormat, WordChatFormat
+from cxsim.agents.chat import ChatFormat, ChatOptions, HFChatFormat, WordChatFormat
 from cxsim.agents.critic import Critic
 from cxsim.agents.models import (
     POLICY_PRESETS,
@@ -21,6 +21,7 @@ __all__ = [
     "POLICY_PRESETS",
     "SPECIAL_TOKENS",
     "ChatFormat",
+    "ChatOptions",
     "Critic",
     "HFChatFormat",
     "WordChatFormat",

@@ -15,7 +15,9 @@ same deltas with any Hugging Face tokenizer's own chat template.
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+import json
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol
 
 from transformers import PreTrainedTokenizerBase
 
@@ -97,6 +99,50 @@ class WordChatFormat:
 
 
 _MARK = "cxsim-response-mark"
+_SYSTEM_MARK = "cxsim-system-mark"
+
+SystemRole = Literal["auto", "native", "merge"]
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    """How a Hugging Face chat template renders the turns (the word format ignores these)."""
+
+    observation_role: Literal["user", "tool"] = "user"
+    """Role of environment observations: ``user`` or ``tool`` (templates with a tool role)."""
+    system_role: SystemRole = "auto"
+    """``native``: a system message; ``merge``: the system text opens the first user turn
+    (``system + "\\n\\n" + task``), as templates without a system role (Gemma) ask;
+    ``auto``: native when the template renders a system message, else merge."""
+    enable_thinking: bool | None = None
+    """Passed to the template as ``enable_thinking`` (Qwen3-style); None: not passed."""
+    template_args: tuple[str, ...] = ()
+    """More template arguments as ``KEY=VALUE`` (VALUE read as JSON when it parses:
+    true, 3, "x"; else as a string)."""
+
+    def __post_init__(self) -> None:
+        if self.observation_role not in ("user", "tool"):
+            raise ValueError(
+                f"observation_role must be user or tool; got {self.observation_role!r}"
+            )
+        if self.system_role not in ("auto", "native", "merge"):
+            raise ValueError(f"system_role must be auto, native or merge; got {self.system_role!r}")
+        bad = [a for a in self.template_args if "=" not in a or not a.split("=", 1)[0]]
+        if bad:
+            raise ValueError(f"template_args must be KEY=VALUE; got {bad}")
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``apply_chat_template``."""
+        kwargs: dict[str, Any] = {}
+        for arg in self.template_args:
+            key, value = arg.split("=", 1)
+            try:
+                kwargs[key] = json.loads(value)
+            except json.JSONDecodeError:
+                kwargs[key] = value
+        if self.enable_thinking is not None:
+            kwargs["enable_thinking"] = self.enable_thinking
+        return kwargs
 
 
 class HFChatFormat:
@@ -114,24 +160,40 @@ class HFChatFormat:
     resume turn is a user message `instruction + "\\n\\n" + summary` following
     the system turn.
 
+    Without a system role (``system_role`` merge, or auto on a template that
+    refuses or drops system messages) the system text opens the first user
+    message: `system(s)` is that message's opening plus ``s + "\\n\\n"``, and
+    the task (or resume) turn completes it, so the pieces render
+    ``user: s + "\\n\\n" + u``.
+
     Templates that rewrite earlier turns when a message is added (so that a
     conversation's rendering is not a prefix of its extension) are rejected
-    with a ValueError.
+    with a ValueError, and so is a turn the template itself refuses (its rule
+    is quoted: e.g. a ``tool`` observation under a template whose roles must
+    alternate user/assistant).
     """
 
     def __init__(
         self,
         tokenizer: PreTrainedTokenizerBase,
-        observation_role: Literal["user", "tool"] = "user",
+        options: ChatOptions | None = None,
+        *,
+        observation_role: Literal["user", "tool"] | None = None,
     ):
         if tokenizer.chat_template is None:
             raise ValueError(
                 "HFChatFormat needs a tokenizer with a chat template "
                 "(tokenizer.chat_template is None); set one or use a model that ships one."
             )
+        options = options or ChatOptions()
+        if observation_role is not None:
+            options = replace(options, observation_role=observation_role)
         self.tokenizer = tokenizer
-        self.observation_role = observation_role
-        self._system = [{"role": "system", "content": "s"}]
+        self.options = options
+        self.observation_role = options.observation_role
+        self._kwargs = options.template_kwargs()
+        self.merge_system = self._merges_system(options.system_role)
+        self._system = [] if self.merge_system else [{"role": "system", "content": "s"}]
         self._user = [*self._system, {"role": "user", "content": "u"}]
         self._answered = [*self._user, {"role": "assistant", "content": _MARK}]
 
@@ -155,17 +217,54 @@ class HFChatFormat:
         self.pad_id: int = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
         )
+        # Fail now, not mid-rollout, on a turn the template refuses.
+        self.observation("o")
+        self.summary_request("q")
+
+    def _merges_system(self, mode: SystemRole) -> bool:
+        """Whether the system text goes into the first user turn."""
+        if mode == "merge":
+            return True
+        probe = [{"role": "system", "content": _SYSTEM_MARK}, {"role": "user", "content": "u"}]
+        try:
+            native = _SYSTEM_MARK in self._render(probe)
+        except ValueError as err:
+            if mode == "native":
+                raise
+            if not self._render_ok([{"role": "user", "content": "u"}]):
+                raise ValueError(f"the chat template renders neither turn: {err}") from err
+            return True
+        if mode == "native" and not native:
+            raise ValueError(
+                "the chat template drops system messages; use --chat.system-role merge "
+                "(the system text then opens the first user turn)"
+            )
+        return not native
+
+    def _render_ok(self, messages: list[dict[str, str]]) -> bool:
+        try:
+            self._render(messages)
+        except ValueError:
+            return False
+        return True
 
     def _render(self, messages: list[dict[str, str]], generation_prompt: bool = False) -> str:
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=generation_prompt
-        )
+        try:
+            return self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=generation_prompt, **self._kwargs
+            )
+        except Exception as err:  # jinja's TemplateError, raised by the template's own rules
+            roles = "/".join(m["role"] for m in messages)
+            raise ValueError(
+                f"the chat template refuses the turns {roles}: its rule says {str(err)!r}; "
+                "change --chat.observation-role or --chat.system-role to fit it"
+            ) from err
 
     def _delta(
         self, before: list[dict[str, str]], message: dict[str, str], generation_prompt: bool
     ) -> list[int]:
         """Tokens the template adds after `before` when `message` is appended."""
-        head = self._render(before)
+        head = self._render(before) if before else ""
         full = self._render([*before, message], generation_prompt)
         if before and before[-1]["role"] == "assistant":
             # The context holds the response up to end_id, not the template's tail.
@@ -177,6 +276,18 @@ class HFChatFormat:
             )
         return self.encode(full[len(head) :])
 
+    def _first_user(self) -> tuple[str, str]:
+        """(opening, closing) text of a lone first user message, around its content."""
+        rendered = self._render([{"role": "user", "content": _SYSTEM_MARK}])
+        cut = rendered.index(_SYSTEM_MARK)
+        return rendered[:cut], rendered[cut + len(_SYSTEM_MARK) :]
+
+    def _opening_turn(self, content: str) -> list[int]:
+        """The first user turn's tokens after `system(...)` (task or resume)."""
+        if not self.merge_system:
+            return self._delta(self._system, {"role": "user", "content": content}, False)
+        return self.encode(content + self._first_user()[1])
+
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
@@ -184,10 +295,12 @@ class HFChatFormat:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def system(self, text: str) -> list[int]:
+        if self.merge_system:
+            return self.encode(self._first_user()[0] + (f"{text}\n\n" if text else ""))
         return self.encode(self._render([{"role": "system", "content": text}]))
 
     def task(self, text: str) -> list[int]:
-        return self._delta(self._system, {"role": "user", "content": text}, False)
+        return self._opening_turn(text)
 
     def assistant_prefix(self) -> list[int]:
         head = self._render(self._user)
@@ -203,5 +316,4 @@ class HFChatFormat:
         return self._delta(self._answered, {"role": "user", "content": instruction}, True)
 
     def resume(self, instruction: str, summary: str) -> list[int]:
-        content = f"{instruction}\n\n{summary}"
-        return self._delta(self._system, {"role": "user", "content": content}, False)
+        return self._opening_turn(f"{instruction}\n\n{summary}")

@@ -13,6 +13,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoModel, PreTrainedModel
 
+from cxsim.agents.models import decoder_of
+
 HEAD_FILE = "value_head.safetensors"
 """Value-head weights, saved next to the backbone's own files."""
 
@@ -42,7 +44,7 @@ class Critic(nn.Module):
         A zero head starts every value at 0; its gradient reaches the backbone
         from the second update on.
         """
-        backbone = copy.deepcopy(policy.get_decoder())
+        backbone = copy.deepcopy(decoder_of(policy))
         head = nn.Linear(backbone.config.hidden_size, 1)
         nn.init.zeros_(head.weight)
         nn.init.zeros_(head.bias)
@@ -75,15 +77,18 @@ class Critic(nn.Module):
         save_file(head, str(path / HEAD_FILE))
 
     @classmethod
-    def from_pretrained(cls, path: str | Path) -> Critic:
-        """Load a critic saved with `save_pretrained` from a local directory."""
+    def from_pretrained(cls, path: str | Path, device: torch.device | str = "cpu") -> Critic:
+        """Load a critic saved with `save_pretrained` from a local directory, float32 on
+        ``device`` (the master weights; see `load_policy`)."""
         path = Path(path)
         if not (path / HEAD_FILE).is_file():
             raise FileNotFoundError(
                 f"no critic at {str(path)!r} (missing {HEAD_FILE}); "
                 "save one with Critic.save_pretrained"
             )
-        backbone = AutoModel.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+        backbone = AutoModel.from_pretrained(
+            path, local_files_only=True, trust_remote_code=False, dtype=torch.float32
+        )
         head = nn.Linear(backbone.config.hidden_size, 1)
         head.load_state_dict(load_file(str(path / HEAD_FILE)))
-        return cls(backbone, head)
+        return cls(backbone, head).to(device)

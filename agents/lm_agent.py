@@ -12,7 +12,10 @@ context; a row left out of a call is dropped and must come back with
 ``reset=True`` (the runtime does exactly this).
 
 The policy is used as it is (no ``eval()`` switch); the built-in presets have no
-dropout.
+dropout. The KV cache, masks and sampling generator live on the policy's device
+(or ``device``, where the policy is moved); ``precision="bf16"`` runs every
+forward under bfloat16 autocast (behaviour log-probs are still float32 log
+softmaxes of the logits).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from transformers import PreTrainedModel
 
 from cxsim.agent_api import TurnRequest, TurnResponse
 from cxsim.agents.chat import ChatFormat
+from cxsim.devices import Precision, autocast
 from cxsim.generation import RowCache, SamplingConfig, sample_next
 
 
@@ -33,12 +37,17 @@ class LMAgent:
         policy: PreTrainedModel,
         chat: ChatFormat,
         sampling: SamplingConfig | None = None,
-        device: torch.device | str = "cpu",
+        device: torch.device | str | None = None,
+        precision: Precision = "fp32",
     ):
-        self.policy = policy
+        """``device``: where to sample (the policy is moved there); None: the policy's device."""
+        self.device = policy.device if device is None else torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.policy = policy.to(self.device)
         self.chat = chat
         self.sampling = sampling or SamplingConfig()
-        self.device = torch.device(device)
+        self.precision: Precision = precision
         self.generator: torch.Generator | None = None
         if self.sampling.seed is not None:
             self.generator = torch.Generator(device=self.device).manual_seed(self.sampling.seed)
@@ -63,6 +72,11 @@ class LMAgent:
                 raise ValueError(f"row {r.row}: max_new_tokens ({r.max_new_tokens}) must be >= 1")
             if not r.append and (r.reset or not self.unfed.get(r.row)):
                 raise ValueError(f"row {r.row}: nothing to condition on (empty append)")
+        with autocast(self.precision, self.device):
+            return self.decode(requests, keys)
+
+    def decode(self, requests: list[TurnRequest], keys: list[int]) -> list[TurnResponse]:
+        """Feeds each row's new tokens, then samples until every row ends or hits its cap."""
         self.cache.arrange(keys, [r.reset for r in requests])
         chunks = [
             (list(r.append) if r.reset else self.unfed.get(r.row, []) + list(r.append))

@@ -5,6 +5,7 @@ Shapes: S = rows (segments) in a batch, T = padded length, V = vocabulary size.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +22,9 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from cxsim.agents.chat import ChatFormat, HFChatFormat, WordChatFormat
+from cxsim.agents.chat import ChatFormat, ChatOptions, HFChatFormat, WordChatFormat
 from cxsim.agents.tokenizer import SPECIAL_TOKENS
+from cxsim.generation import attention_layout
 
 MARKER_FILE = "cxsim.json"
 """Written next to a policy saved by `save_policy`; names the chat format to load it with."""
@@ -97,23 +99,36 @@ def _is_word_tokenizer(tokenizer: PreTrainedTokenizerBase) -> bool:
 
 
 def save_policy(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    path: str | Path,
+    chat_options: ChatOptions | None = None,
 ) -> None:
-    """Save model, tokenizer and the `cxsim.json` marker naming the chat format."""
+    """Save model, tokenizer and the `cxsim.json` marker naming the chat format (and, for a
+    chat template, the `ChatOptions` it was trained with, which `load_policy` reuses)."""
     path = Path(path)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
-    chat = "word" if _is_word_tokenizer(tokenizer) else "hf"
-    (path / MARKER_FILE).write_text(json.dumps({"chat_format": chat}, indent=2) + "\n")
+    marker: dict[str, object] = {"chat_format": "word" if _is_word_tokenizer(tokenizer) else "hf"}
+    if marker["chat_format"] == "hf" and chat_options is not None:
+        marker["chat_options"] = dataclasses.asdict(chat_options)
+    (path / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n")
 
 
-def load_policy(path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ChatFormat]:
+def load_policy(
+    path: str | Path,
+    device: torch.device | str = "cpu",
+    chat_options: ChatOptions | None = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ChatFormat]:
     """Load a local causal-LM directory: (model, tokenizer, chat format).
 
     Directories saved by `save_policy` with the word tokenizer get
     `WordChatFormat`; any other Hugging Face model saved with `save_pretrained`
-    gets `HFChatFormat` over its own chat template. Nothing is downloaded and
-    no remote code runs.
+    gets `HFChatFormat` over its own chat template, with ``chat_options`` (None:
+    those saved in `cxsim.json`, else the defaults).
+    The weights load as float32 on ``device`` whatever dtype they were saved in:
+    they are the master copy that optimizers update (bf16 is an autocast
+    choice, `cxsim.devices`). Nothing is downloaded and no remote code runs.
     """
     path = Path(path)
     if not (path / "config.json").is_file():
@@ -123,13 +138,23 @@ def load_policy(path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerB
             "`cxsim sft` or a Hugging Face model saved with save_pretrained"
         )
     model = AutoModelForCausalLM.from_pretrained(
-        path, local_files_only=True, trust_remote_code=False
+        path, local_files_only=True, trust_remote_code=False, dtype=torch.float32
     )
+    attention_layout(model.config)  # refuse what the KV-cache runtime cannot serve, up front
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
-    marker = path / MARKER_FILE
-    chat_name = json.loads(marker.read_text())["chat_format"] if marker.is_file() else "hf"
-    chat: ChatFormat = WordChatFormat(tokenizer) if chat_name == "word" else HFChatFormat(tokenizer)
-    return model, tokenizer, chat
+    marker_file = path / MARKER_FILE
+    marker = json.loads(marker_file.read_text()) if marker_file.is_file() else {}
+    if chat_options is None:
+        saved = marker.get("chat_options", {})
+        chat_options = ChatOptions(
+            **{**saved, "template_args": tuple(saved.get("template_args", ()))}
+        )
+    chat: ChatFormat = (
+        WordChatFormat(tokenizer)
+        if marker.get("chat_format", "hf") == "word"
+        else HFChatFormat(tokenizer, chat_options)
+    )
+    return model.to(device), tokenizer, chat
 
 
 @overload
@@ -188,3 +213,146 @@ def sequence_logprobs(
     entropy_next = -(logp_all.exp() * logp_all).sum(-1)  # (S, T-1)
     entropy = torch.cat([zeros, torch.where(scored, entropy_next, 0.0)], dim=1)
     return logprobs, entropy
+
+
+HEAD_CHUNK_ELEMENTS = 2**24
+"""Logits computed at once by `token_logprobs_at` (tokens x vocab; 64 MB in float32)."""
+
+
+def decoder_of(model: PreTrainedModel) -> PreTrainedModel:
+    """The transformer under a causal-LM head (``model.model``, GPT-2's ``transformer``, ...)."""
+    decoder = model.get_decoder()
+    return model.base_model if decoder is model else decoder  # older releases return self
+
+
+def head_logits(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    """The LM head on decoder states: hidden (..., H) -> logits (..., V), with the
+    config's final logit transforms (Gemma-2 soft-capping, Granite/Cohere scaling)."""
+    logits = model.get_output_embeddings()(hidden)
+    config = model.config
+    if getattr(config, "logits_scaling", None):
+        logits = logits / config.logits_scaling
+    if getattr(config, "logit_scale", None):
+        logits = logits * config.logit_scale
+    cap = getattr(config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def _scored_tokens(
+    head: torch.nn.Module,
+    model: PreTrainedModel,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """hidden (N, H), targets (N,) -> (log pi(target), entropy), both (N,) float32."""
+    z = head_logits(model, hidden).float() / temperature  # (N, V)
+    log_norm = torch.logsumexp(z, dim=-1)  # (N,)
+    logp = z.gather(-1, targets[:, None]).squeeze(-1) - log_norm
+    entropy = log_norm - (torch.softmax(z, dim=-1) * z).sum(-1)
+    return logp, entropy
+
+
+@overload
+def token_logprobs_at(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    positions: torch.Tensor,
+    temperature: float = 1.0,
+    return_entropy: Literal[False] = False,
+    chunk_elements: int = HEAD_CHUNK_ELEMENTS,
+) -> torch.Tensor: ...
+@overload
+def token_logprobs_at(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    positions: torch.Tensor,
+    temperature: float = 1.0,
+    *,
+    return_entropy: Literal[True],
+    chunk_elements: int = HEAD_CHUNK_ELEMENTS,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+def token_logprobs_at(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    positions: torch.Tensor,
+    temperature: float = 1.0,
+    return_entropy: bool = False,
+    chunk_elements: int = HEAD_CHUNK_ELEMENTS,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """`sequence_logprobs` at the positions the loss needs only.
+
+    input_ids, attention_mask, positions: (S, T); positions (bool) marks the
+    tokens to score (e.g. ``trainable`` or the PPO ``policy_mask``). Returns
+    logprobs (S, T) (and the entropy (S, T) with `return_entropy`), equal to
+    `sequence_logprobs` at the marked positions that it scores, 0 everywhere else.
+
+    The decoder runs once over the batch; the LM head runs only on the states
+    before the marked tokens, at most ``chunk_elements`` logits (tokens x vocab)
+    at a time; with more than one chunk, each chunk's head is recomputed in the
+    backward pass instead of keeping its logits, so memory is one chunk's logits,
+    whatever rows x tokens x vocab is.
+    """
+    assert input_ids.shape == attention_mask.shape == positions.shape and input_ids.dim() == 2, (
+        f"input_ids {tuple(input_ids.shape)}, attention_mask {tuple(attention_mask.shape)} and "
+        f"positions {tuple(positions.shape)} must be the same (S, T)"
+    )
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0; got {temperature}")
+    mask = attention_mask.long()
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    hidden = decoder_of(model)(
+        input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=False
+    ).last_hidden_state  # (S, T, H)
+    # Same scored positions as sequence_logprobs: the token and its predecessor are real.
+    scored = positions[:, 1:].bool() & (mask[:, 1:] * mask[:, :-1]).bool()  # (S, T-1)
+    states = hidden[:, :-1][scored]  # (N, H): the state before each scored token
+    targets = input_ids[:, 1:][scored]  # (N,)
+    head = model.get_output_embeddings()
+    rows = max(1, chunk_elements // head.weight.shape[0])
+    pieces = []
+    # At least one (possibly empty) chunk: the outputs stay in the graph with no marked token.
+    for start in range(0, max(states.shape[0], 1), rows):
+        args = (head, model, states[start : start + rows], targets[start : start + rows])
+        if states.shape[0] > rows and torch.is_grad_enabled():
+            pieces.append(
+                torch.utils.checkpoint.checkpoint(
+                    _scored_tokens, *args, temperature, use_reentrant=False
+                )
+            )
+        else:
+            pieces.append(_scored_tokens(*args, temperature))
+    logp = torch.cat([p[0] for p in pieces])
+    full = torch.zeros(scored.shape, dtype=torch.float32, device=input_ids.device)
+    zeros = full.new_zeros(input_ids.shape[0], 1)
+    logprobs = torch.cat([zeros, full.masked_scatter(scored, logp)], dim=1)
+    if not return_entropy:
+        return logprobs
+    ent = torch.cat([p[1] for p in pieces])
+    return logprobs, torch.cat([zeros, full.masked_scatter(scored, ent)], dim=1)
+
+
+def enable_gradient_checkpointing(model: PreTrainedModel) -> None:
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them.
+
+    Uses the model's own (non-reentrant) checkpointing. Transformers checkpoints a
+    layer only in training mode; the flag is set on the checkpointed layers alone,
+    so dropout elsewhere keeps the mode the model was in (a policy loaded with
+    `from_pretrained` stays deterministic). Forwards without gradients (sampling
+    with the KV cache) run unchanged.
+    """
+    if not model.supports_gradient_checkpointing:
+        raise ValueError(f"{type(model).__name__} does not support gradient checkpointing")
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # the name from transformers 5.24 on
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    for module in model.modules():
+        if getattr(module, "gradient_checkpointing", False):
+            module.training = True

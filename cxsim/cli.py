@@ -56,6 +56,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "rollout": ("cxsim.experiments.bench_rollout", "batched compaction rollouts vs a naive loop"),
     "distributed": ("cxsim.experiments.bench_distributed", "rollouts/s with 1 and 2 processes"),
     "help": ("cxsim.experiments.bench_help", "seconds each command's --help takes"),
+    "memory": ("cxsim.experiments.bench_memory", "loss-head peak memory and time per token"),
 }
 
 

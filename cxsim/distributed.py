@@ -47,6 +47,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from cxsim.devices import resolve_device
+
 T = TypeVar("T")
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -78,13 +80,24 @@ class DistContext:
 
 
 def _device(local_rank: int, kind: str | None) -> torch.device:
-    if kind is None:
+    """This rank's device: ``cuda`` is GPU ``LOCAL_RANK``, ``cuda:N`` GPU N, ``auto``/None
+    CUDA when present.
+
+    A machine without CUDA is asked ``torch.cuda.is_available()`` only, and gets
+    a clear error (not a division by its zero GPUs) when CUDA was asked for.
+    """
+    if kind in (None, "auto"):
         kind = "cuda" if torch.cuda.is_available() else "cpu"
-    if kind == "cuda":
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
-    if kind != "cpu":
-        raise ValueError(f"device must be 'cuda', 'cpu' or None, got {kind!r}")
-    return torch.device("cpu")
+    if kind != "cuda":
+        return resolve_device(kind)  # cpu, or cuda:N checked against the GPUs present
+    resolve_device("cuda")  # raises when there is no CUDA
+    count = torch.cuda.device_count()
+    if local_rank >= count:
+        raise ValueError(
+            f"LOCAL_RANK {local_rank} has no GPU: this node has {count}; start at most "
+            f"{count} processes per node (torchrun --nproc-per-node {count})"
+        )
+    return torch.device("cuda", local_rank)
 
 
 def init_distributed(
@@ -94,8 +107,8 @@ def init_distributed(
 
     Under torchrun (``RANK`` and ``WORLD_SIZE`` set) this starts the default
     process group with the ``env://`` rendezvous (``MASTER_ADDR``,
-    ``MASTER_PORT``). ``device``: ``cuda`` (GPU ``LOCAL_RANK``) or ``cpu``;
-    None: CUDA when available. ``backend``: None picks ``nccl`` on CUDA and
+    ``MASTER_PORT``). ``device``: ``cuda`` (GPU ``LOCAL_RANK``), ``cuda:N`` (one
+    process), ``cpu``; ``auto`` or None: CUDA when available. ``backend``: None picks ``nccl`` on CUDA and
     ``gloo`` on CPU. ``timeout_s`` bounds how long a collective waits for a
     late rank (a rank with longer rollouts reaches the first all-reduce
     later). Calling it again returns the same context.

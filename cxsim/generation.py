@@ -13,20 +13,32 @@ length (a rebuilt window next to one observation) run in separate forwards
 over subsets of rows, and so do the few rows still decoding once most have
 finished. Columns no row uses any more are dropped by re-packing the cache.
 
-The 4D additive mask is built here and handed to the model as is (transformers
-5.x returns a prepared 4D mask unchanged from ``create_causal_mask``); the cache
-argument is ``cache`` (``past_key_values`` is deprecated in 5.x).
+The 4D additive masks are built here and handed to the model as they are
+(transformers returns a prepared 4D mask unchanged from ``create_causal_mask``):
+one for full-attention layers and, for sliding-window layers, one that also hides
+keys ``window`` or more positions behind the query (positions counted in the
+row's own window, so holes do not shift the window). A model whose layers mix
+both kinds gets the two masks as a ``{"full_attention", "sliding_attention"}``
+mapping, the form such models accept in place of a mask. Every layer keeps all
+the columns of its rows (the sliding mask, not the cache, drops old keys).
+Architectures with other layer kinds (chunked, linear, recurrent attention) are
+refused by ``attention_layout`` before any forward. The cache goes in under the
+name the model's ``forward`` declares: ``cache`` (transformers >= 5.24) or
+``past_key_values`` (earlier releases). Chunks are left-padded, so the logits a
+forward needs (after each row's last token) sit at the last position and only
+those are computed (``logits_to_keep=1``).
 
 Shapes: B rows, R rows in one forward, L cached columns, Q new tokens per row, V vocab.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from transformers import PreTrainedModel
+from transformers import PretrainedConfig, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer
 
 
@@ -51,6 +63,73 @@ class SamplingConfig:
             )
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p ({self.top_p}) must be in (0, 1]")
+
+
+FULL, SLIDING = "full_attention", "sliding_attention"
+
+
+@dataclass(frozen=True)
+class AttentionLayout:
+    """Which attention each decoder layer uses, as far as the row cache must know."""
+
+    kinds: tuple[str, ...]
+    """Per layer: ``full_attention`` or ``sliding_attention``."""
+    window: int | None
+    """Sliding-window size (a query sees keys less than ``window`` positions behind it)."""
+
+    @property
+    def mixed(self) -> bool:
+        """Both kinds occur: the model gets a mapping of masks, not one mask."""
+        return len(set(self.kinds)) > 1
+
+
+def attention_layout(config: PretrainedConfig) -> AttentionLayout:
+    """The layer kinds of a decoder config; ValueError for one the row cache cannot serve.
+
+    ``layer_types`` (Qwen2 with ``use_sliding_window``, Gemma-2/3, ...) names each
+    layer; without it a set ``sliding_window`` makes every layer sliding (Mistral).
+    """
+    name = getattr(config, "model_type", type(config).__name__)
+    if getattr(config, "is_encoder_decoder", False):
+        raise ValueError(f"{name}: encoder-decoder models are not served; use a causal LM")
+    if getattr(config, "attention_chunk_size", None):
+        raise ValueError(
+            f"{name}: chunked attention (attention_chunk_size) is not served by the row cache"
+        )
+    layers = getattr(config, "num_hidden_layers", None)
+    if not isinstance(layers, int) or layers < 1:
+        raise ValueError(f"{name}: config has no num_hidden_layers; cannot build a KV cache")
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    kinds = tuple(types) if types else ((SLIDING if window else FULL),) * layers
+    other = sorted(set(kinds) - {FULL, SLIDING})
+    if other:
+        raise ValueError(
+            f"{name}: layer types {other} are not served by the row cache "
+            f"(only {FULL} and {SLIDING}); this architecture cannot be sampled here"
+        )
+    if len(kinds) != layers:
+        raise ValueError(f"{name}: {len(kinds)} layer_types for {layers} layers")
+    if SLIDING in kinds and not (isinstance(window, int) and window >= 1):
+        raise ValueError(f"{name}: sliding-window layers need sliding_window >= 1; got {window!r}")
+    return AttentionLayout(kinds=kinds, window=window if SLIDING in kinds else None)
+
+
+def cache_argument(model: PreTrainedModel) -> str:
+    """The name under which ``model.forward`` takes a KV cache (``cache`` or ``past_key_values``)."""
+    params = inspect.signature(model.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    raise ValueError(
+        f"{type(model).__name__}.forward takes neither `cache` nor `past_key_values`; "
+        "cannot run it with a KV cache"
+    )
+
+
+def takes_logits_to_keep(model: PreTrainedModel) -> bool:
+    """Whether ``model.forward`` can compute the LM head at the last positions only."""
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
 
 
 def sample_next(
@@ -104,11 +183,19 @@ class BufferLayer(DynamicLayer):
         self.keys, self.values = keys, values
         self.key_buffer = self.value_buffer = None
 
+    def get_seq_length(self, *args, **kwargs) -> int:
+        """Cached columns (all rows share them)."""
+        if not getattr(self, "is_initialized", False) or self.keys is None:
+            return 0
+        return self.keys.shape[-2]
+
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
+        if not getattr(self, "is_initialized", False):
+            # Set here, not by lazy_initialization (its signature changed across releases).
+            self.dtype, self.device = key_states.dtype, key_states.device
+            self.is_initialized = True
         n = self.get_seq_length()
         q = key_states.shape[-2]
         if self.key_buffer is None or self.key_buffer.shape[-2] < n + q:
@@ -140,6 +227,9 @@ class RowCache:
         self.model = model
         self.pad_id = pad_id
         self.device = device
+        self.layout = attention_layout(model.config)
+        self.cache_name = cache_argument(model)
+        self.last_only = takes_logits_to_keep(model)
         self.keys: list[int] = []
         """Row key of each batch row, in batch order."""
         self.cache: Cache | None = None
@@ -229,37 +319,34 @@ class RowCache:
         Returns the logits after each given row's last token (R, V)."""
         lengths = torch.tensor([len(c) for c in chunks], device=self.device)  # (R,)
         q = max(int(lengths.max()), 1)
+        # Left padding: every row's last token sits at position q - 1.
         ids = torch.full((len(chunks), q), self.pad_id, dtype=torch.long)
         for b, chunk in enumerate(chunks):
-            ids[b, : len(chunk)] = torch.tensor(chunk, dtype=torch.long)
+            if chunk:
+                ids[b, q - len(chunk) :] = torch.tensor(chunk, dtype=torch.long)
         ids = ids.to(self.device)
         index = None if rows is None else torch.tensor(rows, device=self.device)
         past_valid = self.valid if index is None else self.valid[index]  # (R, L)
         past_length = self.length if index is None else self.length[index]  # (R,)
         steps = torch.arange(q, device=self.device)
-        new_valid = steps[None, :] < lengths[:, None]  # (R, Q)
-        position_ids = past_length[:, None] + steps[None, :]  # (R, Q)
+        offset = q - lengths  # (R,) pad columns before the chunk
+        new_valid = steps[None, :] >= offset[:, None]  # (R, Q)
+        position_ids = (past_length[:, None] + steps[None, :] - offset[:, None]).clamp(min=0)
         past = self.columns
         key_valid = torch.cat([past_valid, new_valid], dim=1)  # (R, L+Q)
-        key_pos = torch.arange(past + q, device=self.device)
-        query_pos = past + steps
-        causal = key_pos[None, :] <= query_pos[:, None]  # (Q, L+Q)
-        diagonal = key_pos[None, :] == query_pos[:, None]  # pads attend to themselves only
-        allowed = (key_valid[:, None, :] & causal[None]) | diagonal[None]  # (R, Q, L+Q)
-        dtype = self.model.dtype
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
-        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        masks = self.masks(key_valid, past, q)
         if self.cache is None:
-            layers = self.model.config.num_hidden_layers
-            self.cache = Cache(layers=[BufferLayer() for _ in range(layers)])
+            self.cache = Cache(layers=[BufferLayer() for _ in self.layout.kinds])
         for layer in self.cache.layers:
             layer.rows, layer.batch = index, len(self.keys)
+        extra = {"logits_to_keep": 1} if self.last_only else {}
         out = self.model(
             input_ids=ids,
-            attention_mask=mask[:, None],
+            attention_mask=masks,
             position_ids=position_ids,
-            cache=self.cache,
             use_cache=True,
+            **{self.cache_name: self.cache},
+            **extra,
         )
         for layer in self.cache.layers:
             layer.rows = None
@@ -271,5 +358,37 @@ class RowCache:
             grown[index] = new_valid
             self.valid = torch.cat([self.valid, grown], dim=1)
             self.length[index] += lengths
-        last = (lengths - 1).clamp(min=0)
-        return out.logits[torch.arange(len(chunks), device=self.device), last]  # (R, V)
+        return out.logits[:, -1]  # (R, V)
+
+    def masks(
+        self, key_valid: torch.Tensor, past: int, q: int
+    ) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Additive masks (R, 1, Q, L+Q) for the new tokens: one per layer kind in use.
+
+        key_valid (R, L+Q): columns holding the row's current window (the new ones
+        included). A key is visible when it is valid and not after the query; for
+        sliding layers also when it is fewer than ``window`` positions behind it,
+        positions counting the row's valid columns. Padding queries see only themselves.
+        """
+        key_col = torch.arange(past + q, device=self.device)
+        query_col = past + torch.arange(q, device=self.device)
+        causal = key_col[None, :] <= query_col[:, None]  # (Q, L+Q)
+        diagonal = key_col[None, :] == query_col[:, None]  # pads attend to themselves only
+        allowed = key_valid[:, None, :] & causal[None]  # (R, Q, L+Q)
+        dtype = self.model.dtype
+        lowest = torch.finfo(dtype).min
+
+        def additive(visible: torch.Tensor) -> torch.Tensor:
+            mask = torch.zeros(visible.shape, dtype=dtype, device=self.device)
+            return mask.masked_fill_(~(visible | diagonal[None]), lowest)[:, None]
+
+        built: dict[str, torch.Tensor] = {}
+        if FULL in self.layout.kinds:
+            built[FULL] = additive(allowed)
+        if SLIDING in self.layout.kinds:
+            position = key_valid.long().cumsum(1) - 1  # (R, L+Q) position of each valid column
+            behind = position[:, past:, None] - position[:, None, :]  # (R, Q, L+Q)
+            built[SLIDING] = additive(allowed & (behind < self.layout.window))
+        if self.layout.mixed:
+            return built
+        return next(iter(built.values()))

@@ -10,6 +10,10 @@ only.
 Loss of one optimiser step over rows ``B``:
 ``L = -sum_{(s,t) in M_B} log pi(tok_{s,t} | tok_{s,<t}) / |M_B|``, with ``M_B``
 the trainable tokens of the whole step, counted once across micro-batches.
+The LM head runs only at those tokens (``token_logprobs_at``), so memory does
+not grow with rows x window x vocab. Batches are moved to the policy's device;
+``precision="bf16"`` runs the forwards under bfloat16 autocast (the weights and
+Adam's state stay float32).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from cxsim.agents.models import sequence_logprobs
+from cxsim.agents.models import token_logprobs_at
+from cxsim.devices import Precision, autocast
 from cxsim.losses import aggregate
 from cxsim.ppo import micro_batches
 from cxsim.segments import SegmentBatch
@@ -29,18 +34,23 @@ def sft_step(
     batch: SegmentBatch,
     micro_batch_rows: int,
     max_grad_norm: float,
+    precision: Precision = "fp32",
 ) -> dict[str, float]:
     """One optimiser step of token-mean cross-entropy over ``batch``'s trainable tokens."""
-    denom = batch.trainable.sum().clamp(min=1).float()
+    device = policy.device
+    denom = batch.trainable.sum().clamp(min=1).float().to(device)
     optimizer.zero_grad(set_to_none=True)
     total, correct = 0.0, 0.0
     for micro in micro_batches(batch, micro_batch_rows):
-        logprobs = sequence_logprobs(policy, micro.token_ids, micro.attention)  # (s, t)
-        loss = aggregate(-logprobs, micro.trainable, "token-mean", denominator=denom)
+        ids, attention = micro.token_ids.to(device), micro.attention.to(device)
+        trainable = micro.trainable.to(device)
+        with autocast(precision, device):
+            logprobs = token_logprobs_at(policy, ids, attention, trainable)  # (s, t)
+        loss = aggregate(-logprobs, trainable, "token-mean", denominator=denom)
         loss.backward()
         total += float(loss.detach())
         # a token is "right" when the model gives it more than half the mass (argmax for sure)
-        correct += float((logprobs.detach() > -0.6931)[micro.trainable].sum())
+        correct += float((logprobs.detach() > -0.6931)[trainable].sum())
     norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
     optimizer.step()
     return {
@@ -52,15 +62,25 @@ def sft_step(
 
 @torch.no_grad()
 def sft_eval(
-    policy: PreTrainedModel, batch: SegmentBatch, micro_batch_rows: int
+    policy: PreTrainedModel,
+    batch: SegmentBatch,
+    micro_batch_rows: int,
+    precision: Precision = "fp32",
 ) -> dict[str, float]:
     """Held-out cross-entropy, split by role (execution vs summary tokens)."""
+    device = policy.device
     sums = {"execution": 0.0, "summary": 0.0}
     counts = {"execution": 0.0, "summary": 0.0}
     for micro in micro_batches(batch, micro_batch_rows):
-        nll = -sequence_logprobs(policy, micro.token_ids, micro.attention)
-        for role, rows in (("execution", ~micro.is_summary), ("summary", micro.is_summary)):
-            mask = micro.trainable & rows[:, None]
+        trainable = micro.trainable.to(device)
+        with autocast(precision, device):
+            logprobs = token_logprobs_at(
+                policy, micro.token_ids.to(device), micro.attention.to(device), trainable
+            )
+        nll = -logprobs
+        summary = micro.is_summary.to(device)
+        for role, rows in (("execution", ~summary), ("summary", summary)):
+            mask = trainable & rows[:, None]
             sums[role] += float(nll[mask].sum())
             counts[role] += float(mask.sum())
     return {f"losses/heldout_{role}": sums[role] / max(counts[role], 1.0) for role in sums}

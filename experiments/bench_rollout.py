@@ -11,8 +11,9 @@ generated differs:
 - ``batched``: one ``model.generate`` per turn over all rows, left-padded,
   re-encoding every context.
 
-Reported: generated tokens per second (responses and summaries) and the ratio
-of ``lm-agent`` to each baseline. ``per-env`` is sequential, so its tokens per
+Reported: generated tokens per second (responses and summaries), the ratio
+of ``lm-agent`` to each baseline, and whether the target (``lm-agent`` faster
+than ``per-env``: ``target_ratio``) is met. ``per-env`` is sequential, so its tokens per
 second do not depend on how many environments it runs: it runs on the first
 ``naive_envs`` seeds only, to keep the benchmark short.
 """
@@ -60,6 +61,8 @@ class Config:
     models and robust on a shared machine (two threads were 10x slower under load)."""
     seed: int = 0
     """Seeds the policy and sampling; environment seeds are seed, seed+1, ..."""
+    target_ratio: float = 1.0
+    """Speed target: lm-agent tokens/s over per-env tokens/s at least this."""
 
 
 class NaiveAgent:
@@ -164,6 +167,9 @@ def run(cfg: Config) -> dict[str, float]:
         ratio = results["lm-agent"] / results[baseline]
         results[f"ratio/{baseline}"] = ratio
         print(f"lm-agent / {baseline}: {ratio:.1f}x")
+    if "per-env" in cfg.baselines:
+        met = results["ratio/per-env"] >= cfg.target_ratio
+        print(f"target lm-agent / per-env >= {cfg.target_ratio:.1f}x: {'met' if met else 'MISSED'}")
     return results
 
 

@@ -1,6 +1,8 @@
 """``cxsim sft``: behaviour cloning from scripted rollouts under compaction (the "base" model).
 
-Reads top to bottom: seed; build the word tokenizer and a fresh policy; collect
+Reads top to bottom: seed; build the word tokenizer and a fresh policy (or load
+``--policy DIR``, any local Hugging Face causal LM with its tokenizer and chat
+template); collect
 demonstrations with the scripted agent (oracle executor, scripted summarizer
 that drops each needed fact with ``--sft.omission-rate``) through the same
 compaction runtime the policy will run in; cross-entropy on the trainable
@@ -8,6 +10,7 @@ tokens (the oracle's actions and summaries), token-mean per step; held-out
 loss by role; save the policy with its tokenizer.
 
     cxsim sft --run-dir runs/sft --sft.omission-rate 0.5
+    cxsim sft --policy path/to/hf-model --device cuda --precision bf16
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ from typing import Any
 
 import torch
 
-from cxsim.agents import WordChatFormat, build_policy, count_parameters, default_tokenizer
-from cxsim.agents.models import save_policy
+from cxsim.agents import build_policy, count_parameters, default_tokenizer
+from cxsim.agents.chat import ChatFormat, ChatOptions, WordChatFormat
+from cxsim.agents.models import enable_gradient_checkpointing, load_policy, save_policy
 from cxsim.agents.scripted import ScriptedAgent
 from cxsim.checkpoint import seed_everything
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, SFTConfig
+from cxsim.devices import Precision, check_device_name, check_precision, resolve_device
 from cxsim.evaluation import EVAL_SEED_OFFSET, rollout_metrics
 from cxsim.preflight import preflight
 from cxsim.runtime import collect_rollouts
@@ -57,6 +62,17 @@ class Config:
     compaction: CompactionConfig = field(default_factory=lambda: DEFAULT_COMPACTION)
     """Context budget and compaction of the demonstrations (keep it as in training)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
+    policy: str | None = None
+    """A local Hugging Face causal-LM directory to start from (model, tokenizer and chat
+    template from it); None: a fresh ``--sft.model`` preset over the word tokenizer."""
+    chat: ChatOptions = field(default_factory=ChatOptions)
+    """How the policy's chat template renders turns (``--policy`` with a template only)."""
+    device: str = "auto"
+    """auto (CUDA when present), cpu, cuda or cuda:N."""
+    precision: Precision = "fp32"
+    """fp32, or bf16: bfloat16 autocast, float32 weights and Adam state."""
+    gradient_checkpointing: bool = False
+    """Recompute decoder activations in the backward pass (less memory, ~1.3x the time)."""
     micro_batch_rows: int = 32
     """Segments per forward pass (gradient accumulation inside a step)."""
     threads: int = 1
@@ -72,19 +88,21 @@ class Config:
             )
         if self.micro_batch_rows < 1:
             raise ValueError("micro_batch_rows must be >= 1")
+        check_device_name(self.device)
+        check_precision(self.precision)
 
 
-def demonstrations(cfg: Config, chat: WordChatFormat, seeds: list[int]):
+def demonstrations(cfg: Config, chat: ChatFormat, seeds: list[int]):
     """Scripted rollouts (oracle + scripted summarizer) under the compaction runtime."""
     agent = ScriptedAgent(cfg.env.env_id, chat, omission_rate=cfg.sft.omission_rate, seed=cfg.seed)
     return collect_rollouts(cfg.env.env_id, cfg.env.kwargs, agent, cfg.compaction, seeds, chat)
 
 
-def save_atomically(policy, tokenizer, path: Path) -> None:
+def save_atomically(policy, tokenizer, path: Path, chat_options: ChatOptions | None = None) -> None:
     """``save_policy`` into a temporary sibling, then renamed over ``path``."""
     tmp = path.with_name(f".{path.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    save_policy(policy, tokenizer, tmp)
+    save_policy(policy, tokenizer, tmp, chat_options)
     old = path.with_name(f".{path.name}.old")
     if path.exists():
         path.rename(old)
@@ -99,8 +117,15 @@ def run_sft(cfg: Config) -> dict[str, Any]:
         torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
     run_dir = Path(cfg.run_dir)
-    tokenizer = default_tokenizer()
-    chat = WordChatFormat(tokenizer)
+    device = resolve_device(cfg.device)
+    if cfg.policy is None:
+        tokenizer = default_tokenizer()
+        chat: ChatFormat = WordChatFormat(tokenizer)
+        policy = build_policy(cfg.sft.model, tokenizer, seed=cfg.seed).to(device)
+    else:
+        policy, tokenizer, chat = load_policy(cfg.policy, device, cfg.chat)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(policy)
     cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))
 
     base = cfg.seed * cfg.sft.episodes
@@ -111,7 +136,6 @@ def run_sft(cfg: Config) -> dict[str, Any]:
     heldout_batch = pack_segments(heldout.segments, chat.pad_id)
     demo_stats = rollout_metrics(data.records)
 
-    policy = build_policy(cfg.sft.model, tokenizer, seed=cfg.seed)
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.sft.lr)
     steps_per_epoch = math.ceil(len(batch) / cfg.sft.batch_rows)
     total_steps = cfg.sft.epochs * steps_per_epoch
@@ -127,7 +151,7 @@ def run_sft(cfg: Config) -> dict[str, Any]:
         f"sft: {len(batch)} segments, {batch.num_trainable} trainable tokens from "
         f"{cfg.sft.episodes} demonstrations (success {demo_stats['charts/success_rate']:.2f}, "
         f"summary recall {demo_stats['compaction/summary_recall']:.2f}); "
-        f"policy {count_parameters(policy) / 1e6:.2f}M parameters"
+        f"policy {count_parameters(policy) / 1e6:.2f}M parameters on {device} ({cfg.precision})"
     )
     bar = progress(total_steps, desc="sft", disable=not cfg.progress_bar)
     history: list[dict[str, float]] = []
@@ -135,17 +159,23 @@ def run_sft(cfg: Config) -> dict[str, Any]:
     for epoch in range(cfg.sft.epochs):
         for rows in epoch_batches(len(batch), cfg.sft.batch_rows):
             metrics = sft_step(
-                policy, optimizer, batch.select(rows), cfg.micro_batch_rows, cfg.sft.max_grad_norm
+                policy,
+                optimizer,
+                batch.select(rows),
+                cfg.micro_batch_rows,
+                cfg.sft.max_grad_norm,
+                cfg.precision,
             )
             schedule.step()
             log_scalars(writer, metrics, step)
             step += 1
             bar.update(1)
             bar.set_postfix(loss=f"{metrics['losses/sft']:.3f}")
-        heldout_metrics = sft_eval(policy, heldout_batch, cfg.micro_batch_rows)
+        heldout_metrics = sft_eval(policy, heldout_batch, cfg.micro_batch_rows, cfg.precision)
         log_scalars(writer, heldout_metrics, step)
         history.append({"epoch": epoch, **metrics, **heldout_metrics})
-        save_atomically(policy, tokenizer, run_dir / "policy")  # usable if the run is cut short
+        # usable if the run is cut short
+        save_atomically(policy, tokenizer, run_dir / "policy", cfg.chat)
     bar.close()
     writer.close()
     results = {

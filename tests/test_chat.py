@@ -4,7 +4,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from cxsim.agents.chat import HFChatFormat, WordChatFormat
+from cxsim.agents.chat import ChatOptions, HFChatFormat, WordChatFormat
 from cxsim.agents.tokenizer import build_tokenizer
 
 
@@ -126,3 +126,67 @@ def test_hf_format_needs_a_template():
     tok.chat_template = None
     with pytest.raises(ValueError, match="chat template"):
         HFChatFormat(tok)
+
+
+GEMMA = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
+    "{{ raise_exception('System role not supported') }}{% endif %}"
+    "{% for message in messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}{% if message['role'] == 'assistant' %}{% set role = 'model' %}"
+    "{% else %}{% set role = message['role'] %}{% endif %}"
+    "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+
+
+def _gemma_tokenizer() -> PreTrainedTokenizerFast:
+    tok = _chatml_tokenizer()
+    tok.add_special_tokens(
+        {"bos_token": "<bos>", "additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]}
+    )
+    tok.chat_template = GEMMA
+    return tok
+
+
+def test_template_without_system_role_merges_it_into_the_first_user_turn():
+    chat = HFChatFormat(_gemma_tokenizer())
+    tok = chat.tokenizer
+    assert chat.merge_system and chat.end_id == tok.convert_tokens_to_ids("<end_of_turn>")
+    response = "the value is 7"
+    ids = [*chat.system("be brief"), *chat.task("find the key"), *chat.assistant_prefix()]
+    ids += [*chat.encode(response), chat.end_id, *chat.observation("ok")]
+    messages = [
+        {"role": "user", "content": "be brief\n\nfind the key"},
+        {"role": "assistant", "content": response},
+        {"role": "user", "content": "ok"},
+    ]
+    assert tok.decode(ids) == tok.apply_chat_template(messages, tokenize=False)
+    resumed = tok.decode([*chat.system("be brief"), *chat.resume("so far", "key is 7")])
+    assert resumed == "<bos><start_of_turn>user\nbe brief\n\nso far\n\nkey is 7<end_of_turn>\n"
+    assert tok.decode(chat.summary_request("sum up")) == (
+        "\n<start_of_turn>user\nsum up<end_of_turn>\n<start_of_turn>model\n"
+    )
+
+
+def test_template_rules_are_named_when_a_turn_is_refused():
+    with pytest.raises(ValueError, match="System role not supported"):
+        HFChatFormat(_gemma_tokenizer(), ChatOptions(system_role="native"))
+    with pytest.raises(ValueError, match="roles must alternate user/assistant"):
+        HFChatFormat(_gemma_tokenizer(), ChatOptions(observation_role="tool"))
+
+
+def test_template_arguments_reach_the_template():
+    tok = _chatml_tokenizer()
+    tok.chat_template = CHATML.replace(
+        "assistant\n{% endif %}",
+        "assistant\n{% if enable_thinking is defined and not enable_thinking %}"
+        "<think></think>{% endif %}{{ tag | default('') }}{% endif %}",
+    )
+    assert tok.decode(HFChatFormat(tok).assistant_prefix()) == "<|im_start|>assistant\n"
+    quiet = HFChatFormat(tok, ChatOptions(enable_thinking=False, template_args=('tag="x"',)))
+    assert tok.decode(quiet.assistant_prefix()) == "<|im_start|>assistant\n<think></think>x"
+    assert ChatOptions(template_args=("n=3", "s=abc")).template_kwargs() == {"n": 3, "s": "abc"}
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        ChatOptions(template_args=("novalue",))

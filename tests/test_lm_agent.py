@@ -109,3 +109,37 @@ def test_cache_is_reused_across_turns_and_stays_bounded():
         agent.respond([TurnRequest(5, "act", obs, False, 3, "", {})])
     agent.forget()
     assert agent.cache.columns == 0
+
+
+def test_bf16_agent_on_cpu_samples_close_to_fp32():
+    """bf16 autocast sampling: the same greedy actions on a tiny policy, log-probs near fp32's."""
+    model, chat = setup()
+    cfg = CompactionConfig(max_turns=6, max_compactions=1)
+    runs = []
+    for precision in ("fp32", "bf16"):
+        agent = LMAgent(model, chat, SamplingConfig(greedy=True), precision=precision)
+        runs.append(collect_rollouts("cxsim/KeyRecall-v0", {}, agent, cfg, [0, 1], chat))
+    assert [r.turns for r in runs[0].records] == [r.turns for r in runs[1].records]
+    first = runs[0].segments[0]
+    same = runs[1].segments[0]
+    agree = sum(a == b for a, b in zip(first.token_ids, same.token_ids, strict=False))
+    assert agree >= 0.9 * len(first.token_ids)
+    gap = max(abs(a - b) for a, b in zip(first.logprobs, same.logprobs, strict=False))
+    assert 0 < gap < 0.2  # bf16 rounding: not exactly fp32, not another model
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_agent_on_cuda_matches_cpu_greedy():
+    model, chat = setup()
+    gpu_model = build_policy("tiny", default_tokenizer(), seed=0)
+    cfg = CompactionConfig(max_turns=8, max_compactions=2)
+    runs = []
+    for policy, device in ((model, "cpu"), (gpu_model, "cuda")):
+        agent = LMAgent(policy, chat, SamplingConfig(greedy=True), device=device)
+        assert agent.cache.device.type == device
+        runs.append(collect_rollouts("cxsim/KeyRecall-v0", {}, agent, cfg, list(range(4)), chat))
+    assert next(gpu_model.parameters()).device.type == "cuda"
+    for a, b in zip(runs[0].segments, runs[1].segments, strict=True):
+        assert a.token_ids == b.token_ids
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-3

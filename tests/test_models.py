@@ -120,3 +120,121 @@ def test_sequence_logprobs_has_gradients(tiny):
     logprobs.sum().backward()
     assert tiny.lm_head.weight.grad is not None and tiny.lm_head.weight.grad.abs().sum() > 0
     tiny.zero_grad(set_to_none=True)
+
+
+def _hf_models() -> dict[str, torch.nn.Module]:
+    """Tiny Llama, GPT-2, Gemma-2 (logit soft-capping) and tied-embedding Qwen2, built here."""
+    from transformers import (
+        Gemma2Config,
+        Gemma2ForCausalLM,
+        GPT2Config,
+        GPT2LMHeadModel,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
+
+    shape = dict(
+        vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return {
+            "llama": build_policy("tiny", build_tokenizer([f"w{i}" for i in range(291)])),
+            "gpt2": GPT2LMHeadModel(
+                GPT2Config(
+                    n_layer=2,
+                    n_embd=32,
+                    n_head=2,
+                    vocab_size=300,
+                    eos_token_id=0,
+                    bos_token_id=0,
+                    resid_pdrop=0,
+                    embd_pdrop=0,
+                    attn_pdrop=0,
+                )
+            ),
+            "gemma2": Gemma2ForCausalLM(Gemma2Config(head_dim=8, sliding_window=4, **shape)),
+            "qwen2": Qwen2ForCausalLM(Qwen2Config(tie_word_embeddings=True, **shape)),
+        }
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2", "gemma2", "qwen2"])
+@pytest.mark.parametrize("chunk_elements", [10**9, 900])  # one head chunk; 3-token chunks
+def test_token_logprobs_at_is_sequence_logprobs_at_the_marked_positions(name, chunk_elements):
+    from cxsim.agents.models import token_logprobs_at
+
+    model = _hf_models()[name]
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, 300, (3, 12), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding
+    mask[2, 9:] = 0  # right padding
+    marked = torch.rand(3, 12, generator=g) > 0.4
+    params = [p for p in model.parameters() if p.requires_grad]
+    logprobs, entropy = sequence_logprobs(model, ids, mask, 0.7, return_entropy=True)
+    grads = torch.autograd.grad((logprobs * marked).sum() + (entropy * marked).sum(), params)
+    at, at_entropy = token_logprobs_at(
+        model, ids, mask, marked, 0.7, return_entropy=True, chunk_elements=chunk_elements
+    )
+    at_grads = torch.autograd.grad((at * marked).sum() + (at_entropy * marked).sum(), params)
+    torch.testing.assert_close(at[marked], logprobs[marked].detach(), atol=2e-6, rtol=0)
+    torch.testing.assert_close(at_entropy[marked], entropy[marked].detach(), atol=5e-6, rtol=0)
+    assert at[~marked].abs().sum() == 0 and at_entropy[~marked].abs().sum() == 0
+    assert int((at != 0).sum()) == int((marked & (logprobs != 0)).sum()) > 10
+    for a, b in zip(at_grads, grads, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+
+
+def test_gradient_checkpointing_keeps_gradients_and_dropout_mode():
+    from cxsim.agents.models import enable_gradient_checkpointing
+
+    models = _hf_models()
+    plain, checkpointed = models["gpt2"].eval(), _hf_models()["gpt2"].eval()
+    enable_gradient_checkpointing(checkpointed)
+    assert not checkpointed.transformer.drop.training  # dropout stays off
+    ids = torch.randint(1, 300, (2, 10), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    grads, calls = [], []
+    for model in (plain, checkpointed):
+        mlp, count = model.transformer.h[0].mlp, [0]
+        forward = mlp.forward
+
+        def counted(*args, forward=forward, count=count, **kwargs):
+            count[0] += 1
+            return forward(*args, **kwargs)
+
+        mlp.forward = counted  # (forward hooks do not fire in the recompute)
+        loss = sequence_logprobs(model, ids, mask).sum()
+        grads.append(torch.autograd.grad(loss, list(model.parameters())))
+        calls.append(count[0])
+    assert calls == [1, 2]  # the checkpointed layer ran again in the backward pass
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_load_policy_refuses_an_architecture_the_cache_cannot_serve(tmp_path):
+    policy = build_policy("tiny", build_tokenizer(["a", "b"]))
+    policy.config.attention_chunk_size = 4
+    save_policy(policy, build_tokenizer(["a", "b"]), tmp_path / "p")
+    with pytest.raises(ValueError, match="chunked attention"):
+        load_policy(tmp_path / "p")
+
+
+def test_load_policy_loads_bf16_weights_as_float32(tmp_path):
+    tokenizer = build_tokenizer(["a", "b"])
+    save_policy(build_policy("tiny", tokenizer).to(torch.bfloat16), tokenizer, tmp_path / "p")
+    model, _, _ = load_policy(tmp_path / "p", device="cpu")
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_token_logprobs_at_with_nothing_marked_stays_in_the_graph(tiny):
+    from cxsim.agents.models import token_logprobs_at
+
+    ids = torch.tensor([[3, 10, 11, 4]])
+    out = token_logprobs_at(
+        tiny, ids, torch.ones_like(ids), torch.zeros_like(ids, dtype=torch.bool)
+    )
+    assert out.shape == (1, 4) and out.abs().sum() == 0
+    out.sum().backward()  # a micro-batch without trainable tokens must not break the update
+    tiny.zero_grad(set_to_none=True)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import math
+
+import pytest
 import torch
 
 from cxsim.agents import WordChatFormat, build_policy, default_tokenizer
@@ -72,3 +76,95 @@ def test_epoch_batches_partition_rows():
     parts = epoch_batches(10, 4)
     assert [len(p) for p in parts] == [4, 4, 2]
     assert torch.equal(torch.cat(parts).sort().values, torch.arange(10))
+
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def bpe_chatml_tokenizer():
+    """A byte-level BPE trained here on the environments' words, with a ChatML template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from cxsim.envs import vocabulary
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=1200,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    words = sorted(vocabulary())
+    core.train_from_iterator([" ".join(words[i : i + 8]) for i in range(0, len(words), 8)], trainer)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|pad|>"
+    )
+    tok.chat_template = CHATML
+    return tok
+
+
+def save_hf_policy(kind: str, path) -> None:
+    """A locally built Qwen2 or GPT-2 (random init, tiny) with the BPE ChatML tokenizer."""
+    from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
+
+    tok = bpe_chatml_tokenizer()
+    ids = dict(pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        if kind == "qwen2":
+            config = Qwen2Config(
+                vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                tie_word_embeddings=True, **ids,
+            )  # fmt: skip
+            model = Qwen2ForCausalLM(config)
+        else:
+            config = GPT2Config(
+                vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=1024, **ids
+            )
+            model = GPT2LMHeadModel(config)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+
+
+@pytest.mark.parametrize(
+    ("kind", "flags"),
+    [
+        ("qwen2", ["--precision", "bf16"]),
+        ("gpt2", ["--precision", "fp32", "--gradient-checkpointing"]),
+    ],
+)
+def test_cxsim_sft_from_a_local_hf_policy(kind, flags, tmp_path, capsys):
+    from cxsim.agents.chat import HFChatFormat
+    from cxsim.agents.models import load_policy
+    from cxsim.cli import main as cli_main
+
+    save_hf_policy(kind, tmp_path / "base")
+    before, _, _ = load_policy(tmp_path / "base")
+    run = tmp_path / "sft"
+    cli_main(
+        ["sft", "--policy", str(tmp_path / "base"), "--run-dir", str(run), "--device", "cpu",
+         *flags, "--sft.episodes", "4", "--sft.heldout-episodes", "2",
+         "--sft.epochs", "2", "--sft.batch-rows", "8", "--no-progress-bar",
+         "--compaction.budget", "400", "--compaction.threshold", "150"]
+    )  # fmt: skip
+    assert f"on cpu ({flags[1]})" in capsys.readouterr().out
+    results = json.loads((run / "results.json").read_text())
+    assert results["demonstrations"]["charts/success_rate"] > 0  # the oracle solves tasks
+    final = results["final"]
+    assert math.isfinite(final["losses/sft"]) and math.isfinite(final["losses/heldout_summary"])
+    first = results["history"][0]["losses/heldout_execution"]
+    assert final["losses/heldout_execution"] < first  # it learns the oracle's actions
+    after, _, chat = load_policy(run / "policy")
+    assert isinstance(chat, HFChatFormat) and type(after) is type(before)
+    assert all(p.dtype == torch.float32 for p in after.parameters())  # fp32 master weights
+    changed = [
+        not torch.equal(a, b) for a, b in zip(after.parameters(), before.parameters(), strict=True)
+    ]
+    assert all(changed)

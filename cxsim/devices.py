@@ -1,0 +1,70 @@
+"""Where tensors live and in which precision the models compute.
+
+``resolve_device`` turns ``auto | cpu | cuda | cuda:N`` into a ``torch.device``;
+on a machine without CUDA, ``auto`` asks ``torch.cuda.is_available()`` and
+nothing else of ``torch.cuda``. ``autocast`` is the one precision switch:
+``fp32`` runs as is, ``bf16`` runs forwards under bfloat16 autocast while the
+weights (the master copy) and the optimizer state stay float32, because the
+model is kept in float32 and autocast only lowers the matmul inputs.
+(RNG states, CUDA's only when CUDA is present: ``cxsim.checkpoint.capture_rng``.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Literal
+
+import torch
+
+Precision = Literal["fp32", "bf16"]
+PRECISIONS: tuple[Precision, ...] = ("fp32", "bf16")
+
+_CUDA_INDEX = re.compile(r"cuda:(\d+)")
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda`` (the current GPU) or ``cuda:N``."""
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "auto":
+        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    match = _CUDA_INDEX.fullmatch(name)
+    if name != "cuda" and match is None:
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N; got {name!r}")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} asked for, but CUDA is not available: use --device cpu")
+    if match is not None and int(match.group(1)) >= torch.cuda.device_count():
+        raise ValueError(
+            f"device {name!r}: this machine has {torch.cuda.device_count()} GPU(s) "
+            f"(cuda:0..cuda:{torch.cuda.device_count() - 1})"
+        )
+    return torch.device(name)
+
+
+def check_device_name(name: str) -> None:
+    """Config-time check of a device string's form (availability is checked when resolved)."""
+    if name not in ("auto", "cpu", "cuda") and _CUDA_INDEX.fullmatch(name) is None:
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N; got {name!r}")
+
+
+def check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
+
+
+def autocast(precision: Precision, device: torch.device) -> contextlib.AbstractContextManager:
+    """The forward-pass context for ``precision`` on ``device`` (a no-op for fp32)."""
+    check_precision(precision)
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def master_weights(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with float32 parameters and buffers (a bf16 checkpoint is upcast in place),
+    so that optimizer states built from its parameters are float32 too."""
+    floating = [p for p in model.parameters() if p.is_floating_point()]
+    if any(p.dtype != torch.float32 for p in floating):
+        model.float()
+    return model

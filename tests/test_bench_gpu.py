@@ -1,0 +1,67 @@
+"""cxsim bench gpu: its --small rehearsal runs on the CPU and reports what the GPU run reports."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cxsim.experiments.bench_gpu import Config, bpe_tokenizer, env_corpus, run
+
+
+def test_small_mode_on_cpu_reports_rates_ratio_and_no_peak_memory(capsys):
+    results = run(Config(small=True, device="cpu", tiny_iterations=1))
+    printed = capsys.readouterr().out
+    qwen = results["qwen2"]
+    assert results["device"] == "cpu"
+    assert qwen["rollout_tokens_per_s"] > 0 and qwen["trained_tokens_per_s"] > 0
+    assert qwen["sft_tokens_per_s"] > 0
+    assert len(qwen["iterations"]) == 2  # the --small default
+    assert all(it["rollout_tokens"] > 0 for it in qwen["iterations"])
+    # sampling and scoring agree: before any actor step the ratio is 1 within the tolerance
+    assert 0.0 <= qwen["first_log_ratio_max"] <= Config().ratio_tolerance
+    assert qwen["first_ratio_within_tolerance"]
+    assert qwen["peak_memory"] == "n/a" and qwen["peak_memory_gib"] is None
+    assert "peak memory n/a" in printed and "first-step ratio" in printed and "within" in printed
+    assert results["tiny"]["device_s"] > 0 and results["tiny"]["cpu_s"] > 0
+    assert results["tiny"]["ratio"] == pytest.approx(
+        results["tiny"]["device_s"] / results["tiny"]["cpu_s"]
+    )
+    assert "x the CPU time" in printed
+
+
+def test_tokenizer_is_a_byte_level_bpe_with_chatml_trained_on_env_text():
+    tok = bpe_tokenizer(400, env_corpus(episodes=2))
+    assert len(tok) == 400
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "key k1 value"}], tokenize=False, add_generation_prompt=True
+    )
+    assert text.endswith("<|im_start|>assistant\n")
+    ids = tok("answer k1", add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == "answer k1"
+    assert len(ids) < len("answer k1")  # merges learnt from the env text, not bytes alone
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"device": "gpu"}, "device must be auto, cpu, cuda or cuda:N"),
+        ({"vocab_size": 100}, "--vocab-size 100"),
+        ({"rollouts": 0}, "--rollouts must be >= 1"),
+        ({"ratio_tolerance": 0.0}, "--ratio-tolerance must be positive"),
+    ],
+)
+def test_bad_settings_fail_before_any_work(kwargs, says):
+    with pytest.raises(ValueError, match=says.replace("+", r"\+")):
+        Config(**kwargs)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_small_mode_on_cuda_runs_a_ppo_step_with_peak_memory():
+    results = run(Config(small=True, device="cuda", tiny_iterations=1))
+    qwen = results["qwen2"]
+    assert results["device"].startswith("cuda")
+    assert qwen["peak_memory_gib"] > 0
+    assert qwen["rollout_tokens_per_s"] > 0 and qwen["trained_tokens_per_s"] > 0
+    assert qwen["first_log_ratio_max"] <= Config().ratio_tolerance
+    assert results["tiny"]["ratio"] > 0

@@ -27,8 +27,10 @@ values on the CPU) and moved to the device for the critic and actor updates.
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -87,6 +89,8 @@ class Config:
     cpu_threads: int = 1
     """torch threads for the CPU side of the comparison (cxsim train's default)."""
     seed: int = 0
+    out: str | None = None
+    """Also write the figures to this JSON file (None: print only)."""
 
     def __post_init__(self) -> None:
         from cxsim.devices import check_device_name
@@ -497,7 +501,13 @@ def run(cfg: Config) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    run(tyro.cli(Config, args=argv))
+    cfg = tyro.cli(Config, args=argv)
+    results = run(cfg)
+    if cfg.out is not None:
+        path = Path(cfg.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"config": asdict(cfg), **results}, indent=2) + "\n")
+        print(f"figures written to {path}")
 
 
 if __name__ == "__main__":

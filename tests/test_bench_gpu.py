@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
-from cxsim.experiments.bench_gpu import Config, bpe_tokenizer, env_corpus, run
+from cxsim.experiments.bench_gpu import Config, bpe_tokenizer, env_corpus, main, run
 
 
-def test_small_mode_on_cpu_reports_rates_ratio_and_no_peak_memory(capsys):
-    results = run(Config(small=True, device="cpu", tiny_iterations=1))
+def test_small_mode_on_cpu_reports_rates_ratio_and_no_peak_memory(capsys, tmp_path):
+    out = tmp_path / "figures" / "bench_gpu.json"
+    main(["--small", "--device", "cpu", "--tiny-iterations", "1", "--out", str(out)])
     printed = capsys.readouterr().out
+    results = json.loads(out.read_text())
+    assert results["config"]["small"] and results["config"]["device"] == "cpu"
     qwen = results["qwen2"]
     assert results["device"] == "cpu"
     assert qwen["rollout_tokens_per_s"] > 0 and qwen["trained_tokens_per_s"] > 0

@@ -69,7 +69,8 @@ class Config:
     """CPU rehearsal: the small decoder, 8 rollouts, 2 iterations, a short SFT, a small
     vocabulary (the sizes below that are left unset take their small values)."""
     vocab_size: int | None = None
-    """BPE vocabulary size (None: 4096; 512 with --small)."""
+    """Largest BPE vocabulary (None: 1024; 512 with --small). The environments' text holds
+    about 1040 tokens' worth of merges; the trainer stops there."""
     rollouts: int | None = None
     """Rollouts per PPO iteration (None: 64; 8 with --small)."""
     iterations: int | None = None
@@ -114,7 +115,7 @@ class Config:
 
     def size(self, name: str) -> int:
         """A size flag, or its default for this mode."""
-        defaults = {"vocab_size": (4096, 512), "rollouts": (64, 8), "iterations": (3, 2),
+        defaults = {"vocab_size": (1024, 512), "rollouts": (64, 8), "iterations": (3, 2),
                     "sft_steps": (24, 3)}  # fmt: skip
         value = getattr(self, name)
         return value if value is not None else defaults[name][int(self.small)]
@@ -123,7 +124,7 @@ class Config:
 # --------------------------------------------------------------------------- building
 
 
-def env_corpus(episodes: int = 64) -> list[str]:
+def env_corpus(episodes: int = 16) -> list[str]:
     """Text to train the tokenizer on: the vocabulary, the envs' system prompts, and the
     oracle's episodes of every registered env (tasks, actions, observations, summaries)."""
     from cxsim.compaction import CompactionConfig
@@ -387,7 +388,7 @@ def qwen_part(cfg: Config, device: torch.device) -> dict[str, Any]:
     from cxsim.preflight import preflight
 
     tick = time.perf_counter()
-    tokenizer = bpe_tokenizer(cfg.size("vocab_size"), env_corpus(16 if cfg.small else 64))
+    tokenizer = bpe_tokenizer(cfg.size("vocab_size"), env_corpus())
     chat = HFChatFormat(tokenizer)
     compaction = preflight(EnvConfig(env_id=ENV_ID), DEFAULT_COMPACTION, chat)
     shape = SMALL_SHAPE if cfg.small else QWEN05_SHAPE

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -466,7 +467,9 @@ def tiny_seconds(cfg: Config, device: torch.device) -> float:
 
 
 def run(cfg: Config) -> dict[str, Any]:
-    """Runs both parts; returns their figures (rates, seconds, peak memory, ratios)."""
+    """Runs both parts; returns their figures (rates, seconds, peak memory, ratios) and
+    writes them to ``cfg.out``. A part that fails is reported with its traceback and the
+    other part still runs (one call on a GPU machine gives all it can); then this raises."""
     from cxsim.devices import resolve_device
 
     device = resolve_device(cfg.device)
@@ -477,38 +480,51 @@ def run(cfg: Config) -> dict[str, Any]:
         flush=True,
     )
     tick = time.perf_counter()
-    results: dict[str, Any] = {"device": str(device), "device_name": name}
-    results["qwen2"] = qwen_part(cfg, device)
+    results: dict[str, Any] = {"device": str(device), "device_name": name, "failed": []}
+    parts = {"qwen2": lambda: qwen_part(cfg, device)}
     if cfg.tiny:
-        on_device = tiny_seconds(cfg, device)
-        on_cpu = tiny_seconds(cfg, torch.device("cpu"))
-        ratio = on_device / on_cpu
-        results["tiny"] = {"device_s": on_device, "cpu_s": on_cpu, "ratio": ratio}
+        parts["tiny"] = lambda: tiny_part(cfg, device)
+    for part, measure in parts.items():
+        try:
+            results[part] = measure()
+        except Exception:
+            print(f"bench gpu: part {part} FAILED:\n{traceback.format_exc()}", flush=True)
+            results["failed"].append(part)
+    if "qwen2" in results:
+        q = results["qwen2"]
         print(
-            f"tiny preset: iteration {on_device:.2f} s on {device}, {on_cpu:.2f} s on the CPU "
-            f"({cfg.cpu_threads} thread(s)): {ratio:.2f}x the CPU time",
+            f"summary: rollout {q['rollout_tokens_per_s']:.0f} tokens/s, trained "
+            f"{q['trained_tokens_per_s']:.0f} tokens/s, peak memory {q['peak_memory']}, "
+            f"first-step |log ratio| {q['first_log_ratio_max']:.2e}"
+            + (f", tiny {results['tiny']['ratio']:.2f}x CPU" if "tiny" in results else ""),
             flush=True,
         )
-    q = results["qwen2"]
-    print(
-        f"summary: rollout {q['rollout_tokens_per_s']:.0f} tokens/s, trained "
-        f"{q['trained_tokens_per_s']:.0f} tokens/s, peak memory {q['peak_memory']}, first-step "
-        f"|log ratio| {q['first_log_ratio_max']:.2e}"
-        + (f", tiny {results['tiny']['ratio']:.2f}x CPU" if cfg.tiny else "")
-        + f"; {time.perf_counter() - tick:.0f} s in all",
-        flush=True,
-    )
-    return results
-
-
-def main(argv: list[str] | None = None) -> None:
-    cfg = tyro.cli(Config, args=argv)
-    results = run(cfg)
+    print(f"bench gpu: {time.perf_counter() - tick:.0f} s in all", flush=True)
     if cfg.out is not None:
         path = Path(cfg.out)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"config": asdict(cfg), **results}, indent=2) + "\n")
         print(f"figures written to {path}")
+    if results["failed"]:
+        raise RuntimeError(f"bench gpu: these parts failed: {', '.join(results['failed'])}")
+    return results
+
+
+def tiny_part(cfg: Config, device: torch.device) -> dict[str, float]:
+    """Part 2: the tiny preset's iteration time on ``device`` over its time on the CPU."""
+    on_device = tiny_seconds(cfg, device)
+    on_cpu = tiny_seconds(cfg, torch.device("cpu"))
+    ratio = on_device / on_cpu
+    print(
+        f"tiny preset: iteration {on_device:.2f} s on {device}, {on_cpu:.2f} s on the CPU "
+        f"({cfg.cpu_threads} thread(s)): {ratio:.2f}x the CPU time",
+        flush=True,
+    )
+    return {"device_s": on_device, "cpu_s": on_cpu, "ratio": ratio}
+
+
+def main(argv: list[str] | None = None) -> None:
+    run(tyro.cli(Config, args=argv))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,26 @@ def test_tokenizer_is_a_byte_level_bpe_with_chatml_trained_on_env_text():
     assert len(ids) < len("answer k1")  # merges learnt from the env text, not bytes alone
 
 
+def test_a_failing_part_is_reported_the_other_still_runs_and_figures_are_written(
+    monkeypatch, tmp_path, capsys
+):
+    from cxsim.experiments import bench_gpu
+
+    def broken(cfg, device):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(bench_gpu, "qwen_part", broken)
+    monkeypatch.setattr(bench_gpu, "tiny_seconds", lambda cfg, device: 2.0)
+    out = tmp_path / "bench_gpu.json"
+    with pytest.raises(RuntimeError, match="these parts failed: qwen2"):
+        run(Config(small=True, device="cpu", out=str(out)))
+    figures = json.loads(out.read_text())
+    assert figures["failed"] == ["qwen2"] and "qwen2" not in figures
+    assert figures["tiny"] == {"device_s": 2.0, "cpu_s": 2.0, "ratio": 1.0}
+    printed = capsys.readouterr().out
+    assert "part qwen2 FAILED" in printed and "simulated" in printed
+
+
 @pytest.mark.parametrize(
     ("kwargs", "says"),
     [

@@ -15,9 +15,8 @@ same deltas with any Hugging Face tokenizer's own chat template.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, replace
-from typing import Any, Literal, Protocol
+from dataclasses import replace
+from typing import Literal, Protocol
 
 from transformers import PreTrainedTokenizerBase
 
@@ -32,6 +31,7 @@ from cxsim.agents.tokenizer import (
     SYSTEM,
     TASK,
 )
+from cxsim.model_options import ChatOptions, SystemRole  # torch-free: entry points' flags
 
 
 class ChatFormat(Protocol):
@@ -100,49 +100,6 @@ class WordChatFormat:
 
 _MARK = "cxsim-response-mark"
 _SYSTEM_MARK = "cxsim-system-mark"
-
-SystemRole = Literal["auto", "native", "merge"]
-
-
-@dataclass(frozen=True)
-class ChatOptions:
-    """How a Hugging Face chat template renders the turns (the word format ignores these)."""
-
-    observation_role: Literal["user", "tool"] = "user"
-    """Role of environment observations: ``user`` or ``tool`` (templates with a tool role)."""
-    system_role: SystemRole = "auto"
-    """``native``: a system message; ``merge``: the system text opens the first user turn
-    (``system + "\\n\\n" + task``), as templates without a system role (Gemma) ask;
-    ``auto``: native when the template renders a system message, else merge."""
-    enable_thinking: bool | None = None
-    """Passed to the template as ``enable_thinking`` (Qwen3-style); None: not passed."""
-    template_args: tuple[str, ...] = ()
-    """More template arguments as ``KEY=VALUE`` (VALUE read as JSON when it parses:
-    true, 3, "x"; else as a string)."""
-
-    def __post_init__(self) -> None:
-        if self.observation_role not in ("user", "tool"):
-            raise ValueError(
-                f"observation_role must be user or tool; got {self.observation_role!r}"
-            )
-        if self.system_role not in ("auto", "native", "merge"):
-            raise ValueError(f"system_role must be auto, native or merge; got {self.system_role!r}")
-        bad = [a for a in self.template_args if "=" not in a or not a.split("=", 1)[0]]
-        if bad:
-            raise ValueError(f"template_args must be KEY=VALUE; got {bad}")
-
-    def template_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``apply_chat_template``."""
-        kwargs: dict[str, Any] = {}
-        for arg in self.template_args:
-            key, value = arg.split("=", 1)
-            try:
-                kwargs[key] = json.loads(value)
-            except json.JSONDecodeError:
-                kwargs[key] = value
-        if self.enable_thinking is not None:
-            kwargs["enable_thinking"] = self.enable_thinking
-        return kwargs
 
 
 class HFChatFormat:

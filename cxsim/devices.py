@@ -12,15 +12,17 @@ model is kept in float32 and autocast only lowers the matmul inputs.
 from __future__ import annotations
 
 import contextlib
-import re
-from typing import Literal
 
 import torch
 
-Precision = Literal["fp32", "bf16"]
-PRECISIONS: tuple[Precision, ...] = ("fp32", "bf16")
-
-_CUDA_INDEX = re.compile(r"cuda:(\d+)")
+# re-exported here, where callers import them; defined torch-free for the entry points' --help
+from cxsim.model_options import (  # noqa: F401
+    CUDA_INDEX,
+    PRECISIONS,
+    Precision,
+    check_device_name,
+    check_precision,
+)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -29,7 +31,7 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cpu")
     if name == "auto":
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    match = _CUDA_INDEX.fullmatch(name)
+    match = CUDA_INDEX.fullmatch(name)
     if name != "cuda" and match is None:
         raise ValueError(f"device must be auto, cpu, cuda or cuda:N; got {name!r}")
     if not torch.cuda.is_available():
@@ -40,17 +42,6 @@ def resolve_device(name: str) -> torch.device:
             f"(cuda:0..cuda:{torch.cuda.device_count() - 1})"
         )
     return torch.device(name)
-
-
-def check_device_name(name: str) -> None:
-    """Config-time check of a device string's form (availability is checked when resolved)."""
-    if name not in ("auto", "cpu", "cuda") and _CUDA_INDEX.fullmatch(name) is None:
-        raise ValueError(f"device must be auto, cpu, cuda or cuda:N; got {name!r}")
-
-
-def check_precision(precision: str) -> None:
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
 
 
 def autocast(precision: Precision, device: torch.device) -> contextlib.AbstractContextManager:

@@ -8,18 +8,23 @@ interval over tasks (cxsim/evaluation.py explains why).
 
     cxsim eval --policy runs/main/train/checkpoints/iter-000040/policy --out eval.json
     cxsim eval --agent oracle --omission-rate 0.5 --eval.episodes 200
+    cxsim eval --policy path/to/hf-model --device cuda --precision bf16 --chat.system-role merge
+    cxsim eval --agent oracle --tokenizer path/to/hf-model   # the oracle in that chat format
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import tyro
 
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, check_policy_dir
+from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
 from cxsim.tracking import say, write_json
 
 if TYPE_CHECKING:  # torch-heavy; imported where used, so that --help is fast
@@ -43,6 +48,16 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     out: str | None = None
     """Write the results here as JSON."""
+    tokenizer: str | None = None
+    """Scripted agents only: a directory with a Hugging Face tokenizer and chat template whose
+    chat format they act in (as a policy from that directory would); None: the word tokenizer."""
+    chat: ChatOptions = field(default_factory=ChatOptions)
+    """How a chat template renders turns; left at the defaults, a policy keeps those it was
+    saved with."""
+    device: str = "auto"
+    """auto (CUDA when present), cpu, cuda or cuda:N."""
+    precision: Precision = "fp32"
+    """fp32, or bf16: the policy samples under bfloat16 autocast."""
     threads: int = 1
     """torch threads while sampling (1: fastest for tiny models; 0: torch's default)."""
 
@@ -51,22 +66,64 @@ class Config:
             raise ValueError("pass exactly one of --policy PATH or --agent {oracle,random}")
         if self.policy is not None:
             check_policy_dir(self.policy)
+        if self.tokenizer is not None:
+            if self.agent is None:
+                raise ValueError("--tokenizer is for --agent (a --policy brings its own tokenizer)")
+            check_tokenizer_dir(self.tokenizer)
+        check_device_name(self.device)
+        check_precision(self.precision)
         if not 0.0 <= self.omission_rate <= 1.0:
             raise ValueError(f"omission_rate={self.omission_rate} must lie in [0, 1]")
 
 
+def check_tokenizer_dir(path: str) -> None:
+    """Raises FileNotFoundError unless ``path`` holds a saved tokenizer."""
+    if not (Path(path) / "tokenizer_config.json").is_file():
+        raise FileNotFoundError(
+            f"--tokenizer {path!r} holds no tokenizer (no tokenizer_config.json); pass a "
+            "directory saved with save_pretrained (a `cxsim sft` policy or a Hugging Face model)"
+        )
+
+
+def chat_options_given(options: ChatOptions) -> ChatOptions | None:
+    """``options``, or None when they are the defaults (a policy then keeps its saved ones)."""
+    return None if options == ChatOptions() else options
+
+
+def scripted_chat(cfg: Config) -> ChatFormat:
+    """The chat format a scripted agent acts in: ``--tokenizer``'s, else the word format."""
+    from transformers import AutoTokenizer
+
+    from cxsim.agents import HFChatFormat, WordChatFormat, default_tokenizer
+    from cxsim.agents.models import MARKER_FILE
+
+    if cfg.tokenizer is None:
+        return WordChatFormat(default_tokenizer())
+    marker = Path(cfg.tokenizer) / MARKER_FILE
+    tokenizer = AutoTokenizer.from_pretrained(
+        cfg.tokenizer, local_files_only=True, trust_remote_code=False
+    )
+    saved = json.loads(marker.read_text()) if marker.is_file() else {}
+    if saved.get("chat_format") == "word":  # a cxsim policy over the word tokenizer
+        return WordChatFormat(tokenizer)
+    return HFChatFormat(tokenizer, cfg.chat)
+
+
 def build_agent(cfg: Config) -> tuple[Agent, ChatFormat, str]:
     """The agent to evaluate, its chat format, and a label for tables."""
-    from cxsim.agents import WordChatFormat, default_tokenizer, load_policy
+    from cxsim.agents import load_policy
     from cxsim.agents.lm_agent import LMAgent
     from cxsim.agents.scripted import RandomAgent, ScriptedAgent
+    from cxsim.devices import resolve_device
     from cxsim.generation import SamplingConfig
 
     if cfg.policy is not None:
-        policy, _, chat = load_policy(cfg.policy)
+        device = resolve_device(cfg.device)
+        policy, _, chat = load_policy(cfg.policy, device, chat_options_given(cfg.chat))
         sampling = SamplingConfig(temperature=cfg.eval.temperature)
-        return LMAgent(policy, chat, sampling), chat, cfg.policy
-    chat = WordChatFormat(default_tokenizer())
+        agent = LMAgent(policy, chat, sampling, device=device, precision=cfg.precision)
+        return agent, chat, cfg.policy
+    chat = scripted_chat(cfg)
     if cfg.agent == "oracle":
         agent = ScriptedAgent(cfg.env.env_id, chat, cfg.omission_rate, seed=cfg.eval.seed)
         return agent, chat, f"oracle (omission {cfg.omission_rate})"

@@ -22,6 +22,7 @@ presets:
 
     cxsim run
     cxsim run --seeds 0 1 2 --presets compactionrl no-summary-training --run-dir runs/study
+    cxsim run --policy path/to/hf-model --device cuda --precision bf16   # SFT from that model
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ from cxsim.config import (
     EvalConfig,
     PPOConfig,
     SFTConfig,
+    check_policy_dir,
 )
 from cxsim.experiments.presets import PRESETS, PresetName
+from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
 from cxsim.tracking import claim_run_dir, log_evaluation, say, write_json
 
 if TYPE_CHECKING:  # the stages import torch; they are imported where they run (fast --help)
@@ -64,6 +67,17 @@ class Config:
     """Training seeds (each preset is trained once per seed from the same SFT base)."""
     sft_seed: int = 0
     """Seed of the SFT base."""
+    policy: str | None = None
+    """A local Hugging Face causal-LM directory the SFT base starts from (model, tokenizer and
+    chat template from it); None: a fresh ``--sft.model`` preset over the word tokenizer."""
+    chat: ChatOptions = field(default_factory=ChatOptions)
+    """How the policy's chat template renders turns (``--policy`` with a template only)."""
+    device: str = "auto"
+    """auto (CUDA when present), cpu, cuda or cuda:N: every stage's models and batches."""
+    precision: Precision = "fp32"
+    """fp32, or bf16: bfloat16 autocast, float32 weights and Adam state (every stage)."""
+    gradient_checkpointing: bool = False
+    """Recompute decoder activations in the backward pass of SFT and PPO (less memory)."""
     env: EnvConfig = field(default_factory=EnvConfig)
     compaction: CompactionConfig = field(default_factory=lambda: DEFAULT_COMPACTION)
     sft: SFTConfig = field(default_factory=SFTConfig)
@@ -89,6 +103,10 @@ class Config:
                 raise ValueError(f"unknown preset {name!r}; choose from: {', '.join(PRESETS)}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"--seeds has duplicates: {self.seeds}")
+        if self.policy is not None:
+            check_policy_dir(self.policy)
+        check_device_name(self.device)
+        check_precision(self.precision)
         # build every stage's config now, so that a bad combination fails before any work
         for name in self.presets:
             preset_ppo(self, name)
@@ -108,7 +126,7 @@ def preset_ppo(cfg: Config, name: str) -> PPOConfig:
 def recorded_settings(cfg: Config) -> dict[str, Any]:
     """What a run folder's results depend on (settings.json). Presets and seeds are left
     out (each has its own subfolder, so a rerun may add some), and so are evaluation,
-    threads and progress (evaluation reruns every time; threads change only speed)."""
+    threads, device and progress (evaluation reruns every time; they change only speed)."""
     return {
         "env": cfg.env,
         "compaction": cfg.compaction,
@@ -116,7 +134,20 @@ def recorded_settings(cfg: Config) -> dict[str, Any]:
         "sft_seed": cfg.sft_seed,
         "ppo": cfg.ppo,
         "train_time_limit_s": cfg.train_time_limit_s,
+        **model_settings(cfg),
     }
+
+
+def model_settings(cfg: Config) -> dict[str, Any]:
+    """The starting model and how it computes, where they differ from the defaults (so that
+    folders recorded before these settings existed still match a run without them)."""
+    given = {
+        "policy": cfg.policy,
+        "chat": cfg.chat if cfg.chat != ChatOptions() else None,
+        "precision": cfg.precision if cfg.precision != "fp32" else None,
+        "gradient_checkpointing": cfg.gradient_checkpointing or None,
+    }
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def sft_config(cfg: Config) -> sft_entry.Config:
@@ -128,6 +159,11 @@ def sft_config(cfg: Config) -> sft_entry.Config:
         env=cfg.env,
         compaction=cfg.compaction,
         sft=cfg.sft,
+        policy=cfg.policy,
+        chat=cfg.chat,
+        device=cfg.device,
+        precision=cfg.precision,
+        gradient_checkpointing=cfg.gradient_checkpointing,
         threads=cfg.threads,
         progress_bar=cfg.progress_bar,
     )
@@ -149,6 +185,10 @@ def train_config(cfg: Config, policy: str, name: str, seed: int) -> train_entry.
         threads=cfg.threads,
         rollout_threads=cfg.rollout_threads,
         progress_bar=cfg.progress_bar,
+        chat=cfg.chat,
+        device=cfg.device,
+        precision=cfg.precision,
+        gradient_checkpointing=cfg.gradient_checkpointing,
     )
 
 
@@ -161,6 +201,9 @@ def eval_config(cfg: Config, policy: str, out: Path) -> evaluate_entry.Config:
         compaction=cfg.compaction,
         eval=cfg.eval,
         out=str(out),
+        chat=cfg.chat,
+        device=cfg.device,
+        precision=cfg.precision,
         threads=cfg.rollout_threads,
     )
 

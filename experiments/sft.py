@@ -20,31 +20,17 @@ import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from cxsim.agents import build_policy, count_parameters, default_tokenizer
-from cxsim.agents.chat import ChatFormat, ChatOptions, WordChatFormat
-from cxsim.agents.models import enable_gradient_checkpointing, load_policy, save_policy
-from cxsim.agents.scripted import ScriptedAgent
-from cxsim.checkpoint import seed_everything
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, SFTConfig
-from cxsim.devices import Precision, check_device_name, check_precision, resolve_device
-from cxsim.evaluation import EVAL_SEED_OFFSET, rollout_metrics
-from cxsim.preflight import preflight
-from cxsim.runtime import collect_rollouts
-from cxsim.segments import pack_segments
-from cxsim.sft import epoch_batches, sft_eval, sft_step
-from cxsim.tracking import (
-    log_config,
-    log_scalars,
-    log_transcripts,
-    open_writer,
-    progress,
-    write_json,
-)
+from cxsim.evaluation import EVAL_SEED_OFFSET
+from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
+from cxsim.tracking import write_json
+
+if TYPE_CHECKING:  # torch-heavy; imported where used, so that --help is fast
+    from cxsim.agents.chat import ChatFormat
+    from cxsim.runtime import RolloutBatch
 
 HELDOUT_SEED_OFFSET = EVAL_SEED_OFFSET // 2
 """Held-out demonstration seeds: away from training (0..) and evaluation seeds."""
@@ -92,14 +78,19 @@ class Config:
         check_precision(self.precision)
 
 
-def demonstrations(cfg: Config, chat: ChatFormat, seeds: list[int]):
+def demonstrations(cfg: Config, chat: ChatFormat, seeds: list[int]) -> RolloutBatch:
     """Scripted rollouts (oracle + scripted summarizer) under the compaction runtime."""
+    from cxsim.agents.scripted import ScriptedAgent
+    from cxsim.runtime import collect_rollouts
+
     agent = ScriptedAgent(cfg.env.env_id, chat, omission_rate=cfg.sft.omission_rate, seed=cfg.seed)
     return collect_rollouts(cfg.env.env_id, cfg.env.kwargs, agent, cfg.compaction, seeds, chat)
 
 
 def save_atomically(policy, tokenizer, path: Path, chat_options: ChatOptions | None = None) -> None:
     """``save_policy`` into a temporary sibling, then renamed over ``path``."""
+    from cxsim.agents.models import save_policy
+
     tmp = path.with_name(f".{path.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     save_policy(policy, tokenizer, tmp, chat_options)
@@ -112,6 +103,19 @@ def save_atomically(policy, tokenizer, path: Path, chat_options: ChatOptions | N
 
 def run_sft(cfg: Config) -> dict[str, Any]:
     """Trains and saves the SFT policy; returns what results.json holds."""
+    import torch
+
+    from cxsim.agents import build_policy, count_parameters, default_tokenizer
+    from cxsim.agents.chat import WordChatFormat
+    from cxsim.agents.models import enable_gradient_checkpointing, load_policy
+    from cxsim.checkpoint import seed_everything
+    from cxsim.devices import resolve_device
+    from cxsim.evaluation import rollout_metrics
+    from cxsim.preflight import preflight
+    from cxsim.segments import pack_segments
+    from cxsim.sft import epoch_batches, sft_eval, sft_step
+    from cxsim.tracking import log_config, log_scalars, log_transcripts, open_writer, progress
+
     began = time.perf_counter()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

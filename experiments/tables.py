@@ -22,6 +22,7 @@ cxsim/tables.py.
 
     cxsim tables                                   # smoke: a minute, under runs/tables/page
     cxsim tables --preset full --out docs/results  # the committed page: 5 seeds, ~1 hour
+    cxsim tables --policy path/to/hf-model --device cuda  # every SFT base starts from that model
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from cxsim.evaluation import evaluate_protocol
 from cxsim.experiments import run as run_entry
 from cxsim.experiments.presets import preset_from_argv
 from cxsim.experiments.tables_page import ONE_WINDOW, ROW_LABELS, ROWS, Seeds, render
+from cxsim.model_options import ChatOptions, Precision
 from cxsim.tables import cached_json, config_tag
 from cxsim.tracking import say
 
@@ -98,6 +100,17 @@ class Config:
     """Show tqdm bars of the training runs."""
     jobs: int = 1
     """Seeds run at once, each in its own single-threaded process (2 on a 2-core machine)."""
+    policy: str | None = None
+    """A local Hugging Face causal-LM directory every seed's SFT base starts from (model,
+    tokenizer and chat template from it); None: a fresh ``--sft.model`` preset."""
+    chat: ChatOptions = field(default_factory=ChatOptions)
+    """How the policy's chat template renders turns (``--policy`` with a template only)."""
+    device: str = "auto"
+    """auto (CUDA when present), cpu, cuda or cuda:N: every run's models and batches."""
+    precision: Precision = "fp32"
+    """fp32, or bf16: bfloat16 autocast, float32 weights and Adam state."""
+    gradient_checkpointing: bool = False
+    """Recompute decoder activations in the backward pass of SFT and PPO (less memory)."""
 
     def __post_init__(self) -> None:
         if self.seeds < 1:
@@ -112,6 +125,7 @@ class Config:
             raise ValueError("--eval.protocols must include compacted (every table reads it)")
         if 2 in self.tables and "single" not in self.eval.protocols:
             raise ValueError("Table 2 compares protocols: --eval.protocols must include single")
+        self.run_config(Path(self.runs_dir), 0)  # the main job's checks (--policy, --device)
 
     @property
     def rows(self) -> tuple[str, ...]:
@@ -124,7 +138,9 @@ class Config:
             run_dir=str(seed_dir), presets=self.rows, seeds=(seed,), sft_seed=seed,
             env=self.env, compaction=self.compaction, sft=self.sft, ppo=self.ppo,
             eval=self.eval, train_time_limit_s=self.train_time_limit_s, threads=1,
-            progress_bar=self.progress_bar,
+            progress_bar=self.progress_bar, policy=self.policy, chat=self.chat,
+            device=self.device, precision=self.precision,
+            gradient_checkpointing=self.gradient_checkpointing,
         )  # fmt: skip
 
 
@@ -155,10 +171,14 @@ runtime."""
 def lm_agent(policy_dir: str, cfg: Config) -> tuple[LMAgent, Any]:
     from cxsim.agents.lm_agent import LMAgent
     from cxsim.agents.models import load_policy
+    from cxsim.devices import resolve_device
+    from cxsim.experiments.evaluate import chat_options_given
     from cxsim.generation import SamplingConfig
 
-    policy, _, chat = load_policy(policy_dir)
-    return LMAgent(policy, chat, SamplingConfig(temperature=cfg.eval.temperature)), chat
+    device = resolve_device(cfg.device)
+    policy, _, chat = load_policy(policy_dir, device, chat_options_given(cfg.chat))
+    sampling = SamplingConfig(temperature=cfg.eval.temperature)
+    return LMAgent(policy, chat, sampling, device=device, precision=cfg.precision), chat
 
 
 def with_omission(result: dict[str, Any], records: list) -> dict[str, Any]:
@@ -318,6 +338,7 @@ def run_tables(cfg: Config, command: str) -> dict[str, Any]:
     settings = {  # what changes a run's result; seeds, tables and paths do not
         "env": cfg.env, "compaction": cfg.compaction, "sft": cfg.sft, "ppo": cfg.ppo,
         "eval": cfg.eval, "train_time_limit_s": cfg.train_time_limit_s,
+        **run_entry.model_settings(cfg.run_config(Path(), 0)),  # only what differs from defaults
     }  # fmt: skip
     cache = Path(cfg.runs_dir) / config_tag(cfg.preset, settings)
     cached_json(cache / "settings.json", lambda: settings)  # what the hash stands for

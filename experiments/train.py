@@ -23,6 +23,7 @@ from typing import Any
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, PPOConfig
 from cxsim.experiments.presets import DEFAULT_PRESET, PresetName, cli_with_preset, preset_ppo
+from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
 
 TRAIN_SEED_STRIDE = 1_000_000
 """Training task seeds of run seed s are s * stride + k; evaluation seeds sit far above."""
@@ -65,8 +66,18 @@ class Config:
     """torch threads while sampling rollouts (1: fastest for tiny models; 0: as --threads)."""
     progress_bar: bool = True
     """Show a tqdm progress bar with an ETA."""
+    chat: ChatOptions = field(default_factory=ChatOptions)
+    """How the policy's chat template renders turns (Hugging Face policies only)."""
+    device: str = "auto"
+    """auto (CUDA when present), cpu, cuda or cuda:N."""
+    precision: Precision = "fp32"
+    """fp32, or bf16: bfloat16 autocast, float32 weights and Adam state."""
+    gradient_checkpointing: bool = False
+    """Recompute decoder activations in the backward pass (less memory, ~1.3x the time)."""
 
     def __post_init__(self) -> None:
+        check_device_name(self.device)
+        check_precision(self.precision)
         if self.compaction.protocol != "compacted":
             raise ValueError(
                 f"--compaction.protocol {self.compaction.protocol!r}: training sets the protocol "

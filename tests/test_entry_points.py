@@ -23,6 +23,7 @@ TINY_PPO = [
 ]  # fmt: skip
 TINY_EVAL = ["--eval.episodes", "3"]
 QUIET = ["--no-progress-bar"]
+CPU = ["--device", "cpu"]  # every entry point takes it; each test below passes it
 
 
 def finite(x: float) -> bool:
@@ -32,7 +33,7 @@ def finite(x: float) -> bool:
 @pytest.fixture(scope="module")
 def sft_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sft")
-    cxsim(["sft", "--run-dir", str(out), *TINY_ENV, *TINY_SFT, *QUIET])
+    cxsim(["sft", "--run-dir", str(out), *CPU, *TINY_ENV, *TINY_SFT, *QUIET])
     return out
 
 
@@ -45,11 +46,12 @@ def test_sft_writes_a_loadable_policy(sft_dir: Path):
     assert finite(results["final"]["losses/heldout_summary"])
     assert results["demonstrations"]["compaction/compactions_mean"] >= 1
     assert any(p.name.startswith("events") for p in (sft_dir / "tb").iterdir())
+    assert results["config"]["device"] == "cpu"
 
 
 def test_train_logs_checkpoints_and_results(sft_dir: Path, tmp_path: Path):
     run_dir = tmp_path / "train"
-    cxsim(["train", "--policy", str(sft_dir / "policy"), "--run-dir", str(run_dir),
+    cxsim(["train", "--policy", str(sft_dir / "policy"), "--run-dir", str(run_dir), *CPU,
            *TINY_ENV, *TINY_PPO, *QUIET])  # fmt: skip
     results = json.loads((run_dir / "results.json").read_text())
     assert results["iterations_done"] == 2 and len(results["history"]) == 2
@@ -60,6 +62,7 @@ def test_train_logs_checkpoints_and_results(sft_dir: Path, tmp_path: Path):
     assert (Path(results["policy"]) / "config.json").is_file()
     assert (Path(results["checkpoint"]) / "critic").is_dir()
     assert results["config"]["preset"] == "compactionrl"
+    assert results["config"]["device"] == "cpu"
 
 
 def test_train_preset_and_override(sft_dir: Path, tmp_path: Path):
@@ -75,8 +78,10 @@ def test_train_preset_and_override(sft_dir: Path, tmp_path: Path):
 
 def test_eval_policy_and_scripted_agent(sft_dir: Path, tmp_path: Path, capsys):
     out = tmp_path / "eval.json"
-    cxsim(["eval", "--policy", str(sft_dir / "policy"), "--out", str(out), *TINY_ENV, *TINY_EVAL])
+    cxsim(["eval", "--policy", str(sft_dir / "policy"), "--out", str(out), *CPU, *TINY_ENV,
+           *TINY_EVAL])  # fmt: skip
     payload = json.loads(out.read_text())
+    assert payload["config"]["device"] == "cpu"
     protocols = {r["protocol"]: r for r in payload["results"]}
     assert set(protocols) == {"single", "compacted"}
     for r in protocols.values():
@@ -96,8 +101,13 @@ def test_eval_policy_and_scripted_agent(sft_dir: Path, tmp_path: Path, capsys):
 
 def test_run_main_job(tmp_path: Path, capsys):
     run_dir = tmp_path / "main"
-    cxsim(["run", "--run-dir", str(run_dir), *TINY_ENV, *TINY_SFT, *TINY_PPO, *TINY_EVAL, *QUIET])
+    cxsim(["run", "--run-dir", str(run_dir), *CPU, *TINY_ENV, *TINY_SFT, *TINY_PPO, *TINY_EVAL,
+           *QUIET])  # fmt: skip
     results = json.loads((run_dir / "results.json").read_text())
+    assert results["config"]["device"] == "cpu"
+    assert results["base"]["config"]["device"] == "cpu"  # passed on to every stage
+    trained = json.loads((run_dir / "train" / "compactionrl-s0" / "results.json").read_text())
+    assert trained["config"]["device"] == "cpu"
     labels = {(r["label"], r["protocol"]) for r in results["table"]}
     assert labels == {
         (m, p) for m in ("base (SFT)", "compactionrl") for p in ("single", "compacted")
@@ -149,9 +159,56 @@ def test_invalid_configs_fail_before_any_work(tmp_path: Path, capsys):
         (["eval", "--agent", "oracle", "--env.env-id", "cxsim/Nope-v0"], "unknown environment"),
         (["train", "--preset", "nope"], "unknown preset"),
     ]
+    bad += [
+        (["eval", "--agent", "oracle", "--device", "gpu"], "device must be auto, cpu, cuda"),
+        (["run", "--policy", str(tmp_path / "missing")], "holds no policy"),
+        (["tables", "--precision", "fp16"], "fp16"),
+    ]
     for argv, message in bad:
         with pytest.raises((ValueError, FileNotFoundError, SystemExit)) as info:
             cxsim(argv)
         said = str(info.value) + capsys.readouterr().err  # tyro reports config errors on stderr
         assert message in said, (argv, said)
     assert not any(tmp_path.iterdir())
+
+
+def test_tables_smoke_on_cpu(tmp_path: Path):
+    out, runs = tmp_path / "page", tmp_path / "runs"
+    cxsim(["tables", "--preset", "smoke", "--tables", "1", "--omission-rates", "0",
+           "--executors", "oracle", "--out-dir", str(out), "--runs-dir", str(runs), *CPU])  # fmt: skip
+    assert "Table 1" in (out / "tables.md").read_text()
+    (trained,) = runs.glob("*/s0/train/compactionrl-s0/results.json")
+    assert json.loads(trained.read_text())["config"]["device"] == "cpu"
+    (sft,) = runs.glob("*/s0/sft/results.json")
+    assert json.loads(sft.read_text())["config"]["device"] == "cpu"
+
+
+def test_run_and_tables_start_sft_from_a_policy_dir(tmp_path: Path, capsys):
+    from local_hf_models import save_hf_policy
+
+    from cxsim.experiments import run as run_entry
+    from cxsim.experiments import tables as tables_entry
+
+    base = tmp_path / "base"
+    save_hf_policy("gpt2", base)
+    hf = ["--policy", str(base), "--precision", "bf16", "--chat.system-role", "merge"]
+    cfg = tables_entry.parse(["--preset", "smoke", *hf, *CPU])
+    rc = cfg.run_config(tmp_path, 0)
+    sft_cfg = run_entry.sft_config(rc)
+    assert (sft_cfg.policy, sft_cfg.precision, sft_cfg.device) == (str(base), "bf16", "cpu")
+    train_cfg = run_entry.train_config(rc, "p", "compactionrl", 0)
+    assert (train_cfg.precision, train_cfg.chat.system_role) == ("bf16", "merge")
+    assert run_entry.eval_config(rc, str(base), tmp_path / "e.json").precision == "bf16"
+
+    # the main job from a local GPT-2: no budget flags, so the sizes come from its chat format
+    run_dir = tmp_path / "main"
+    cxsim(["run", "--run-dir", str(run_dir), "--policy", str(base), *CPU, *TINY_SFT, *TINY_PPO,
+           *TINY_EVAL, *QUIET])  # fmt: skip
+    sft = json.loads((run_dir / "sft" / "results.json").read_text())
+    assert sft["config"]["policy"] == str(base)
+    made = json.loads((run_dir / "sft" / "policy" / "config.json").read_text())
+    assert made["model_type"] == "gpt2"  # the local model, not a fresh tiny preset
+    assert sft["config"]["compaction"]["budget"] != 160
+    settings = json.loads((run_dir / "settings.json").read_text())
+    assert settings["policy"] == str(base)
+    assert "[run 4 of 4" in capsys.readouterr().out

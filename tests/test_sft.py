@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from local_hf_models import save_hf_policy
 
 from cxsim.agents import WordChatFormat, build_policy, default_tokenizer
 from cxsim.agents.scripted import ScriptedAgent
@@ -78,61 +79,6 @@ def test_epoch_batches_partition_rows():
     assert torch.equal(torch.cat(parts).sort().values, torch.arange(10))
 
 
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
-def bpe_chatml_tokenizer():
-    """A byte-level BPE trained here on the environments' words, with a ChatML template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    from cxsim.envs import vocabulary
-
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
-    trainer = trainers.BpeTrainer(
-        vocab_size=1200,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    words = sorted(vocabulary())
-    core.train_from_iterator([" ".join(words[i : i + 8]) for i in range(0, len(words), 8)], trainer)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|pad|>"
-    )
-    tok.chat_template = CHATML
-    return tok
-
-
-def save_hf_policy(kind: str, path) -> None:
-    """A locally built Qwen2 or GPT-2 (random init, tiny) with the BPE ChatML tokenizer."""
-    from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
-
-    tok = bpe_chatml_tokenizer()
-    ids = dict(pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        if kind == "qwen2":
-            config = Qwen2Config(
-                vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                tie_word_embeddings=True, **ids,
-            )  # fmt: skip
-            model = Qwen2ForCausalLM(config)
-        else:
-            config = GPT2Config(
-                vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=1024, **ids
-            )
-            model = GPT2LMHeadModel(config)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-
-
 @pytest.mark.parametrize(
     ("kind", "flags"),
     [
@@ -151,8 +97,7 @@ def test_cxsim_sft_from_a_local_hf_policy(kind, flags, tmp_path, capsys):
     cli_main(
         ["sft", "--policy", str(tmp_path / "base"), "--run-dir", str(run), "--device", "cpu",
          *flags, "--sft.episodes", "4", "--sft.heldout-episodes", "2",
-         "--sft.epochs", "2", "--sft.batch-rows", "8", "--no-progress-bar",
-         "--compaction.budget", "400", "--compaction.threshold", "150"]
+         "--sft.epochs", "2", "--sft.batch-rows", "8", "--no-progress-bar"]
     )  # fmt: skip
     assert f"on cpu ({flags[1]})" in capsys.readouterr().out
     results = json.loads((run / "results.json").read_text())

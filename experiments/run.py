@@ -244,7 +244,8 @@ def report_table(rows: list[dict[str, Any]]) -> str:
     header = "| model | protocol | seeds | Pass@1 | 95% CI (tasks) [1] | "
     header += "95% CI (seeds) [2] | " if with_seed_ci else ""
     header += "per seed | " if with_seed_ci else ""  # one seed: per seed = Pass@1
-    header += "compactions [3] | summary recall [4] |"  # notes: report_notes
+    first = 3 if with_seed_ci else 2  # footnotes are numbered as their columns appear
+    header += f"compactions [{first}] | summary recall [{first + 1}] |"  # notes: report_notes
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in rows:
         seed_ci = (
@@ -282,6 +283,8 @@ def report_notes(rows: list[dict[str, Any]], results: dict[str, Any]) -> str:
     """The table's footnotes: chance level, why Single is 0 when it is, the columns."""
     cfg = results["config"]
     budget = cfg["compaction"]["budget"]
+    if budget is None:  # derived by the pre-flight: the base evaluation's config holds it
+        budget = results["base"]["config"]["compaction"]["budget"]
     chance = chance_level(cfg["env"])
     notes = []
     if chance is not None:
@@ -299,16 +302,18 @@ def report_notes(rows: list[dict[str, Any]], results: dict[str, Any]) -> str:
             "is the protocol under which the task can be solved."
         )
     notes.append("[1] Wilson score interval over every (training seed, evaluation task) pair.")
+    first = 2
     if any(r["seeds"] >= 2 for r in rows):
         notes.append(
             "[2] Student-t interval over the per-seed Pass@1 values, clipped to [0, 1]; it "
             "counts the variance between training seeds (shown from 2 seeds on)."
         )
+        first = 3
     notes += [
-        "[3] Mean number of compactions per episode: times the window filled and the "
+        f"[{first}] Mean number of compactions per episode: times the window filled and the "
         "policy summarised its history into a fresh window.",
-        "[4] Fraction of the facts the task needs later (the key's current value) that "
-        "the summaries kept, over all summaries written; - where none were written.",
+        f"[{first + 1}] Fraction of the facts the task needs later (the key's current value) "
+        "that the summaries kept, over all summaries written; - where none were written.",
     ]
     return "\n\n".join(notes)
 
@@ -407,7 +412,7 @@ def run(cfg: Config) -> dict[str, Any]:
         "config": cfg,
     }
     write_json(run_dir / "results.json", results)
-    notes = report_notes(rows, {"config": to_dict(cfg)})
+    notes = report_notes(rows, {"config": to_dict(cfg), "base": to_dict(base_eval)})
     labelled = [("base (SFT)", base_eval)] + [
         (f"{name} s{seed}", e)
         for name, seed_evals in evals.items()
@@ -438,8 +443,8 @@ def run(cfg: Config) -> dict[str, Any]:
     return results
 
 
-def to_dict(cfg: Config) -> dict[str, Any]:
-    """The config as results.json stores it (what :func:`report_notes` reads)."""
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A config or payload as results.json stores it (what :func:`report_notes` reads)."""
     from cxsim.tracking import to_jsonable
 
     return to_jsonable(cfg)

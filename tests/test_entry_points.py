@@ -123,6 +123,9 @@ def test_run_main_job(tmp_path: Path, capsys):
     assert f"trained policy: {run_dir / 'final' / 'policy'}" in out
     assert "Chance level: 0.250" in report  # 1 / num_values 4 of the tiny task
     assert "Single is 0 for every model" in report  # the tiny task never fits one window
+    budget = results["base"]["config"]["compaction"]["budget"]  # as the pre-flight derived it
+    assert f"filled the {budget}-token window" in report and isinstance(budget, int)
+    assert "compactions [2] | summary recall [3] |" in report  # one seed: no seed columns
 
     # other settings into the same folder: refused before any work, naming the setting
     made = (run_dir / "results.json").stat().st_mtime_ns

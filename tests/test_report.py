@@ -70,3 +70,15 @@ def test_report_of_a_main_job_with_out_dir(tmp_path: Path):
 def test_report_refuses_a_folder_without_results(tmp_path: Path):
     with pytest.raises(SystemExit, match="cxsim train"):  # one line, no traceback
         cxsim(["report", str(tmp_path)])
+
+
+def test_notes_name_the_budget_the_pre_flight_derived():
+    from cxsim.experiments.run import report_notes
+
+    rows = [{"label": "base (SFT)", "protocol": "single", "pass_at_1": 0.0, "seeds": 1}]
+    env = {"env_id": "cxsim/KeyRecall-v0", "kwargs": {"num_values": 4}}
+    unsized = {"env": env, "compaction": {"budget": None}}  # the CLI default: derived later
+    base = {"config": {"compaction": {"budget": 200}}}  # what the base evaluation ran with
+    notes = report_notes(rows, {"config": unsized, "base": base})
+    assert "filled the 200-token window" in notes
+    assert "[2] Mean number of compactions" in notes and "[3] Fraction" in notes

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from cxsim.agents.chat import ChatOptions
 from cxsim.agents.models import save_policy
 from cxsim.tracking import write_json
 
@@ -115,13 +116,15 @@ def save_checkpoint(
     critic: torch.nn.Module | None,
     config: Any,
     keep: int = 2,
+    chat_options: ChatOptions | None = None,
 ) -> Path:
-    """Writes a checkpoint atomically; keeps the newest ``keep`` (>= 1). Returns its path."""
+    """Writes a checkpoint atomically; keeps the newest ``keep`` (>= 1). Returns its path.
+    ``chat_options``: saved with the policy (a chat-template policy resumes with them)."""
     final = checkpoint_dir(run_dir, state.iteration)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".tmp-{final.name}-"))
     try:
-        save_policy(policy, tokenizer, tmp / "policy")
+        save_policy(policy, tokenizer, tmp / "policy", chat_options)
         if critic is not None:
             critic.save_pretrained(tmp / "critic")
         torch.save(state.__dict__, tmp / "state.pt")

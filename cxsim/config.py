@@ -208,7 +208,10 @@ class PPOConfig:
     ratio_check_atol: float | None = 1e-3
     """Before the first actor step, every |log ratio| must be at most this (the policy has not
     moved since it sampled): a larger one means sampling and scoring disagree (e.g. another
-    temperature) and training stops. None: no check."""
+    temperature) and training stops. None: no check. Under ``--precision bf16`` the check
+    uses at least 0.1 (``cxsim.ppo.BF16_RATIO_ATOL``): bf16 rounding alone moves log-probs
+    (0.017 on the tiny preset, KV-cache sampling vs a full forward), a wrong temperature
+    by several tenths."""
     whiten: bool = True
     """Whiten advantages over the batch's policy tokens before the policy loss."""
     group_size: int = 1
@@ -229,6 +232,10 @@ class PPOConfig:
     micro_batch_rows: int = 64
     """Segments per forward pass inside a minibatch (gradient accumulation; the loss
     denominator is still the whole minibatch's)."""
+    micro_batch_tokens: int | None = None
+    """Token budget of one forward pass: a micro-batch holds at most this many tokens, padding
+    counted (rows x its longest row), and at most ``micro_batch_rows`` rows; a longer row goes
+    alone. None: rows only. Results do not depend on it (global denominators)."""
     clip_eps: float = 0.2
     """PPO ratio clip range."""
     value_clip_eps: float | None = None
@@ -276,6 +283,10 @@ class PPOConfig:
         for name in ("epochs", "critic_ratio", "minibatches", "micro_batch_rows"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
+            raise ValueError(
+                f"micro_batch_tokens={self.micro_batch_tokens} must be >= 1 (or None: rows only)"
+            )
         if self.minibatches > self.rollouts_per_batch // self.group_size:
             raise ValueError(
                 f"minibatches={self.minibatches} exceeds the number of groups per batch "

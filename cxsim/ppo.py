@@ -26,6 +26,14 @@ Loss denominators: each optimiser step (a minibatch) divides by its count over
 the *whole* minibatch, whatever the micro-batching (token-mean: ``|M|`` of the
 minibatch, not a mean of micro-batch means), see :func:`loss_denominator`.
 
+Device and precision: every tensor is created on the batch's device (the models'
+one; ``SegmentBatch.to``), and ``precision="bf16"`` runs the model forwards under
+bfloat16 autocast (``cxsim.devices.autocast``) while losses, log-probs and values
+stay float32, as do the weights and optimizer states. Memory: the actor's LM
+head runs only at the policy-mask positions, in chunks
+(``cxsim.agents.models.token_logprobs_at``), and micro-batches can be sized by a
+token budget (``micro_batch_tokens``).
+
 Shapes: S segments (rows), T padded tokens.
 """
 
@@ -39,8 +47,9 @@ import torch
 from transformers import PreTrainedModel
 
 from cxsim.advantages import adaptive_lambda, bootstrapped_rewards, critic_returns, whiten
-from cxsim.agents.models import sequence_logprobs
+from cxsim.agents.models import token_logprobs_at
 from cxsim.config import PPOConfig
+from cxsim.devices import Precision, autocast
 from cxsim.estimators import ESTIMATORS, EstimatorInputs
 from cxsim.loss_modes import LOSS_MODES
 from cxsim.losses import aggregate, masked_mean, policy_loss, rollout_token_counts, value_loss
@@ -110,11 +119,30 @@ class ScoredBatch:
 # --------------------------------------------------------------------------- batching
 
 
-def micro_batches(batch: B, rows: int) -> Iterator[B]:
-    """Consecutive chunks of ``rows`` segments (of a :class:`SegmentBatch` or a
-    :class:`ScoredBatch`), each trimmed to its longest real length."""
-    for start in range(0, len(batch), rows):
-        chunk = batch.select(list(range(start, min(start + rows, len(batch)))))
+def micro_batch_spans(
+    lengths: Sequence[int], rows: int, tokens: int | None = None
+) -> list[tuple[int, int]]:
+    """``(start, stop)`` of consecutive row chunks: at most ``rows`` rows each and, with a
+    ``tokens`` budget, at most ``tokens`` padded tokens (rows x the chunk's longest row);
+    a row longer than the budget forms a chunk of its own."""
+    spans, start, longest = [], 0, 0
+    for row, n in enumerate(lengths):
+        wider = max(longest, int(n))
+        full = row - start == rows or (tokens is not None and (row - start + 1) * wider > tokens)
+        if row > start and full:
+            spans.append((start, row))
+            start, wider = row, int(n)
+        longest = wider
+    if len(lengths):
+        spans.append((start, len(lengths)))
+    return spans
+
+
+def micro_batches(batch: B, rows: int, tokens: int | None = None) -> Iterator[B]:
+    """Consecutive chunks of a :class:`SegmentBatch` or a :class:`ScoredBatch` (see
+    :func:`micro_batch_spans`), each trimmed to its longest real length."""
+    for start, stop in micro_batch_spans(batch.lengths.tolist(), rows, tokens):
+        chunk = batch.select(list(range(start, stop)))
         yield chunk.trim(int(chunk.lengths.max()))
 
 
@@ -149,30 +177,45 @@ def loss_denominator(
 
 
 @torch.no_grad()
-def critic_values(critic: torch.nn.Module, batch: SegmentBatch, rows: int) -> torch.Tensor:
-    """V(tokens_<t) at every position, (S, T); 0 at padding."""
-    values = torch.zeros(batch.token_ids.shape, dtype=torch.float32)
-    for start in range(0, len(batch), rows):
-        chunk = batch.select(list(range(start, min(start + rows, len(batch)))))
+def critic_values(
+    critic: torch.nn.Module,
+    batch: SegmentBatch,
+    rows: int,
+    tokens: int | None = None,
+    precision: Precision = "fp32",
+) -> torch.Tensor:
+    """V(tokens_<t) at every position, (S, T) float32 on the batch's device; 0 at padding.
+    Micro-batches of ``rows`` rows and at most ``tokens`` padded tokens."""
+    device = batch.token_ids.device
+    values = torch.zeros(batch.token_ids.shape, dtype=torch.float32, device=device)
+    for start, stop in micro_batch_spans(batch.lengths.tolist(), rows, tokens):
+        chunk = batch.select(list(range(start, stop)))
         width = int(chunk.lengths.max())
-        out = critic(chunk.token_ids[:, :width], chunk.attention[:, :width])
-        values[start : start + len(chunk), :width] = out.float() * chunk.attention[:, :width]
+        with autocast(precision, device):
+            out = critic(chunk.token_ids[:, :width], chunk.attention[:, :width])
+        values[start:stop, :width] = out.float() * chunk.attention[:, :width]
     return values
 
 
 @torch.no_grad()
 def final_values(
-    critic: torch.nn.Module, batch: SegmentBatch, rows: torch.Tensor, continuation: Sequence[int]
+    critic: torch.nn.Module,
+    batch: SegmentBatch,
+    rows: torch.Tensor,
+    continuation: Sequence[int],
+    precision: Precision = "fp32",
 ) -> torch.Tensor:
     """(S,) the critic's value of each row in ``rows`` after all its tokens and then
     ``continuation`` (the assistant header: the state the next response would start in);
     0 on the other rows."""
-    out = torch.zeros(len(batch), dtype=torch.float32)
-    extra = torch.tensor(list(continuation), dtype=torch.long)
+    device = batch.token_ids.device
+    out = torch.zeros(len(batch), dtype=torch.float32, device=device)
+    extra = torch.tensor(list(continuation), dtype=torch.long, device=device)
     for row in rows.tolist():
         n = int(batch.lengths[row])
         ids = torch.cat([batch.token_ids[row, :n], extra, extra.new_zeros(1)])[None]
-        values = critic(ids, torch.ones_like(ids, dtype=torch.bool))
+        with autocast(precision, device):
+            values = critic(ids, torch.ones_like(ids, dtype=torch.bool))
         out[row] = values[0, -1].float()  # V(all tokens + continuation)
     return out
 
@@ -183,20 +226,25 @@ def score_batch(
     cfg: PPOConfig,
     whiten_fn: Whiten = whiten,
     continuation: Sequence[int] = (),
+    precision: Precision = "fp32",
 ) -> tuple[ScoredBatch, dict[str, float]]:
     """Values, advantages (``ESTIMATORS[cfg.estimator]``), returns and the per-row lambda.
 
     lambda fixed or length-adaptive (``cfg.lambda_scope``); terminal rewards
     bootstrapped at environment truncations when ``cfg.bootstrap_truncated`` (from the
     critic's value after the row and ``continuation``, :func:`final_values`); critic
-    targets ``A + V`` from the estimator's advantages; whitening last, if on.
+    targets ``A + V`` from the estimator's advantages; whitening last, if on. The only
+    model pass is the critic's (no grad; the behaviour log-probs come with the batch).
     """
     mask = batch.policy_mask(cfg.train_summaries)  # (S, T)
+    device = batch.token_ids.device
     estimator = ESTIMATORS[cfg.estimator]
     if critic is not None and estimator.needs_critic:
-        values = critic_values(critic, batch, cfg.micro_batch_rows)
+        values = critic_values(
+            critic, batch, cfg.micro_batch_rows, cfg.micro_batch_tokens, precision
+        )
     else:
-        values = torch.zeros(batch.token_ids.shape, dtype=torch.float32)
+        values = torch.zeros(batch.token_ids.shape, dtype=torch.float32, device=device)
     if cfg.lambda_scope == "fixed":
         lam: float | torch.Tensor = cfg.lam
     else:
@@ -204,7 +252,8 @@ def score_batch(
     rewards = batch.rewards
     truncated = batch.ends("env_truncated")
     if cfg.bootstrap_truncated and critic is not None and bool(truncated.any()):
-        tail = final_values(critic, batch, torch.nonzero(truncated).squeeze(1), continuation)
+        rows = torch.nonzero(truncated).squeeze(1)
+        tail = final_values(critic, batch, rows, continuation, precision)
         rewards = bootstrapped_rewards(rewards, batch.rollout_id, truncated, tail, cfg.gamma)
     inputs = EstimatorInputs(
         values=values, mask=mask, rewards=rewards, step_rewards=batch.step_rewards,
@@ -227,7 +276,7 @@ def score_batch(
         "charts/lambda_mean": lam_mean,
         "charts/policy_tokens": float(mask.sum()),
     }
-    lam_rows = torch.as_tensor(lam, dtype=torch.float32).expand(len(batch))  # (S,)
+    lam_rows = torch.as_tensor(lam, dtype=torch.float32, device=device).expand(len(batch))
     scored = ScoredBatch(batch, values, trained, returns, mask, lam_rows.clone())
     return scored, stats
 
@@ -251,9 +300,11 @@ def critic_update(
     passes: int,
     global_sum: GlobalSum = _identity,
     sync_grads: SyncGrads = _no_sync,
+    precision: Precision = "fp32",
 ) -> dict[str, float]:
     """``passes`` passes of ``cfg.minibatches`` steps on the token-mean value loss."""
     losses, norms = [], []
+    device = scored.batch.token_ids.device
     for _ in range(passes):
         for rows in minibatch_rows(scored.batch, cfg.minibatches):
             minibatch = scored.select(rows)
@@ -262,8 +313,9 @@ def critic_update(
             )
             optimizer.zero_grad(set_to_none=True)
             total = 0.0
-            for micro in micro_batches(minibatch, cfg.micro_batch_rows):
-                values = critic(micro.batch.token_ids, micro.batch.attention)  # (s, t)
+            for micro in micro_batches(minibatch, cfg.micro_batch_rows, cfg.micro_batch_tokens):
+                with autocast(precision, device):
+                    values = critic(micro.batch.token_ids, micro.batch.attention)  # (s, t)
                 per_token = value_loss(values, micro.values, micro.returns, cfg.value_clip_eps)
                 loss = aggregate(per_token, micro.policy_mask, "token-mean", None, denom)
                 loss.backward()
@@ -280,6 +332,16 @@ def critic_update(
     }
 
 
+BF16_RATIO_ATOL = 0.1
+"""The least first-ratio tolerance under bf16: sampling with the KV cache and scoring with a full
+forward round differently in bfloat16 (max |log ratio| 0.017 measured on the tiny preset)."""
+
+
+def ratio_tolerance(atol: float, precision: Precision) -> float:
+    """The first-ratio check's tolerance: ``atol``, at least ``BF16_RATIO_ATOL`` under bf16."""
+    return max(atol, BF16_RATIO_ATOL) if precision == "bf16" else atol
+
+
 class RatioCheckError(RuntimeError):
     """The first actor pass found ratios away from 1: sampling and scoring disagree."""
 
@@ -289,7 +351,7 @@ def check_first_ratio(
 ) -> None:
     """Raises :class:`RatioCheckError` when any rank's largest masked |log ratio| before the
     first step (``worst`` here) exceeds ``atol``; every rank takes part, so all stop together."""
-    flagged = global_sum(torch.tensor(float(worst > atol)))
+    flagged = global_sum(torch.tensor(float(worst > atol)))  # a host scalar: once per update
     if float(flagged) > 0:
         said = "an unrecorded temperature" if sampled is None else f"temperature {sampled:g}"
         raise RatioCheckError(
@@ -306,6 +368,7 @@ def actor_update(
     cfg: PPOConfig,
     global_sum: GlobalSum = _identity,
     sync_grads: SyncGrads = _no_sync,
+    precision: Precision = "fp32",
 ) -> dict[str, float]:
     """``cfg.epochs`` passes of ``cfg.minibatches`` clipped-PPO steps.
 
@@ -313,11 +376,14 @@ def actor_update(
     ``entropy_coef`` times the same reduction of the entropy, with the
     minibatch's global denominator. The largest |log ratio| of the first minibatch,
     before any optimiser step, is checked with :func:`check_first_ratio`
-    (``cfg.ratio_check_atol``), before any gradient is applied.
+    (``cfg.ratio_check_atol``), before any gradient is applied. Log-probs and entropy are
+    computed at the policy-mask positions only (``token_logprobs_at``); the forward runs
+    under ``precision``'s autocast.
     """
     mode = LOSS_MODES[cfg.loss_mode]
     sums = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "entropy": 0.0, "ratio_max": 0.0}
     tokens, steps, norms, first_ratio = 0.0, 0, [], 0.0
+    device = scored.batch.token_ids.device
     for _ in range(cfg.epochs):
         for rows in minibatch_rows(scored.batch, cfg.minibatches):
             minibatch = scored.select(rows)
@@ -327,11 +393,13 @@ def actor_update(
                 counts = rollout_token_counts(minibatch.policy_mask, rid)
                 minibatch = replace(minibatch, rollout_tokens=counts)
             optimizer.zero_grad(set_to_none=True)
-            for micro in micro_batches(minibatch, cfg.micro_batch_rows):
+            for micro in micro_batches(minibatch, cfg.micro_batch_rows, cfg.micro_batch_tokens):
                 mask, b = micro.policy_mask, micro.batch
-                logprobs, entropy = sequence_logprobs(
-                    policy, b.token_ids, b.attention, cfg.temperature, return_entropy=True
-                )
+                with autocast(precision, device):
+                    logprobs, entropy = token_logprobs_at(
+                        policy, b.token_ids, b.attention, mask, cfg.temperature,
+                        return_entropy=True,
+                    )  # fmt: skip
                 per_token, stats = policy_loss(logprobs, b.logprobs, micro.advantages, cfg.clip_eps)
                 if steps == 0 and mask.any():  # nothing has moved the policy since it sampled
                     log_ratio = (logprobs.detach() - b.logprobs)[mask]
@@ -351,9 +419,8 @@ def actor_update(
                     sums["ratio_max"] = max(sums["ratio_max"], float(stats["ratio"][mask].max()))
             if steps == 0 and cfg.ratio_check_atol is not None:
                 sampled = scored.batch.temperature
-                check_first_ratio(
-                    first_ratio, cfg.ratio_check_atol, sampled, cfg.temperature, global_sum
-                )
+                atol = ratio_tolerance(cfg.ratio_check_atol, precision)
+                check_first_ratio(first_ratio, atol, sampled, cfg.temperature, global_sum)
             sync_grads(policy)  # summed over ranks: with the global denominator, the full gradient
             norms.append(
                 float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))

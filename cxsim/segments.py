@@ -189,12 +189,16 @@ class SegmentBatch:
 
 
 def pack_segments(
-    segments: Sequence[Segment], pad_id: int = 0, temperature: float | None = None
+    segments: Sequence[Segment],
+    pad_id: int = 0,
+    temperature: float | None = None,
+    device: torch.device | str | None = None,
 ) -> SegmentBatch:
     """Packs segments into a right-padded :class:`SegmentBatch`.
 
     ``temperature``: the sampling temperature of the segments' log-probs, kept on the
-    batch so that the update can name it if the first ratios are not 1.
+    batch so that the update can name it if the first ratios are not 1. ``device``: where
+    the batch lives (None: CPU); it is filled on the host and copied over once.
 
     Raises ValueError on an empty list or when two segments share
     ``(rollout_id, segment_index)``.
@@ -225,7 +229,7 @@ def pack_segments(
         logprobs[row, :n] = torch.tensor(seg.logprobs, dtype=torch.float32)
         if seg.step_rewards is not None:
             step_rewards[row, :n] = torch.tensor(seg.step_rewards, dtype=torch.float32)
-    return SegmentBatch(
+    batch = SegmentBatch(
         token_ids=token_ids,
         trainable=trainable,
         attention=attention,
@@ -239,3 +243,4 @@ def pack_segments(
         episode_end=torch.tensor([EPISODE_ENDS.index(seg.end) for seg in segments]),
         temperature=temperature,
     )
+    return batch if device is None else batch.to(device)

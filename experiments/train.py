@@ -12,6 +12,7 @@ the configs.
 
     cxsim train --policy runs/sft/policy --run-dir runs/train
     cxsim train --preset no-summary-training --ppo.iterations 20
+    cxsim train --policy runs/sft/policy --device cuda --precision bf16
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from cxsim.agents.chat import ChatOptions
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, PPOConfig
+from cxsim.devices import Precision, check_device_name, check_precision
 from cxsim.experiments.presets import DEFAULT_PRESET, PresetName, cli_with_preset, preset_ppo
 from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
 
@@ -36,7 +39,20 @@ class Config:
     preset: PresetName = DEFAULT_PRESET
     """Named PPO preset (experiments/presets.py); resolved first, other flags override it."""
     policy: str = "runs/sft/policy"
-    """Policy checkpoint to start from (made by ``cxsim sft``); the critic starts from it too."""
+    """Policy checkpoint to start from (made by ``cxsim sft``, or any local Hugging Face causal
+    LM with its tokenizer and chat template); the critic starts from it too."""
+    chat: ChatOptions = field(default_factory=ChatOptions)
+    """How the policy's chat template renders turns (a template policy only); left at the
+    defaults, the options saved with the policy (by ``cxsim sft``) are used."""
+    device: str = "auto"
+    """auto (CUDA when present), cpu, cuda or cuda:N; under torchrun, cuda is each rank's
+    LOCAL_RANK GPU (NCCL), cpu runs every rank on CPU (gloo)."""
+    precision: Precision = "fp32"
+    """fp32, or bf16: bfloat16 autocast in rollouts, scoring and updates, with float32 weights
+    and Adam state for the actor and the critic."""
+    gradient_checkpointing: bool = False
+    """Recompute decoder activations in the backward pass, actor and critic (less memory,
+    ~1.3x the update time)."""
     run_dir: str = "runs/train"
     """Output folder: tb/ (TensorBoard), checkpoints/, results.json."""
     seed: int = 0
@@ -87,6 +103,8 @@ class Config:
             raise ValueError("checkpoint_every and keep_checkpoints must be >= 1")
         if self.time_limit_s is not None and self.time_limit_s <= 0:
             raise ValueError(f"time_limit_s={self.time_limit_s} must be positive (or None)")
+        check_device_name(self.device)
+        check_precision(self.precision)
 
     @property
     def total_iterations(self) -> int:
@@ -122,10 +140,12 @@ def train(cfg: Config) -> dict[str, Any]:
     from cxsim.ppo import actor_update, critic_update, score_batch
     from cxsim.segments import pack_segments
 
-    run = TrainingRun(cfg)  # seeds, models, optimisers; the resumed state if any
+    run = TrainingRun(cfg)  # seeds, models on run.device, optimisers; the resumed state if any
     cfg = run.cfg  # with the compaction sizes derived for this env and chat format
     ppo, policy, critic, chat, opt = cfg.ppo, run.policy, run.critic, run.chat, run.optimizers
-    agent = LMAgent(policy, chat, SamplingConfig(temperature=ppo.temperature))
+    sampling = SamplingConfig(temperature=ppo.temperature)
+    agent = LMAgent(policy, chat, sampling, run.device, cfg.precision)
+    fp = cfg.precision
     for iteration in range(run.start_iteration, cfg.total_iterations):
         warmup = iteration < ppo.critic_warmup
         tick = time.perf_counter()
@@ -134,20 +154,21 @@ def train(cfg: Config) -> dict[str, Any]:
         with torch.no_grad(), torch_threads(cfg.rollout_threads), run.meter.timed("rollout"):
             rollouts = run.collect(agent, seeds, groups)
         rollout_s = time.perf_counter() - tick
-        batch = pack_segments(rollouts.segments, chat.pad_id, agent.sampling.temperature)
+        batch = pack_segments(rollouts.segments, chat.pad_id, sampling.temperature, run.device)
         with run.meter.timed("update"):  # compute/wall_clock_s: rollout + update time
             # 2. score: critic values, advantages, critic targets
-            scored, metrics = score_batch(batch, critic, ppo, run.whiten, chat.assistant_prefix())
+            header = chat.assistant_prefix()
+            scored, metrics = score_batch(batch, critic, ppo, run.whiten, header, fp)
             # 3. critic updates
             if critic is not None:
                 passes = ppo.critic_ratio * ppo.epochs
                 metrics |= critic_update(
-                    critic, opt["critic"], scored, ppo, passes, run.global_sum, run.sync_grads
+                    critic, opt["critic"], scored, ppo, passes, run.global_sum, run.sync_grads, fp
                 )
             # 4. actor update, after the value-only warm-up
             if not warmup:
                 metrics |= actor_update(
-                    policy, opt["actor"], scored, ppo, run.global_sum, run.sync_grads
+                    policy, opt["actor"], scored, ppo, run.global_sum, run.sync_grads, fp
                 )
         # 5. log
         metrics["charts/rollout_seconds"] = rollout_s
@@ -166,7 +187,8 @@ def diagnostics(scored: Any, rollouts: Any, cfg: Config, meter: Any, warmup: boo
     from cxsim.diagnostics import summarize_all
 
     has_critic = cfg.ppo.uses_critic
-    tokens = float(scored.batch.attention.sum())
+    batch = scored.batch.to("cpu")  # one copy per iteration: the diagnostics run on the host
+    tokens = float(batch.attention.sum())
     passes = cfg.ppo.critic_ratio * cfg.ppo.epochs if has_critic else 0
     actor_passes = 0 if warmup else cfg.ppo.epochs
     meter.add_records(rollouts.records)
@@ -178,10 +200,10 @@ def diagnostics(scored: Any, rollouts: Any, cfg: Config, meter: Any, warmup: boo
         critic_backward_tokens=tokens * passes,
     )
     return summarize_all(
-        scored.batch,
+        batch,
         rollouts.records,
-        advantages=scored.advantages,
-        values=scored.values if has_critic else None,
+        advantages=scored.advantages.cpu(),
+        values=scored.values.cpu() if has_critic else None,
         gamma=cfg.ppo.gamma,
         lam=scored.lam,
         train_summaries=cfg.ppo.train_summaries,
@@ -194,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     from cxsim.distributed import init_distributed, shutdown_distributed
 
     results = train(cfg)
-    is_main = init_distributed(device="cpu").is_main  # the context train() joined
+    is_main = init_distributed(device=cfg.device).is_main  # the context train() joined
     shutdown_distributed()
     if not is_main:
         return

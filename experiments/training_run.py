@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from cxsim.agents.chat import ChatOptions
 from cxsim.agents.critic import Critic
-from cxsim.agents.models import load_policy
+from cxsim.agents.models import enable_gradient_checkpointing, load_policy
 from cxsim.checkpoint import (
     TrainingState,
     capture_rng,
@@ -70,16 +71,23 @@ class TrainingRun:
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
-        self.ctx = init_distributed(device="cpu")  # a one-process context without torchrun
+        # a one-process context without torchrun; under it, this rank's GPU (NCCL) or CPU (gloo)
+        self.ctx = init_distributed(device=cfg.device)
+        self.device = self.ctx.device
         check_policy_dir(cfg.policy)
         self.run_dir = Path(cfg.run_dir)
         checkpoint = starting_checkpoint(cfg, self.ctx)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         seed_everything(rank_seed(cfg.seed, self.ctx))  # rank 0 keeps cfg.seed
-        self.policy, self.tokenizer, self.chat, self.critic = load_models(cfg, checkpoint)
+        self.policy, self.tokenizer, self.chat, self.critic = load_models(
+            cfg, checkpoint, self.device
+        )
+        if self.ctx.is_main:
+            print(f"train: policy on {self.device} ({cfg.precision})")
         # sizes derived for this env and chat format; fails loudly if the oracle cannot solve it
         self.cfg = cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, self.chat))
+        # float32 master weights (load_models), hence float32 Adam state, in bf16 too
         self.optimizers = {"actor": torch.optim.Adam(self.policy.parameters(), lr=cfg.ppo.actor_lr)}
         if self.critic is not None:
             self.optimizers["critic"] = torch.optim.Adam(
@@ -162,6 +170,11 @@ class TrainingRun:
     def elapsed(self) -> float:
         return time.perf_counter() - self.began
 
+    @property
+    def chat_options(self) -> ChatOptions | None:
+        """The chat options the policy renders with (saved with each checkpoint's policy)."""
+        return getattr(self.chat, "options", None)
+
     def save(self) -> None:
         state, ctx = self.state, self.ctx
         state.iteration = self.iteration
@@ -175,7 +188,7 @@ class TrainingRun:
         if ctx.is_main:
             path = save_checkpoint(
                 self.run_dir, state, self.policy, self.tokenizer, self.critic, self.cfg,
-                self.cfg.keep_checkpoints,
+                self.cfg.keep_checkpoints, self.chat_options,
             )  # fmt: skip
         barrier(ctx)  # no rank runs ahead of a checkpoint being written
         self.last_saved = path
@@ -216,18 +229,32 @@ def starting_checkpoint(cfg: Config, ctx: DistContext) -> Path | None:
     return checkpoint
 
 
-def load_models(cfg: Config, checkpoint: Path | None) -> tuple[Any, Any, Any, Critic | None]:
+def load_models(
+    cfg: Config, checkpoint: Path | None, device: torch.device
+) -> tuple[Any, Any, Any, Critic | None]:
     """Policy, tokenizer, chat format and critic (None when the estimator needs none), from
-    the checkpoint or, for a fresh run, from ``cfg.policy`` with a new critic."""
-    policy, tokenizer, chat = load_policy(checkpoint / "policy" if checkpoint else Path(cfg.policy))
+    the checkpoint or, for a fresh run, from ``cfg.policy`` with a new critic; float32 on
+    ``device`` (the master weights), with gradient checkpointing when asked for."""
+    path = checkpoint / "policy" if checkpoint else Path(cfg.policy)
+    policy, tokenizer, chat = load_policy(path, device, chat_options(cfg))
     critic = None
     if cfg.ppo.uses_critic:
         critic = (
-            Critic.from_pretrained(checkpoint / "critic")
+            Critic.from_pretrained(checkpoint / "critic", device)
             if checkpoint
             else Critic.from_policy(policy)
         )
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(policy)
+        if critic is not None:
+            enable_gradient_checkpointing(critic.backbone)
     return policy, tokenizer, chat, critic
+
+
+def chat_options(cfg: Config) -> ChatOptions | None:
+    """``--chat.*`` as given, or None (the options saved with the policy) when left at the
+    defaults."""
+    return None if cfg.chat == ChatOptions() else cfg.chat
 
 
 def restore(

@@ -17,8 +17,10 @@ from cxsim.ppo import (
     actor_update,
     critic_update,
     loss_denominator,
+    micro_batch_spans,
     micro_batches,
     minibatch_rows,
+    ratio_tolerance,
     score_batch,
 )
 from cxsim.segments import Segment, pack_segments
@@ -126,6 +128,83 @@ def test_group_broadcast_needs_no_critic():
         scored.advantages[batch.trainable], expected[batch.trainable], atol=1e-5, rtol=0
     )
     assert (scored.advantages[~batch.trainable] == 0).all()
+
+
+def test_micro_batch_spans_keep_to_the_row_and_token_budgets():
+    lengths = [12, 10, 9, 9, 4, 30, 3]
+    spans = micro_batch_spans(lengths, rows=3, tokens=30)
+    assert spans == [(0, 2), (2, 5), (5, 6), (6, 7)]  # 30 tokens alone: longer rows go alone
+    for start, stop in spans:
+        assert stop - start <= 3
+        assert (stop - start) * max(lengths[start:stop]) <= 30 or stop - start == 1
+    assert micro_batch_spans(lengths, rows=64) == [(0, 7)]
+    assert micro_batch_spans(lengths, rows=2) == [(0, 2), (2, 4), (4, 6), (6, 7)]
+    assert micro_batch_spans([], rows=2, tokens=5) == []
+
+
+def updated_models(scored, cfg, tokenizer):
+    """Actor and critic after one actor update and two critic passes from seed-0 models
+    (SGD: Adam's first step is sign(gradient), which float noise flips where it is ~0)."""
+    policy = build_policy("tiny", tokenizer, seed=0)
+    critic = Critic.from_policy(policy)
+    torch.manual_seed(0)
+    actor = actor_update(policy, torch.optim.SGD(policy.parameters(), lr=0.1), scored, cfg)
+    torch.manual_seed(0)
+    value = critic_update(critic, torch.optim.SGD(critic.parameters(), lr=0.1), scored, cfg, 2)
+    flat = [torch.cat([p.detach().flatten() for p in m.parameters()]) for m in (policy, critic)]
+    return actor | value, flat
+
+
+def test_results_do_not_depend_on_the_micro_batch_token_budget(tokenizer):
+    """Micro-batches of 1 row (budget below any row), a few rows, or the whole minibatch give
+    the same losses and the same weights: the token-mean denominator is the minibatch's."""
+    batch = make_batch(num_rollouts=4, seed=3)
+    cfg = PPOConfig(lambda_scope="fixed", minibatches=2, ratio_check_atol=None)
+    policy = build_policy("tiny", tokenizer, seed=0)
+    scored, _ = score_batch(batch, Critic.from_policy(policy), cfg)
+    runs = {n: updated_models(scored, replace(cfg, micro_batch_tokens=n), tokenizer)
+            for n in (None, 24, 1)}  # fmt: skip
+    (ref_stats, ref_flat) = runs[None]
+    assert ref_stats["losses/policy"] != 0 and ref_stats["losses/value"] != 0
+    for n in (24, 1):
+        stats, flat = runs[n]
+        for key in ("losses/policy", "losses/value", "losses/approx_kl", "losses/entropy"):
+            assert stats[key] == pytest.approx(ref_stats[key], rel=1e-5, abs=1e-7), (n, key)
+        for a, b in zip(flat, ref_flat, strict=True):
+            assert torch.allclose(a, b, atol=1e-6), n
+    # the budget really splits: 24 tokens make more micro-batches than rows alone
+    rows = minibatch_rows(batch, 1)[0]
+    assert len(list(micro_batches(batch.select(rows), 64, 24))) > 1
+
+
+def test_the_first_ratio_tolerance_widens_under_bf16_only():
+    assert ratio_tolerance(1e-3, "fp32") == 1e-3
+    assert ratio_tolerance(1e-3, "bf16") == 0.1
+    assert ratio_tolerance(0.5, "bf16") == 0.5
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_ppo_step_on_cuda_matches_the_cpu_step(tokenizer):
+    """Scoring, a critic pass and an actor step on the GPU (batch, models and estimator
+    inputs there) agree with the same step on CPU."""
+    cfg = PPOConfig(lambda_scope="fixed", minibatches=1, ratio_check_atol=None)
+    out = {}
+    for device in ("cpu", "cuda"):
+        batch = make_batch(num_rollouts=3).to(device)
+        policy = build_policy("tiny", tokenizer, seed=0).to(device)
+        critic = Critic.from_policy(policy)
+        torch.nn.init.constant_(critic.head.bias, 0.25)
+        scored, _ = score_batch(batch, critic, cfg)
+        assert scored.advantages.device.type == device
+        torch.manual_seed(0)
+        stats = critic_update(critic, torch.optim.Adam(critic.parameters()), scored, cfg, 1)
+        torch.manual_seed(0)
+        stats |= actor_update(policy, torch.optim.Adam(policy.parameters()), scored, cfg)
+        out[device] = stats, torch.cat([p.detach().cpu().flatten() for p in policy.parameters()])
+    for key in ("losses/policy", "losses/value", "losses/entropy"):
+        assert out["cuda"][0][key] == pytest.approx(out["cpu"][0][key], rel=1e-3, abs=1e-5)
+    assert torch.allclose(out["cuda"][1], out["cpu"][1], atol=1e-4)
 
 
 @pytest.mark.parametrize("mode", LOSS_MODES)

@@ -21,10 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from cxsim.agents.chat import ChatOptions
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, PPOConfig
-from cxsim.devices import Precision, check_device_name, check_precision
 from cxsim.experiments.presets import DEFAULT_PRESET, PresetName, cli_with_preset, preset_ppo
 from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
 
@@ -82,14 +80,6 @@ class Config:
     """torch threads while sampling rollouts (1: fastest for tiny models; 0: as --threads)."""
     progress_bar: bool = True
     """Show a tqdm progress bar with an ETA."""
-    chat: ChatOptions = field(default_factory=ChatOptions)
-    """How the policy's chat template renders turns (Hugging Face policies only)."""
-    device: str = "auto"
-    """auto (CUDA when present), cpu, cuda or cuda:N."""
-    precision: Precision = "fp32"
-    """fp32, or bf16: bfloat16 autocast, float32 weights and Adam state."""
-    gradient_checkpointing: bool = False
-    """Recompute decoder activations in the backward pass (less memory, ~1.3x the time)."""
 
     def __post_init__(self) -> None:
         check_device_name(self.device)
@@ -103,8 +93,6 @@ class Config:
             raise ValueError("checkpoint_every and keep_checkpoints must be >= 1")
         if self.time_limit_s is not None and self.time_limit_s <= 0:
             raise ValueError(f"time_limit_s={self.time_limit_s} must be positive (or None)")
-        check_device_name(self.device)
-        check_precision(self.precision)
 
     @property
     def total_iterations(self) -> int:

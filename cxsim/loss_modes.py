@@ -1,4 +1,4 @@
-"""Policy-loss reductions, one registry keyed by name (METHOD.md section 4).
+"""Policy-loss reductions, one registry keyed by name (docs/method.md section 4).
 
 ``LOSS_MODES[name]`` is a :class:`LossModeSpec` holding, in one place, the three
 things a reduction is: how a per-token loss (S, T) is reduced over the mask

@@ -335,7 +335,6 @@ def run(cfg: Config) -> dict[str, Any]:
     run_dir = Path(cfg.run_dir)
     claim_run_dir(run_dir, recorded_settings(cfg), overwrite=cfg.overwrite)  # before any work
 
-    from cxsim.evaluation import format_table
     from cxsim.experiments import evaluate as evaluate_entry
     from cxsim.experiments import sft as sft_entry
     from cxsim.experiments import train as train_entry
@@ -413,26 +412,7 @@ def run(cfg: Config) -> dict[str, Any]:
     }
     write_json(run_dir / "results.json", results)
     notes = report_notes(rows, {"config": to_dict(cfg), "base": to_dict(base_eval)})
-    labelled = [("base (SFT)", base_eval)] + [
-        (f"{name} s{seed}", e)
-        for name, seed_evals in evals.items()
-        for seed, e in zip(cfg.seeds, seed_evals, strict=True)
-    ]
-    per_run = format_table([(label, r) for label, e in labelled for r in e["results"]])
-    sized = base_eval["config"].compaction  # the sizes the pre-flight derived and checked
-    (run_dir / "report.md").write_text(
-        "# cxsim run report\n\n"
-        f"Environment `{cfg.env.env_id}` {cfg.env.kwargs or ''}; budget {sized.budget}, "
-        f"threshold {sized.threshold}, at most {sized.max_compactions} "
-        f"compactions. Presets {', '.join(cfg.presets)}; seeds {', '.join(map(str, cfg.seeds))}; "
-        f"{cfg.eval.episodes} evaluation tasks x {cfg.eval.repeats} repeats per protocol.\n\n"
-        f"{table}\n\n{notes}\n\n"
-        "![learning curves](learning_curves.png)\n\n"
-        "More plots (losses, compactions, omission, critic): [report/report.md](report/report.md).\n\n"
-        f"Per run (Wilson interval over tasks):\n\n{per_run}\n\n"
-        f"Trained policy: `{final}` (`cxsim eval --policy {final}`).\n\n"
-        f"Wall time {wall:.0f}s: " + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()) + "\n"
-    )
+    write_run_report(cfg, results, f"{table}\n\n{notes}")
     full_report = write_report(ReportConfig(run_dir=str(run_dir)))
     say(f"{table}\n\n{notes}\n")
     say(f"[run] done in {wall:.0f}s")
@@ -441,6 +421,35 @@ def run(cfg: Config) -> dict[str, Any]:
     say(f"[run] trained policy: {final}")
     say(f"[run] TensorBoard: .venv/bin/tensorboard --logdir {run_dir}")
     return results
+
+
+def write_run_report(cfg: Config, results: dict[str, Any], table_and_notes: str) -> None:
+    """``report.md`` of a finished run: settings, the pooled table and its notes, the
+    learning curves, one row per run, where the trained policy is, and the timings."""
+    from cxsim.evaluation import format_table
+
+    base_eval, evals, final = results["base"], results["evaluations"], results["final_policy"]
+    labelled = [("base (SFT)", base_eval)] + [
+        (f"{name} s{seed}", e)
+        for name, seed_evals in evals.items()
+        for seed, e in zip(cfg.seeds, seed_evals, strict=True)
+    ]
+    per_run = format_table([(label, r) for label, e in labelled for r in e["results"]])
+    sized = base_eval["config"].compaction  # the sizes the pre-flight derived and checked
+    timings = ", ".join(f"{k} {v:.0f}s" for k, v in results["timings_s"].items())
+    (Path(cfg.run_dir) / "report.md").write_text(
+        "# cxsim run report\n\n"
+        f"Environment `{cfg.env.env_id}` {cfg.env.kwargs or ''}; budget {sized.budget}, "
+        f"threshold {sized.threshold}, at most {sized.max_compactions} "
+        f"compactions. Presets {', '.join(cfg.presets)}; seeds {', '.join(map(str, cfg.seeds))}; "
+        f"{cfg.eval.episodes} evaluation tasks x {cfg.eval.repeats} repeats per protocol.\n\n"
+        f"{table_and_notes}\n\n"
+        "![learning curves](learning_curves.png)\n\n"
+        "More plots (losses, compactions, omission, critic): [report/report.md](report/report.md).\n\n"
+        f"Per run (Wilson interval over tasks):\n\n{per_run}\n\n"
+        f"Trained policy: `{final}` (`cxsim eval --policy {final}`).\n\n"
+        f"Wall time {results['wall_time_s']:.0f}s: {timings}\n"
+    )
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

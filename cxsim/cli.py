@@ -58,6 +58,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "help": ("cxsim.experiments.bench_help", "seconds each command's --help takes"),
     "memory": ("cxsim.experiments.bench_memory", "loss-head peak memory and time per token"),
     "gpu": ("cxsim.experiments.bench_gpu", "0.5B-sized Qwen2 SFT + PPO on a GPU; tiny vs CPU"),
+    "learning": ("cxsim.experiments.bench_learning", "regression check: CompactionRL still learns"),
 }
 
 

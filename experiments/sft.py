@@ -101,27 +101,13 @@ def save_atomically(policy, tokenizer, path: Path, chat_options: ChatOptions | N
     shutil.rmtree(old, ignore_errors=True)
 
 
-def run_sft(cfg: Config) -> dict[str, Any]:
-    """Trains and saves the SFT policy; returns what results.json holds."""
-    import torch
-
-    from cxsim.agents import build_policy, count_parameters, default_tokenizer
+def starting_policy(cfg: Config, device: Any) -> tuple[Any, Any, ChatFormat]:
+    """The policy SFT starts from, on ``device``: a fresh word-level model of
+    ``--sft.model``, or ``--policy DIR`` (any local HF causal LM with its chat template)."""
+    from cxsim.agents import build_policy, default_tokenizer
     from cxsim.agents.chat import WordChatFormat
     from cxsim.agents.models import enable_gradient_checkpointing, load_policy
-    from cxsim.checkpoint import seed_everything
-    from cxsim.devices import resolve_device
-    from cxsim.evaluation import rollout_metrics
-    from cxsim.preflight import preflight
-    from cxsim.segments import pack_segments
-    from cxsim.sft import epoch_batches, sft_eval, sft_step
-    from cxsim.tracking import log_config, log_scalars, log_transcripts, open_writer, progress
 
-    began = time.perf_counter()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    seed_everything(cfg.seed)
-    run_dir = Path(cfg.run_dir)
-    device = resolve_device(cfg.device)
     if cfg.policy is None:
         tokenizer = default_tokenizer()
         chat: ChatFormat = WordChatFormat(tokenizer)
@@ -130,6 +116,40 @@ def run_sft(cfg: Config) -> dict[str, Any]:
         policy, tokenizer, chat = load_policy(cfg.policy, device, cfg.chat)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
+    return policy, tokenizer, chat
+
+
+def cosine_schedule(optimizer: Any, total_steps: int) -> Any:
+    """Cosine decay to 10% of the peak learning rate: the last epochs polish instead of
+    bouncing."""
+    import torch
+
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda s: 0.1 + 0.45 * (1 + math.cos(math.pi * min(s, total_steps) / total_steps)),
+    )
+
+
+def run_sft(cfg: Config) -> dict[str, Any]:
+    """Trains and saves the SFT policy; returns what results.json holds."""
+    import torch
+
+    from cxsim.agents import count_parameters
+    from cxsim.checkpoint import seed_everything
+    from cxsim.devices import resolve_device
+    from cxsim.evaluation import rollout_metrics
+    from cxsim.preflight import preflight
+    from cxsim.segments import pack_segments
+    from cxsim.sft import epoch_batches, sft_eval, sft_step
+    from cxsim.tracking import log_config, log_scalars, log_transcripts, open_writer, progress, say
+
+    began = time.perf_counter()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    seed_everything(cfg.seed)
+    run_dir = Path(cfg.run_dir)
+    device = resolve_device(cfg.device)
+    policy, tokenizer, chat = starting_policy(cfg, device)
     cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))
 
     base = cfg.seed * cfg.sft.episodes
@@ -143,15 +163,11 @@ def run_sft(cfg: Config) -> dict[str, Any]:
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.sft.lr)
     steps_per_epoch = math.ceil(len(batch) / cfg.sft.batch_rows)
     total_steps = cfg.sft.epochs * steps_per_epoch
-    # cosine decay to 10% of the peak: the last epochs polish instead of bouncing
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: 0.1 + 0.45 * (1 + math.cos(math.pi * min(s, total_steps) / total_steps)),
-    )
+    schedule = cosine_schedule(optimizer, total_steps)
     writer = open_writer(run_dir)
     log_config(writer, cfg)
     log_transcripts(writer, [r.transcript for r in data.records[:2]], 0)
-    print(
+    say(
         f"sft: {len(batch)} segments, {batch.num_trainable} trainable tokens from "
         f"{cfg.sft.episodes} demonstrations (success {demo_stats['charts/success_rate']:.2f}, "
         f"summary recall {demo_stats['compaction/summary_recall']:.2f}); "

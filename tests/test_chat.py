@@ -1,6 +1,7 @@
 """Chat formats: the word format's pieces, and HF chat-template deltas on a local tokenizer."""
 
 import pytest
+from local_hf_models import CHATML, GEMMA  # the templates the HF tests share
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -46,12 +47,6 @@ def test_word_format_decode_skips_specials(word_chat):
 def test_word_format_rejects_other_tokenizers():
     with pytest.raises(ValueError, match="HFChatFormat"):
         WordChatFormat(_chatml_tokenizer())
-
-
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
 
 def _chatml_tokenizer() -> PreTrainedTokenizerFast:
@@ -126,19 +121,6 @@ def test_hf_format_needs_a_template():
     tok.chat_template = None
     with pytest.raises(ValueError, match="chat template"):
         HFChatFormat(tok)
-
-
-GEMMA = (
-    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
-    "{{ raise_exception('System role not supported') }}{% endif %}"
-    "{% for message in messages %}"
-    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
-    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
-    "{% endif %}{% if message['role'] == 'assistant' %}{% set role = 'model' %}"
-    "{% else %}{% set role = message['role'] %}{% endif %}"
-    "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
-)
 
 
 def _gemma_tokenizer() -> PreTrainedTokenizerFast:

@@ -43,6 +43,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "eval": ("cxsim.experiments.evaluate", "Single and Compacted protocols, Pass@1 with 95% CI"),
     "tables": ("cxsim.experiments.tables", "the paper's tables in miniature, with seeds and CIs"),
+    "verdicts": (
+        "cxsim.experiments.verdicts",
+        "a verdict on each of the paper's claims, from independent seeds",
+    ),
     "report": ("cxsim.experiments.report", "plots and tables from a finished run directory"),
     "lab": ("cxsim.experiments.lab", "estimator lab: estimators against ground truth"),
     "conform": (

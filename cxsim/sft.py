@@ -86,7 +86,19 @@ def sft_eval(
     return {f"losses/heldout_{role}": sums[role] / max(counts[role], 1.0) for role in sums}
 
 
-def epoch_batches(num_rows: int, rows_per_step: int) -> list[torch.Tensor]:
-    """A shuffled split of ``range(num_rows)`` into steps (torch's RNG)."""
+def epoch_batches(
+    num_rows: int, rows_per_step: int, lengths: torch.Tensor | None = None
+) -> list[torch.Tensor]:
+    """One epoch's steps: row indices split into steps of ``rows_per_step`` (torch's RNG).
+
+    Without ``lengths``: a shuffled split of ``range(num_rows)``. With ``lengths`` (one
+    per row), bucketed: the rows are shuffled, sorted by length (stable, so equal lengths
+    stay shuffled), cut into steps of similar length, and the steps are shuffled, so a
+    step pads to about its own rows' length instead of the longest of a random draw.
+    """
     order = torch.randperm(num_rows)
-    return list(torch.split(order, rows_per_step))
+    if lengths is None:
+        return list(torch.split(order, rows_per_step))
+    order = order[torch.argsort(lengths[order], stable=True)]
+    steps = list(torch.split(order, rows_per_step))
+    return [steps[i] for i in torch.randperm(len(steps)).tolist()]

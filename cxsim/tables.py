@@ -110,6 +110,36 @@ def paired_difference(a: Sequence[Proportion], b: Sequence[Proportion]) -> Inter
     return Interval(d, low, high, min(x.trials, y.trials), "newcombe")
 
 
+def detectable_difference(diffs: Sequence[float], power: float = 0.8, alpha: float = 0.05) -> float:
+    """The smallest true mean difference a two-sided paired t-test at level ``alpha`` over
+    these seeds detects with probability ``power``, taking the standard deviation of the
+    per-seed differences ``diffs`` as the truth (noncentral t, ``scipy.stats.nct``).
+
+    0 when the differences do not vary (any shift would show); NaN below 2 seeds.
+    """
+    kept = [d for d in diffs if not math.isnan(d)]
+    if len(kept) < 2:
+        return math.nan
+    from scipy.optimize import brentq
+    from scipy.stats import nct
+    from scipy.stats import t as student_t
+
+    k, mean = len(kept), sum(kept) / len(kept)
+    sd = math.sqrt(sum((d - mean) ** 2 for d in kept) / (k - 1))
+    if sd == 0.0:
+        return 0.0
+    crit = float(student_t.ppf(1 - alpha / 2, k - 1))
+
+    def shortfall(delta: float) -> float:
+        nc = delta * math.sqrt(k) / sd
+        detected = float(nct.sf(crit, k - 1, nc) + nct.cdf(-crit, k - 1, nc))
+        return (1.0 if math.isnan(detected) else detected) - power  # NaN: far in the tail
+
+    # the normal-theory shift is below this bound; far above it nct's tail is NaN
+    high = 2.0 * (crit + float(student_t.ppf(power, k - 1)) + 1.0) * sd / math.sqrt(k)
+    return float(brentq(shortfall, 0.0, high))
+
+
 def mean_interval(
     values: Sequence[float], bounds: tuple[float, float] = (-math.inf, math.inf)
 ) -> Interval:

@@ -13,6 +13,14 @@ preset is resolved before tyro parses the rest.
 | `no-cross-segment`    | w/o cross-trajectory GAE          | ``estimator="local"``               |
 | `stitched`            | (not in the paper) exact GAE      | ``estimator="stitched"``            |
 | `supo`                | (not in the paper) SUPO/GRPO-like | group broadcast, group of 4, no critic |
+| `segment-scope`       | (not in the paper) lambda scope   | ``lambda_scope="segment"``          |
+| `fixed-lambda`        | (not in the paper) fixed lambda   | ``lambda_scope="fixed"`` (``lam`` 0.95) |
+| `local-fixed-lambda`  | w/o correction, fixed lambda      | ``estimator="local"``, ``lambda_scope="fixed"`` |
+
+``segment-scope`` puts the length-adaptive lambda at segment scope (l = the segment's
+trainable tokens); the ``fixed-lambda`` pair uses the usual fixed lambda, where the
+cross-segment correction's factor ``(gamma lambda)^N_after`` is far below 1 for early
+segments (docs/results/verdicts.md).
 """
 
 from __future__ import annotations
@@ -33,6 +41,9 @@ PresetName = Literal[
     "no-cross-segment",
     "stitched",
     "supo",
+    "segment-scope",
+    "fixed-lambda",
+    "local-fixed-lambda",
 ]
 
 PRESETS: dict[str, tuple[str, PPOConfig]] = {
@@ -45,6 +56,12 @@ PRESETS: dict[str, tuple[str, PPOConfig]] = {
     "supo": (
         "group-broadcast advantages (SUPO/GRPO-like), group of 4, no critic",
         PPOConfig(estimator="group-broadcast", group_size=4, critic_warmup=0),
+    ),
+    "segment-scope": ("CompactionRL with segment-scope adaptive lambda", PPOConfig(lambda_scope="segment")),
+    "fixed-lambda": ("CompactionRL with a fixed lambda (--ppo.lam)", PPOConfig(lambda_scope="fixed")),
+    "local-fixed-lambda": (
+        "local GAE (no correction) with a fixed lambda (--ppo.lam)",
+        PPOConfig(estimator="local", lambda_scope="fixed"),
     ),
 }  # fmt: skip
 

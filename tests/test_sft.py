@@ -79,6 +79,24 @@ def test_epoch_batches_partition_rows():
     assert torch.equal(torch.cat(parts).sort().values, torch.arange(10))
 
 
+def test_bucketed_epoch_batches_partition_rows_and_pad_less():
+    torch.manual_seed(0)
+    lengths = torch.randint(10, 200, (256,))
+
+    def padded(parts: list[torch.Tensor]) -> int:  # what a step pads its rows to
+        return sum(len(p) * int(lengths[p].max()) for p in parts)
+
+    bucketed = epoch_batches(256, 16, lengths)
+    assert torch.equal(torch.cat(bucketed).sort().values, torch.arange(256))
+    spans = [int(lengths[p].max() - lengths[p].min()) for p in bucketed]
+    assert max(spans) < 40  # each step holds neighbours in length (range 190)
+    uniform = epoch_batches(256, 16)
+    assert padded(bucketed) < 0.8 * padded(uniform)
+    # the order of the steps is shuffled, not sorted by length
+    firsts = [int(lengths[p].min()) for p in bucketed]
+    assert firsts != sorted(firsts)
+
+
 @pytest.mark.parametrize(
     ("kind", "flags"),
     [

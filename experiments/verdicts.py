@@ -1,0 +1,355 @@
+"""``cxsim verdicts``: a verdict on each claim of the paper, from runs sized to tell its
+ablations apart (docs/results/verdicts.md).
+
+Reads top to bottom. For each of K seeds (``--seeds``, 8 in the full preset), in ``--jobs``
+single-threaded processes, everything of its own, as a new user's run would be:
+
+1. an SFT base (``--sft`` settings, seed s);
+2. PPO from that base for every arm the claims compare (:data:`ARMS`, presets of
+   experiments/presets.py), training seed s;
+3. Compacted Pass@1 of the base and of every arm on the seed's own tasks (``--eval.seed``
+   s: task seeds never shared between seeds), Single for the Table 2 claim, and the
+   Table 1 swap: the base as executor with another summarizer.
+
+Then each claim of :data:`CLAIMS` pairs two of those evaluations by seed: the mean
+difference with its 95% Student-t interval over seeds, the verdict (reproduced:
+the interval excludes 0 in the claim's direction; contradicted: it excludes 0 the
+other way; not resolved), the smallest effect the run could have detected (80%
+power, ``scipy.stats.nct``), and the diagnostic that explains the row.
+:data:`CLAIMS` holds each claim's prediction, written before the runs. The page
+is rendered by experiments/verdicts_page.py. Every (arm, seed) result is cached
+under ``--runs-dir`` as ``cxsim tables`` caches its rows: a killed run resumes.
+
+    cxsim verdicts                                    # smoke: the pipeline in a few minutes
+    cxsim verdicts --preset full --out docs/results   # the committed page: 8 seeds, 2 at a time
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import shlex
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import tyro
+
+from cxsim.compaction import CompactionConfig
+from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
+from cxsim.experiments import run as run_entry
+from cxsim.experiments.presets import preset_from_argv
+from cxsim.tables import cached_json, config_tag
+from cxsim.tracking import say
+
+BudgetName = Literal["smoke", "full"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One row of the verdict page: two evaluations paired by seed."""
+
+    key: str
+    source: str
+    """Where the claim comes from: ``Table N`` of the paper, or ``not in the paper``."""
+    statement: str
+    """The claim, in the direction the paper states it (treatment above reference)."""
+    treatment: str
+    reference: str
+    """Evaluation names: an arm or ``base`` (Compacted), ``<arm>@single`` (Single),
+    ``t1:<summarizer>`` (the base as executor, that summarizer's summaries)."""
+    prediction: str
+    """What the lab or a pilot predicts, written before the runs (direction, rough size)."""
+    diagnostic: str
+    """The figure that explains the row (a key of verdicts_page.DIAGNOSTICS)."""
+    kind: Literal["effect", "no-effect"] = "effect"
+    """``effect``: reproduced when the interval excludes 0 in the claim's direction;
+    ``no-effect`` (a claim that something does not change): reproduced when the interval
+    lies within +/- :data:`NO_EFFECT_MARGIN`."""
+
+
+NO_EFFECT_MARGIN = 0.05
+"""A 'does not change' claim holds when the paired interval lies inside +/- this."""
+
+ARMS: tuple[str, ...] = (
+    "compactionrl", "ppo-single", "no-summary-training", "segment-mean-loss",
+    "no-cross-segment", "stitched", "supo", "segment-scope", "fixed-lambda", "local-fixed-lambda",
+)  # fmt: skip
+"""The PPO presets every seed trains from its base (experiments/presets.py)."""
+
+SINGLE = ("base", "compactionrl")
+"""Policies also evaluated under Single (Table 2)."""
+SUMMARIZERS = ("compactionrl", "base")
+"""Table 1: summarizers paired with the base as executor (``t1:<name>``)."""
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        "summarizer", "Table 1",
+        "the summarizer changes success: the base executor succeeds more with CompactionRL's "
+        "summaries than with its own",
+        "t1:compactionrl", "t1:base",
+        "large, positive: the base's own summaries keep the key about 40% of the time (its "
+        "SFT data), a trained summarizer nearly always; +0.3 or more",
+        "summary_recall",
+    ),
+    Claim(
+        "beats-base", "Table 2", "CompactionRL beats its SFT base under Compacted",
+        "compactionrl", "base",
+        "large, positive: the main job went 0.41 -> 1.00 on one seed; +0.3 or more",
+        "summary_recall",
+    ),
+    Claim(
+        "beats-ppo-single", "Table 2",
+        "CompactionRL beats PPO without compaction, both evaluated under Compacted",
+        "compactionrl", "ppo-single",
+        "large, positive: the task never fits one window, so PPO without compaction sees only "
+        "failures (no learning signal) and stays near its base",
+        "train_success",
+    ),
+    Claim(
+        "single-unchanged", "Table 2", "CompactionRL does not improve Single",
+        "compactionrl@single", "base@single",
+        "no change: no episode of the task fits one window at the derived budget, so Single "
+        "is 0 for every policy",
+        "single_end",
+        kind="no-effect",
+    ),
+    Claim(
+        "summary-training", "Table 3", "training the summary tokens helps",
+        "compactionrl", "no-summary-training",
+        "positive, moderate to large: with summaries masked, recall can rise only through the "
+        "copy skill shared with answering; +0.15 or more",
+        "summary_recall",
+    ),
+    Claim(
+        "token-level-loss", "Table 4", "token-level loss normalisation helps",
+        "compactionrl", "segment-mean-loss",
+        "small: every rollout of this task has the same number of segments, so segment-mean "
+        "only shifts weight between summaries and windows (loss share of summary tokens "
+        "about 0.66 under token-mean, 0.4 under segment-mean); not resolved at 8 seeds",
+        "summary_loss_share",
+    ),
+    Claim(
+        "correction-fixed-lambda", "Table 4",
+        "the cross-segment correction helps (fixed lambda 0.95, the usual GAE setting)",
+        "fixed-lambda", "local-fixed-lambda",
+        "negative and large (the correction hurts): it multiplies a segment's credit by "
+        "0.95^(trainable tokens after it), below 0.01 for window 0 and summary 0 (100+ later "
+        "tokens), so the first summary learns only through the copy skill it shares with "
+        "answering, as without summary training (seed-0 pilot: 0.70 vs 0.88); -0.1 or more",
+        "summary_credit",
+    ),
+    Claim(
+        "correction-rollout-scope", "Table 4",
+        "the cross-segment correction helps (rollout-scope adaptive lambda, the default)",
+        "compactionrl", "no-cross-segment",
+        "small, negative: at rollout scope the correction passes on 0.59 of the first window's "
+        "advantage and 0.63-1.09 of the summaries' (lab, gradient cosine 0.98); not resolved",
+        "summary_credit",
+    ),
+    Claim(
+        "stitched", "not in the paper", "exact stitched GAE beats the paper's correction",
+        "stitched", "compactionrl",
+        "small, positive (lab: gradient cosine 0.995 vs 0.982); not resolved",
+        "summary_credit",
+    ),
+    Claim(
+        "group-broadcast", "not in the paper",
+        "group-broadcast advantages (SUPO-like, no critic) beat CompactionRL",
+        "supo", "compactionrl",
+        "unclear sign: no critic noise, but a group of 4 gives a coarse baseline; small",
+        "critic_last_window",
+    ),
+    Claim(
+        "lambda-scope", "not in the paper",
+        "rollout-scope adaptive lambda beats segment scope (with the correction)",
+        "compactionrl", "segment-scope",
+        "lab: positive and large (segment scope gives short summaries a small lambda and the "
+        "correction erases their credit, scale 0.004); seed-0 pilot: the other way, 0.88 vs "
+        "0.93 on 128 tasks; small, not resolved",
+        "summary_credit",
+    ),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Config:
+    """Verdicts on the paper's claims: K independent seeds, paired intervals, one page."""
+
+    preset: BudgetName = "smoke"
+    """Budget preset, resolved first (other flags override it): ``smoke`` (a short task
+    and tiny budgets, 2 seeds: checks the pipeline, its numbers mean nothing) or ``full``
+    (the committed page: the main job's settings, 8 seeds two at a time)."""
+    seeds: int = 2
+    """K: independent seeds (0..K-1), each with its own SFT base and evaluation tasks."""
+    out_dir: Annotated[str, tyro.conf.arg(aliases=("--out",))] = "runs/verdicts/page"
+    """Where verdicts.md and its figures go (``docs/results`` for the committed page)."""
+    runs_dir: str = "runs/verdicts"
+    """Cache of runs and evaluations, one folder per settings hash, then per seed."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    compaction: CompactionConfig = field(default_factory=lambda: DEFAULT_COMPACTION)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """PPO settings every arm starts from; each arm's preset applies its changes on top."""
+    eval: EvalConfig = field(default_factory=lambda: EvalConfig(episodes=256))
+    """Evaluation (``--eval.seed`` is replaced by each training seed)."""
+    jobs: int = 2
+    """Seeds run at once, each in its own single-threaded process."""
+    device: str = "cpu"
+    """Device of every run."""
+
+    def __post_init__(self) -> None:
+        if self.seeds < 2:
+            raise ValueError(f"--seeds {self.seeds}: a paired interval needs at least 2 seeds")
+        if self.jobs < 1:
+            raise ValueError(f"--jobs {self.jobs}: pass at least one process")
+        self.run_config(Path(), 0)  # the main job's checks
+
+    def run_config(self, seed_dir: Path, seed: int) -> run_entry.Config:
+        """The main job's config for one seed (its own SFT seed and evaluation tasks)."""
+        return run_entry.Config(
+            run_dir=str(seed_dir), presets=ARMS, seeds=(seed,), sft_seed=seed, env=self.env,
+            compaction=self.compaction, sft=self.sft, ppo=self.ppo,
+            eval=replace(self.eval, seed=seed), threads=1, progress_bar=False,
+            device=self.device,
+        )  # fmt: skip
+
+    def evaluation_config(self, seed: int) -> Any:
+        """The ``cxsim tables`` config its evaluation helpers read (this seed's tasks)."""
+        from cxsim.experiments import tables
+
+        return tables.Config(
+            preset="full", seeds=1, tables=(1,), env=self.env, compaction=self.compaction,
+            sft=self.sft, ppo=self.ppo, eval=replace(self.eval, seed=seed), device=self.device,
+        )  # fmt: skip
+
+
+SMOKE_ENV = EnvConfig(
+    kwargs={"memory_length": 5, "obs_words_mean": 6.0, "obs_words_std": 1.0, "num_values": 4}
+)
+"""The entry points' smoke task: a short KeyRecall that still compacts twice at budget 160."""
+
+BUDGETS: dict[str, Config] = {
+    "smoke": Config(
+        preset="smoke", seeds=2, env=SMOKE_ENV,
+        compaction=replace(DEFAULT_COMPACTION, budget=160),
+        sft=SFTConfig(episodes=6, epochs=1, heldout_episodes=2),
+        ppo=PPOConfig(rollouts_per_batch=4, iterations=1, critic_warmup=1, minibatches=1),
+        eval=EvalConfig(episodes=4),
+    ),
+    "full": Config(
+        preset="full", seeds=8, jobs=2,
+        sft=SFTConfig(copy_epochs=3, epochs=6, bucket_by_length=True),
+        ppo=PPOConfig(iterations=8, micro_batch_rows=16),
+    ),
+}  # fmt: skip
+"""``full``: the main job's task, compaction and model (cxsim/config.py), 8 seeds, 256
+tasks per protocol, with budgets sized for 90 minutes on 2 cores: SFT 3 copy epochs
+(omission 0) then 6 at omission 0.5, length-bucketed; PPO 2 + 8 iterations in 16-row
+micro-batches (why: docs/results/verdicts.md, "Setting")."""
+
+
+# -- one seed ---------------------------------------------------------------------------
+
+
+def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
+    """SFT base, every arm, every evaluation of one seed; each stage cached on disk."""
+    from cxsim.experiments import sft as sft_entry
+    from cxsim.experiments import train as train_entry
+    from cxsim.experiments.tables import agent_by_name, evaluate_agent, evaluate_policy
+
+    rc = cfg.run_config(seed_dir, seed)
+    ec = cfg.evaluation_config(seed)
+    sft_cfg = run_entry.sft_config(rc)
+    tick = time.perf_counter()
+    sft = cached_json(Path(sft_cfg.run_dir) / "results.json", lambda: sft_entry.run_sft(sft_cfg))
+    log(f"seed {seed}: SFT base ready ({time.perf_counter() - tick:.0f}s)")
+    policies = {"base": sft["policy"]}
+    trained: dict[str, dict[str, Any]] = {}
+    for i, arm in enumerate(ARMS, start=1):
+        tick = time.perf_counter()
+        train_cfg = run_entry.train_config(rc, sft["policy"], arm, seed)
+        trained[arm] = cached_json(
+            Path(train_cfg.run_dir) / "results.json", lambda c=train_cfg: train_entry.train(c)
+        )
+        policies[arm] = trained[arm]["policy"]
+        log(f"seed {seed}: arm {i} of {len(ARMS)}, {arm} ({time.perf_counter() - tick:.0f}s)")
+    tick = time.perf_counter()
+    folder = seed_dir / "verdicts"
+    evals = {
+        name: cached_json(folder / f"eval-{name}.json",
+                          lambda n=name, p=policy: evaluate_policy(ec, p, n, protocols=("compacted",)))
+        for name, policy in policies.items()
+    }  # fmt: skip
+    for name in SINGLE:
+        evals[f"{name}@single"] = cached_json(
+            folder / f"eval-{name}-single.json",
+            lambda n=name: evaluate_policy(ec, policies[n], n, protocols=("single",)),
+        )
+    for name in SUMMARIZERS:
+
+        def swapped(s: str = name) -> dict[str, Any]:
+            executor, chat = agent_by_name("base", ec, seed, policies)
+            summarizer, _ = agent_by_name(s, ec, seed, policies)
+            return evaluate_agent(ec, executor, chat, f"base + {s}",
+                                  protocols=("external-summarizer",), summarizer=summarizer)  # fmt: skip
+
+        evals[f"t1:{name}"] = cached_json(folder / f"eval-t1-{name}.json", swapped)
+    log(f"seed {seed}: {len(evals)} evaluations ({time.perf_counter() - tick:.0f}s)")
+    return {"seed": seed, "sft": sft, "train": trained, "eval": evals}
+
+
+def run_seeds(cfg: Config, cache: Path) -> list[dict[str, Any]]:
+    """run_seed for seeds 0..K-1, ``cfg.jobs`` at a time in spawned single-threaded
+    processes; in seed order. Each seed writes only under its own folder."""
+    import torch
+
+    dirs = [cache / f"s{seed}" for seed in range(cfg.seeds)]
+    if cfg.jobs == 1:
+        return [run_seed(cfg, d, seed) for seed, d in enumerate(dirs)]
+    spawn = multiprocessing.get_context("spawn")  # fork would copy torch's thread pools
+    with ProcessPoolExecutor(min(cfg.jobs, cfg.seeds), mp_context=spawn,
+                             initializer=torch.set_num_threads, initargs=(1,)) as pool:  # fmt: skip
+        return list(pool.map(run_seed, [cfg] * cfg.seeds, dirs, range(cfg.seeds)))
+
+
+def log(message: str) -> None:
+    say(f"[verdicts {time.strftime('%H:%M:%S')}] {message}")
+
+
+def run_verdicts(cfg: Config, command: str) -> dict[str, Any]:
+    """Every run the claims need (cached), then verdicts.md and its figures."""
+    import torch
+
+    from cxsim.experiments.verdicts_page import render_page
+
+    began = time.perf_counter()
+    torch.set_num_threads(1)  # tiny models: one thread is faster on a busy 2-core box
+    settings = {"env": cfg.env, "compaction": cfg.compaction, "sft": cfg.sft, "ppo": cfg.ppo,
+                "eval": cfg.eval, "device": cfg.device}  # fmt: skip
+    cache = Path(cfg.runs_dir) / config_tag(cfg.preset, settings)
+    cached_json(cache / "settings.json", lambda: settings)  # what the hash stands for
+    seeds = run_seeds(cfg, cache)
+    wall = time.perf_counter() - began
+    page = render_page(cfg, seeds, command, wall, Path(cfg.out_dir))
+    log(f"wrote {page} ({wall:.0f}s)")
+    return {"page": page, "seeds": seeds, "cache": cache, "wall_time_s": wall}
+
+
+def parse(argv: list[str]) -> Config:
+    """``--preset`` picks the defaults (BUDGETS); the other flags override them."""
+    name = preset_from_argv(argv, default="smoke")
+    if name not in BUDGETS:
+        raise SystemExit(f"unknown preset {name!r}; choose one of: {', '.join(BUDGETS)}")
+    return tyro.cli(Config, args=argv, default=BUDGETS[name])
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    run_verdicts(parse(argv), shlex.join(["cxsim", "verdicts", *argv]))
+
+
+if __name__ == "__main__":
+    main()

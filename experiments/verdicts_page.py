@@ -1,0 +1,383 @@
+"""The page of ``cxsim verdicts``: per-seed results -> paired intervals, verdicts, the critic
+by segment, and the per-seed numbers.
+
+experiments/verdicts.py makes the runs (one dict per seed, see ``run_seed``) and holds
+the claims with their predictions; this module writes nothing but verdicts.md and
+verdicts_critic.png. Intervals and the power calculation live in cxsim/tables.py.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cxsim.experiments.tables_page import pass_prop, recall_prop
+from cxsim.tables import (
+    Interval,
+    Proportion,
+    detectable_difference,
+    fmt,
+    markdown_table,
+    mean_interval,
+    paired_difference,
+    seed_interval,
+)
+
+if TYPE_CHECKING:
+    from cxsim.experiments.verdicts import Claim, Config
+
+Runs = list[dict[str, Any]]
+
+PROTOCOL_OF = {"@single": "single", "t1:": "external-summarizer"}
+INFORMATIVE = (0.1, 0.9)
+"""Training success rates between which an iteration's outcomes vary enough for the
+critic's explained variance to mean something (at 0 or 1 success it is undefined)."""
+
+
+# -- per-seed numbers -------------------------------------------------------------------
+
+
+def evaluation(run: dict[str, Any], name: str) -> dict[str, Any]:
+    """One seed's result for an evaluation name of verdicts.Claim."""
+    protocol = "compacted"
+    for marker, proto in PROTOCOL_OF.items():
+        if marker in name:
+            protocol = proto
+    return run["eval"][name]["results"][protocol]
+
+
+def passes(runs: Runs, name: str) -> list[Proportion]:
+    return [pass_prop(evaluation(r, name)) for r in runs]
+
+
+def arm_of(name: str) -> str | None:
+    """The trained arm behind an evaluation name (None for the base and Table 1 swaps)."""
+    arm = name.removesuffix("@single")
+    return None if arm == "base" or arm.startswith("t1:") else arm
+
+
+def final(runs: Runs, name: str, key: str) -> list[float]:
+    """``key`` of an arm's final training figures (mean of the last iterations), per seed."""
+    arm = arm_of(name)
+    if arm is None:
+        return [math.nan] * len(runs)
+    values = [r["train"][arm]["final"].get(key) for r in runs]
+    return [math.nan if v is None else float(v) for v in values]
+
+
+def informative_mean(history: list[dict[str, Any]], key: str) -> float:
+    """Mean of ``key`` over the actor iterations (value-only warm-up left out) whose
+    training success lies in INFORMATIVE."""
+    lo, hi = INFORMATIVE
+    values = [
+        float(h[key])
+        for h in history
+        if not h.get("warmup", False)
+        and lo <= h.get("charts/success_rate", math.nan) <= hi
+        and h.get(key) is not None
+        and not math.isnan(float(h[key]))
+    ]  # fmt: skip
+    return sum(values) / len(values) if values else math.nan
+
+
+def segment_count(runs: Runs, arm: str) -> int:
+    """1 + the largest segment index with a critic figure in the arm's histories."""
+    prefix = "critic/mc_ev_seg"
+    keys = {k for r in runs for h in r["train"][arm]["history"] for k in h}
+    return 1 + max((int(k.removeprefix(prefix)) for k in keys if k.startswith(prefix)), default=-1)
+
+
+def segment_label(k: int) -> str:
+    """Segment index k: execution windows at even indices, summaries at odd ones."""
+    return f"window {k // 2}" if k % 2 == 0 else f"summary {k // 2}"
+
+
+# -- diagnostics: one cell per claim ----------------------------------------------------
+
+
+def pair_cell(claim: Claim, values: Callable[[str], Interval], digits: int = 2) -> str:
+    return f"{fmt(values(claim.treatment), digits)} vs {fmt(values(claim.reference), digits)}"
+
+
+def diag_summary_recall(runs: Runs, claim: Claim) -> str:
+    def recall(name: str) -> Interval:
+        return seed_interval([recall_prop(evaluation(r, name)) for r in runs])
+
+    return "summary recall (evaluation) " + pair_cell(claim, recall)
+
+
+def diag_train_success(runs: Runs, claim: Claim) -> str:
+    def success(name: str) -> Interval:
+        return mean_interval(final(runs, name, "charts/success_rate"), (0.0, 1.0))
+
+    return "training success, last iterations " + pair_cell(claim, success)
+
+
+def diag_single_end(runs: Runs, claim: Claim) -> str:
+    def single(name: str) -> Interval:
+        return seed_interval(passes(runs, name))
+
+    return "Single Pass@1 " + pair_cell(claim, single)
+
+
+def diag_summary_loss_share(runs: Runs, claim: Claim) -> str:
+    def share(name: str) -> Interval:
+        arm = arm_of(name) or ""
+        mode = "segment-mean" if arm == "segment-mean-loss" else "token-mean"
+        return mean_interval(final(runs, name, f"weights/{mode}/summary_share"), (0.0, 1.0))
+
+    return "loss share of summary tokens " + pair_cell(claim, share)
+
+
+def diag_summary_credit(runs: Runs, claim: Claim) -> str:
+    def credit(name: str) -> Interval:
+        return mean_interval(final(runs, name, "credit/abs_adv_summary"))
+
+    def recall(name: str) -> Interval:
+        return mean_interval(final(runs, name, "compaction/summary_recall"), (0.0, 1.0))
+
+    return (
+        f"summary |advantage| {pair_cell(claim, credit, 3)}; "
+        f"training summary recall {pair_cell(claim, recall)}"
+    )
+
+
+def diag_critic_last_window(runs: Runs, claim: Claim) -> str:
+    def ev(name: str) -> Interval:
+        arm = arm_of(name)
+        if arm is None:
+            return mean_interval([])
+        last = 2 * ((segment_count(runs, arm) - 1) // 2)
+        key = f"critic/mc_ev_seg{last}"
+        return mean_interval([informative_mean(r["train"][arm]["history"], key) for r in runs])
+
+    return "critic explained variance, last window " + pair_cell(claim, ev)
+
+
+DIAGNOSTICS: dict[str, Callable[[Runs, Claim], str]] = {
+    "summary_recall": diag_summary_recall,
+    "train_success": diag_train_success,
+    "single_end": diag_single_end,
+    "summary_loss_share": diag_summary_loss_share,
+    "summary_credit": diag_summary_credit,
+    "critic_last_window": diag_critic_last_window,
+}
+
+
+# -- verdicts ---------------------------------------------------------------------------
+
+
+def verdict_of(claim: Claim, diff: Interval) -> str:
+    """reproduced / contradicted / not resolved (see verdicts.Claim.kind)."""
+    from cxsim.experiments.verdicts import NO_EFFECT_MARGIN
+
+    if math.isnan(diff.low):
+        return "not measured"
+    holds, fails = (
+        ("reproduced", "contradicted")
+        if claim.source.startswith("Table")
+        else ("holds", "reversed")
+    )  # fmt: skip
+    if claim.kind == "no-effect":
+        if diff.low >= -NO_EFFECT_MARGIN and diff.high <= NO_EFFECT_MARGIN:
+            return f"**{holds}** (inside +/-{NO_EFFECT_MARGIN:g})"
+        return f"**{fails}**" if diff.excludes_zero() else "not resolved"
+    if diff.low > 0:
+        return f"**{holds}**"
+    if diff.high < 0:
+        return f"**{fails}**"
+    return "not resolved"
+
+
+def claim_row(runs: Runs, claim: Claim) -> list[str]:
+    treatment, reference = passes(runs, claim.treatment), passes(runs, claim.reference)
+    diff = paired_difference(treatment, reference)
+    diffs = [a.value - b.value for a, b in zip(treatment, reference, strict=True)]
+    return [
+        f"{claim.statement} ({claim.source})",
+        f"`{claim.treatment}` {fmt(seed_interval(treatment))}",
+        f"`{claim.reference}` {fmt(seed_interval(reference))}",
+        fmt(diff, signed=True),
+        verdict_of(claim, diff),
+        f"{detectable_difference(diffs):.2f}",
+        DIAGNOSTICS[claim.diagnostic](runs, claim),
+    ]
+
+
+# -- the critic by segment --------------------------------------------------------------
+
+
+def critic_by_segment(runs: Runs, arms: tuple[str, ...]) -> dict[str, list[Interval]]:
+    """arm -> explained variance (Monte Carlo returns, segment start) per segment index,
+    mean over seeds of each seed's mean over its informative iterations."""
+    out = {}
+    for arm in arms:
+        n = segment_count(runs, arm)
+        if n == 0:
+            continue
+        out[arm] = [
+            mean_interval(
+                [informative_mean(r["train"][arm]["history"], f"critic/mc_ev_seg{k}") for r in runs]
+            )
+            for k in range(n)
+        ]
+    return out
+
+
+def plot_critic(table: dict[str, list[Interval]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for arm, cells in table.items():
+        xs = list(range(len(cells)))
+        ys = [c.mean for c in cells]
+        ax.plot(xs, ys, marker="o", label=arm)
+        if arm == "compactionrl":
+            lows = [c.low if not math.isnan(c.low) else c.mean for c in cells]
+            highs = [c.high if not math.isnan(c.high) else c.mean for c in cells]
+            ax.fill_between(xs, lows, highs, alpha=0.2)
+    n = max((len(c) for c in table.values()), default=0)
+    ax.set_xticks(range(n), [segment_label(k) for k in range(n)])
+    ax.axhline(0.5, color="grey", linestyle=":", linewidth=1)
+    ax.set_ylabel("explained variance of the outcome")
+    ax.set_title("Critic by segment (informative iterations; band: CompactionRL 95% CI)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# -- the page ---------------------------------------------------------------------------
+
+
+def commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5, check=False)  # fmt: skip
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def setup_lines(cfg: Config, runs: Runs, command: str, wall_s: float) -> list[str]:
+    from cxsim.experiments.verdicts import ARMS
+
+    tasks = len(evaluation(runs[0], "base")["per_task_success"])
+    return [
+        "# Verdicts on the paper's claims",
+        "",
+        f"Made by `{command}` at commit {commit()}: **{wall_s / 60:.0f} minutes** of wall "
+        f"time, {cfg.jobs} seeds at a time in single-threaded processes.",
+        "",
+        f"**{len(runs)} independent seeds.** Seed s has its own SFT base (SFT seed s), its own "
+        f"training seed, and its own {tasks} evaluation tasks per protocol (task seeds "
+        "`EVAL_SEED_OFFSET + s * 10000 + i`, disjoint between seeds), as a new user's run "
+        "would. Every arm of a seed starts from that seed's base, so differences are paired "
+        "by seed: the mean over seeds with a Student-t 95% interval (proportions clipped to "
+        "[0, 1], differences to [-1, 1]).",
+        "",
+        f"Setting: `{cfg.env.env_id}` {dict(cfg.env.kwargs) or '(default kwargs)'}; "
+        f"SFT {cfg.sft.episodes} demonstrations x {cfg.sft.epochs} epochs at omission "
+        f"{cfg.sft.omission_rate:g}; PPO {cfg.ppo.iterations} iterations "
+        f"({cfg.ppo.critic_warmup} value-only) of {cfg.ppo.rollouts_per_batch} rollouts, "
+        f"critic ratio {cfg.ppo.critic_ratio}, critic lr {cfg.ppo.critic_lr:g}, actor lr "
+        f"{cfg.ppo.actor_lr:g}, micro-batches of {cfg.ppo.micro_batch_rows} rows. Arms: "
+        + ", ".join(f"`{a}`" for a in ARMS)
+        + " (experiments/presets.py).",
+        "",
+        "**Verdicts.** *reproduced*: the interval excludes 0 in the claim's direction; "
+        "*contradicted*: it excludes 0 the other way; *not resolved*: it covers 0. A claim "
+        "that something does not change is reproduced when its interval lies inside "
+        "+/-0.05. Rows not in the paper say *holds* / *reversed*. *Smallest detectable*: the "
+        "true difference a two-sided paired t-test over these seeds would detect with 80% "
+        "power, at the spread of the per-seed differences measured here.",
+        "",
+    ]
+
+
+def prediction_lines() -> list[str]:
+    from cxsim.experiments.verdicts import CLAIMS
+
+    rows = [[c.statement, c.source, c.prediction] for c in CLAIMS]
+    return [
+        "## Predictions, written before the runs",
+        "",
+        "From the estimator lab (docs/results/estimators.md) and pilots; they are constants "
+        "of experiments/verdicts.py, committed before the run that made this page.",
+        "",
+        markdown_table(["claim", "source", "prediction"], rows),
+        "",
+    ]
+
+
+def verdict_lines(runs: Runs) -> list[str]:
+    from cxsim.experiments.verdicts import CLAIMS
+
+    header = ["claim", "treatment Pass@1", "reference Pass@1", "paired difference",
+              "verdict", "smallest detectable", "diagnostic"]  # fmt: skip
+    return [
+        "## Verdicts",
+        "",
+        "Pass@1 under Compacted unless the name says `@single` (Single) or `t1:` (the base "
+        "as executor with that policy's summaries, the Table 1 swap).",
+        "",
+        markdown_table(header, [claim_row(runs, c) for c in CLAIMS]),
+        "",
+    ]
+
+
+def critic_lines(runs: Runs, out_dir: Path) -> list[str]:
+    from cxsim.experiments.verdicts import ARMS
+
+    table = critic_by_segment(runs, ARMS)
+    if not table:
+        return []
+    plot_critic(table, out_dir / "verdicts_critic.png")
+    n = max(len(c) for c in table.values())
+    header = ["arm", *(segment_label(k) for k in range(n))]
+    rows = [
+        [arm, *(fmt(c) for c in cells)] + ["-"] * (n - len(cells)) for arm, cells in table.items()
+    ]
+    return [
+        "## The critic by segment",
+        "",
+        "Explained variance of the outcome by the critic's value at each segment's first "
+        "token (`critic/mc_ev_seg{k}`: 1 - Var(R - V) / Var(R), Monte Carlo returns), per "
+        "seed the mean over the actor iterations (after the value-only warm-up) whose "
+        "training success lay in "
+        f"[{INFORMATIVE[0]}, {INFORMATIVE[1]}] (where outcomes vary; at 0 or 1 the figure is "
+        "undefined), then the mean over seeds with a 95% interval.",
+        "",
+        "![critic by segment](verdicts_critic.png)",
+        "",
+        markdown_table(header, rows),
+        "",
+    ]
+
+
+def per_seed_lines(runs: Runs) -> list[str]:
+    names = list(runs[0]["eval"])
+    header = ["evaluation", *(f"s{r['seed']}" for r in runs)]
+    rows = [[f"`{n}`", *(f"{p.value:.3f}" for p in passes(runs, n))] for n in names]
+    return ["## Pass@1 per seed", "", markdown_table(header, rows), ""]
+
+
+def render_page(cfg: Config, runs: Runs, command: str, wall_s: float, out_dir: Path) -> Path:
+    """Write verdicts.md (and verdicts_critic.png) to ``out_dir``; returns the page's path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines = [
+        *setup_lines(cfg, runs, command, wall_s),
+        *verdict_lines(runs),
+        *prediction_lines(),
+        *critic_lines(runs, out_dir),
+        *per_seed_lines(runs),
+    ]
+    page = out_dir / "verdicts.md"
+    page.write_text("\n".join(lines) + "\n")
+    return page

@@ -1,0 +1,144 @@
+"""cxsim verdicts: the verdict rules, the page from known per-seed numbers, the pipeline."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from cxsim.cli import main as cxsim
+from cxsim.experiments.verdicts import ARMS, CLAIMS, SINGLE, SUMMARIZERS, Claim, parse
+from cxsim.experiments.verdicts_page import (
+    critic_by_segment,
+    informative_mean,
+    render_page,
+    verdict_of,
+)
+from cxsim.tables import Interval
+
+PAPER = Claim("c", "Table 3", "x helps", "compactionrl", "base", "", "summary_recall")
+EXTRA = Claim("e", "not in the paper", "x beats y", "compactionrl", "base", "", "summary_recall")
+NULL = Claim("n", "Table 2", "x does not change y", "compactionrl@single", "base@single", "",
+             "single_end", kind="no-effect")  # fmt: skip
+
+
+def interval(low: float, high: float) -> Interval:
+    return Interval((low + high) / 2, low, high, 8, "t")
+
+
+def test_verdict_words_follow_the_interval_and_the_claim_kind():
+    assert verdict_of(PAPER, interval(0.05, 0.3)) == "**reproduced**"
+    assert verdict_of(PAPER, interval(-0.3, -0.05)) == "**contradicted**"
+    assert verdict_of(PAPER, interval(-0.1, 0.2)) == "not resolved"
+    assert verdict_of(EXTRA, interval(0.05, 0.3)) == "**holds**"
+    assert verdict_of(EXTRA, interval(-0.3, -0.05)) == "**reversed**"
+    assert verdict_of(NULL, interval(0.0, 0.0)).startswith("**reproduced**")
+    assert verdict_of(NULL, interval(-0.02, 0.04)).startswith("**reproduced**")
+    assert verdict_of(NULL, interval(-0.02, 0.2)) == "not resolved"
+    assert verdict_of(NULL, interval(0.1, 0.2)) == "**contradicted**"
+    assert verdict_of(PAPER, Interval(math.nan, math.nan, math.nan, 0, "none")) == "not measured"
+
+
+def test_every_claim_names_evaluations_the_runs_make():
+    made = {"base", *ARMS, *(f"{n}@single" for n in SINGLE), *(f"t1:{n}" for n in SUMMARIZERS)}
+    for claim in CLAIMS:
+        assert {claim.treatment, claim.reference} <= made, claim.key
+        assert claim.prediction, claim.key
+    sources = {c.source for c in CLAIMS}
+    assert {"Table 1", "Table 2", "Table 3", "Table 4", "not in the paper"} == sources
+
+
+# -- the page from synthetic seeds ------------------------------------------------------
+
+
+PASS = {"base": 0.4, "compactionrl": 0.9, "no-summary-training": 0.5, "t1:compactionrl": 0.8,
+        "t1:base": 0.4}  # fmt: skip
+
+
+def result(p: float, seed: int, n: int = 100) -> dict:
+    solved = round(n * min(max(p + 0.02 * (seed - 1), 0.0), 1.0))
+    return {
+        "per_task_success": [1.0] * solved + [0.0] * (n - solved),
+        "omission": {"omission/overall": 1 - p, "omission/num_facts": 50},
+    }
+
+
+def history(seed: int) -> list[dict]:
+    # one informative iteration (success 0.5) and one at success 1 (EV undefined there)
+    return [
+        {"charts/success_rate": 0.5, "critic/mc_ev_seg0": 0.1, "critic/mc_ev_seg4": 0.6 + 0.01 * seed},
+        {"charts/success_rate": 1.0, "critic/mc_ev_seg0": math.nan, "critic/mc_ev_seg4": math.nan},
+    ]  # fmt: skip
+
+
+def synthetic_runs(seeds: int = 3) -> list[dict]:
+    runs = []
+    for s in range(seeds):
+        evals = {}
+        for name in ("base", *ARMS):
+            evals[name] = {"results": {"compacted": result(PASS.get(name, 0.7), s)}}
+        for name in SINGLE:
+            evals[f"{name}@single"] = {"results": {"single": result(0.0, 1)}}
+        for name in SUMMARIZERS:
+            key = f"t1:{name}"
+            evals[key] = {"results": {"external-summarizer": result(PASS[key], s)}}
+        final = {"charts/success_rate": 0.9, "credit/abs_adv_summary": 0.5,
+                 "compaction/summary_recall": 0.8, "weights/token-mean/summary_share": 0.66}  # fmt: skip
+        train = {arm: {"final": final, "history": history(s)} for arm in ARMS}
+        runs.append({"seed": s, "eval": evals, "train": train})
+    return runs
+
+
+def test_page_pairs_by_seed_and_gives_every_claim_a_verdict(tmp_path: Path):
+    cfg = parse(["--preset", "full"])
+    page = render_page(cfg, synthetic_runs(), "cxsim verdicts --preset full", 4200.0, tmp_path)
+    text = page.read_text()
+    assert "**70 minutes**" in text and "**3 independent seeds.**" in text
+    for claim in CLAIMS:
+        assert claim.statement in text and claim.prediction in text
+    # the shifts are equal on every seed, so each difference is exact with no spread
+    row = next(line for line in text.splitlines() if "CompactionRL beats its SFT base" in line)
+    assert "+0.50 [+0.50, +0.50]" in row and "**reproduced**" in row
+    row = next(line for line in text.splitlines() if "training the summary tokens" in line)
+    assert "+0.40" in row and "**reproduced**" in row
+    row = next(line for line in text.splitlines() if "does not improve Single" in line)
+    assert "+0.00" in row and "**reproduced**" in row
+    assert re.search(r"\| `s0` \| `s1` \| `s2` \||\| s0 \| s1 \| s2 \|", text)
+    assert (tmp_path / "verdicts_critic.png").stat().st_size > 1000
+
+
+def test_critic_by_segment_reads_only_informative_iterations():
+    runs = synthetic_runs()
+    assert informative_mean(runs[0]["train"]["compactionrl"]["history"], "critic/mc_ev_seg4") == 0.6
+    table = critic_by_segment(runs, ("compactionrl",))
+    cells = table["compactionrl"]
+    assert len(cells) == 5  # segments 0..4; the history names 0 and 4 only
+    assert cells[4].mean == pytest.approx(0.61) and cells[0].mean == pytest.approx(0.1)
+    assert math.isnan(cells[2].mean)
+
+
+# -- the pipeline ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_smoke_run_writes_the_page(tmp_path: Path):
+    out, runs = tmp_path / "page", tmp_path / "runs"
+    cxsim(["verdicts", "--out", str(out), "--runs-dir", str(runs), "--quiet"])
+    text = (out / "verdicts.md").read_text()
+    for claim in CLAIMS:
+        assert claim.statement in text
+    assert "2 independent seeds" in text
+    # each seed's tasks are its own: seed 1's evaluation is not seed 0's
+    (cache,) = runs.iterdir()
+    assert (cache / "s0" / "verdicts" / "eval-base.json").is_file()
+    assert (cache / "s1" / "train" / "supo-s1" / "results.json").is_file()
+
+
+def test_bad_flags_fail_before_any_work(tmp_path: Path):
+    with pytest.raises(SystemExit, match="at least 2 seeds"):
+        cxsim(["verdicts", "--seeds", "1", "--runs-dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="unknown preset"):
+        cxsim(["verdicts", "--preset", "huge", "--runs-dir", str(tmp_path)])
+    assert not any(tmp_path.iterdir())

@@ -4,7 +4,11 @@ ablations apart (docs/results/verdicts.md).
 Reads top to bottom. For each of K seeds (``--seeds``, 8 in the full preset), in ``--jobs``
 single-threaded processes, everything of its own, as a new user's run would be:
 
-1. an SFT base (``--sft`` settings, seed s);
+0. (once, shared) with ``--pretrain`` settings, the starting checkpoint every seed's SFT
+   starts from, as every user of the paper's recipe starts from one pretrained LLM: a
+   fresh model cloned from omission-0 demonstrations of tasks no seed uses, the first
+   of ``--pretrain-seeds`` that learns to copy the key;
+1. an SFT base (``--sft`` settings, seed s, its own demonstrations);
 2. PPO from that base for every arm the claims compare (:data:`ARMS`, presets of
    experiments/presets.py), training seed s;
 3. Compacted Pass@1 of the base and of every arm on the seed's own tasks (``--eval.seed``
@@ -195,25 +199,38 @@ class Config:
     """PPO settings every arm starts from; each arm's preset applies its changes on top."""
     eval: EvalConfig = field(default_factory=lambda: EvalConfig(episodes=256))
     """Evaluation (``--eval.seed`` is replaced by each training seed)."""
+    pretrain: SFTConfig | None = None
+    """Stage 0, the shared starting checkpoint (the analog of the pretrained LLM every
+    user of the paper's recipe starts from): SFT of a fresh model on demonstrations of
+    tasks no seed uses, with these settings; every seed's own SFT then starts from it.
+    None: each seed's SFT starts from a fresh model."""
+    pretrain_seeds: tuple[int, ...] = (1000, 1001, 1002, 1003)
+    """Stage 0's candidate seeds, tried in turn until one learns to copy (its held-out
+    execution loss at most ``copy_loss``); the page names the one used and the others."""
+    copy_loss: float = 0.01
+    """Held-out execution loss (nats per token) below which the stage-0 model copies the key."""
     jobs: int = 2
     """Seeds run at once, each in its own single-threaded process."""
     device: str = "cpu"
     """Device of every run."""
 
     def __post_init__(self) -> None:
+        if self.pretrain is not None and not self.pretrain_seeds:
+            raise ValueError("--pretrain-seeds is empty: pass at least one stage-0 seed")
         if self.seeds < 2:
             raise ValueError(f"--seeds {self.seeds}: a paired interval needs at least 2 seeds")
         if self.jobs < 1:
             raise ValueError(f"--jobs {self.jobs}: pass at least one process")
         self.run_config(Path(), 0)  # the main job's checks
 
-    def run_config(self, seed_dir: Path, seed: int) -> run_entry.Config:
-        """The main job's config for one seed (its own SFT seed and evaluation tasks)."""
+    def run_config(self, seed_dir: Path, seed: int, start: str | None = None) -> run_entry.Config:
+        """The main job's config for one seed (its own SFT seed and evaluation tasks),
+        its SFT starting from ``start`` (a policy folder) or a fresh model."""
         return run_entry.Config(
             run_dir=str(seed_dir), presets=ARMS, seeds=(seed,), sft_seed=seed, env=self.env,
             compaction=self.compaction, sft=self.sft, ppo=self.ppo,
             eval=replace(self.eval, seed=seed), threads=1, progress_bar=False,
-            device=self.device,
+            device=self.device, policy=start,
         )  # fmt: skip
 
     def evaluation_config(self, seed: int) -> Any:
@@ -241,26 +258,57 @@ BUDGETS: dict[str, Config] = {
     ),
     "full": Config(
         preset="full", seeds=8, jobs=2,
-        sft=SFTConfig(copy_epochs=3, epochs=6, bucket_by_length=True),
+        pretrain=SFTConfig(omission_rate=0.0, epochs=4, bucket_by_length=True),
+        sft=SFTConfig(epochs=4, bucket_by_length=True),
         ppo=PPOConfig(iterations=8, micro_batch_rows=16),
     ),
 }  # fmt: skip
 """``full``: the main job's task, compaction and model (cxsim/config.py), 8 seeds, 256
-tasks per protocol, with budgets sized for 90 minutes on 2 cores: SFT 3 copy epochs
-(omission 0) then 6 at omission 0.5, length-bucketed; PPO 2 + 8 iterations in 16-row
-micro-batches (why: docs/results/verdicts.md, "Setting")."""
+tasks per protocol, with budgets sized for 90 minutes on 2 cores: stage 0 (omission 0,
+4 epochs) shared, then per seed SFT 4 epochs at omission 0.5 from it, length-bucketed;
+PPO 2 + 8 iterations in 16-row micro-batches (why: docs/results/verdicts.md, "Setting")."""
 
 
 # -- one seed ---------------------------------------------------------------------------
 
 
-def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
-    """SFT base, every arm, every evaluation of one seed; each stage cached on disk."""
+def pretrained_start(cfg: Config, cache: Path) -> dict[str, Any] | None:
+    """Stage 0 (cached): the first of ``cfg.pretrain_seeds`` whose model learns to copy;
+    None without ``cfg.pretrain``. Its demonstration tasks (SFT seed >= 1000) are
+    disjoint from every seed's SFT and evaluation tasks."""
+    from cxsim.experiments import sft as sft_entry
+
+    if cfg.pretrain is None:
+        return None
+    tried = []
+    for seed in cfg.pretrain_seeds:
+        tick = time.perf_counter()
+        rc = replace(cfg.run_config(cache / "pretrain" / f"p{seed}", seed), sft=cfg.pretrain)
+        sft_cfg = run_entry.sft_config(rc)
+        result = cached_json(Path(sft_cfg.run_dir) / "results.json",
+                             lambda c=sft_cfg: sft_entry.run_sft(c))  # fmt: skip
+        loss = float(result["final"]["losses/heldout_execution"])
+        tried.append({"seed": seed, "heldout_execution": loss, "policy": result["policy"]})
+        log(f"stage 0, seed {seed}: held-out execution loss {loss:.4f} "
+            f"({'copies' if loss <= cfg.copy_loss else 'does not copy'}; "
+            f"{time.perf_counter() - tick:.0f}s)")  # fmt: skip
+        if loss <= cfg.copy_loss:
+            return {"policy": result["policy"], "seed": seed, "tried": tried}
+    raise RuntimeError(
+        f"no stage-0 seed of {cfg.pretrain_seeds} learned to copy (held-out execution loss "
+        f"<= {cfg.copy_loss}): {[(t['seed'], round(t['heldout_execution'], 4)) for t in tried]}; "
+        "pass more --pretrain-seeds or more --pretrain.epochs"
+    )
+
+
+def run_seed(cfg: Config, seed_dir: Path, seed: int, start: str | None = None) -> dict[str, Any]:
+    """SFT base (from ``start``, else a fresh model), every arm, every evaluation of one
+    seed; each stage cached on disk."""
     from cxsim.experiments import sft as sft_entry
     from cxsim.experiments import train as train_entry
     from cxsim.experiments.tables import agent_by_name, evaluate_agent, evaluate_policy
 
-    rc = cfg.run_config(seed_dir, seed)
+    rc = cfg.run_config(seed_dir, seed, start)
     ec = cfg.evaluation_config(seed)
     sft_cfg = run_entry.sft_config(rc)
     tick = time.perf_counter()
@@ -301,18 +349,19 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
     return {"seed": seed, "sft": sft, "train": trained, "eval": evals}
 
 
-def run_seeds(cfg: Config, cache: Path) -> list[dict[str, Any]]:
+def run_seeds(cfg: Config, cache: Path, start: str | None) -> list[dict[str, Any]]:
     """run_seed for seeds 0..K-1, ``cfg.jobs`` at a time in spawned single-threaded
     processes; in seed order. Each seed writes only under its own folder."""
     import torch
 
     dirs = [cache / f"s{seed}" for seed in range(cfg.seeds)]
     if cfg.jobs == 1:
-        return [run_seed(cfg, d, seed) for seed, d in enumerate(dirs)]
+        return [run_seed(cfg, d, seed, start) for seed, d in enumerate(dirs)]
     spawn = multiprocessing.get_context("spawn")  # fork would copy torch's thread pools
-    with ProcessPoolExecutor(min(cfg.jobs, cfg.seeds), mp_context=spawn,
+    n = cfg.seeds
+    with ProcessPoolExecutor(min(cfg.jobs, n), mp_context=spawn,
                              initializer=torch.set_num_threads, initargs=(1,)) as pool:  # fmt: skip
-        return list(pool.map(run_seed, [cfg] * cfg.seeds, dirs, range(cfg.seeds)))
+        return list(pool.map(run_seed, [cfg] * n, dirs, range(n), [start] * n))
 
 
 def log(message: str) -> None:
@@ -328,12 +377,14 @@ def run_verdicts(cfg: Config, command: str) -> dict[str, Any]:
     began = time.perf_counter()
     torch.set_num_threads(1)  # tiny models: one thread is faster on a busy 2-core box
     settings = {"env": cfg.env, "compaction": cfg.compaction, "sft": cfg.sft, "ppo": cfg.ppo,
-                "eval": cfg.eval, "device": cfg.device}  # fmt: skip
+                "eval": cfg.eval, "device": cfg.device, "pretrain": cfg.pretrain,
+                "pretrain_seeds": cfg.pretrain_seeds, "copy_loss": cfg.copy_loss}  # fmt: skip
     cache = Path(cfg.runs_dir) / config_tag(cfg.preset, settings)
     cached_json(cache / "settings.json", lambda: settings)  # what the hash stands for
-    seeds = run_seeds(cfg, cache)
+    start = pretrained_start(cfg, cache)
+    seeds = run_seeds(cfg, cache, start["policy"] if start else None)
     wall = time.perf_counter() - began
-    page = render_page(cfg, seeds, command, wall, Path(cfg.out_dir))
+    page = render_page(cfg, seeds, command, wall, Path(cfg.out_dir), start)
     log(f"wrote {page} ({wall:.0f}s)")
     return {"page": page, "seeds": seeds, "cache": cache, "wall_time_s": wall}
 

@@ -9,7 +9,17 @@ from pathlib import Path
 import pytest
 
 from cxsim.cli import main as cxsim
-from cxsim.experiments.verdicts import ARMS, CLAIMS, SINGLE, SUMMARIZERS, Claim, parse
+from cxsim.config import SFTConfig
+from cxsim.experiments.verdicts import (
+    ARMS,
+    BUDGETS,
+    CLAIMS,
+    SINGLE,
+    SUMMARIZERS,
+    Claim,
+    parse,
+    pretrained_start,
+)
 from cxsim.experiments.verdicts_page import (
     critic_by_segment,
     informative_mean,
@@ -87,7 +97,7 @@ def synthetic_runs(seeds: int = 3) -> list[dict]:
         final = {"charts/success_rate": 0.9, "credit/abs_adv_summary": 0.5,
                  "compaction/summary_recall": 0.8, "weights/token-mean/summary_share": 0.66}  # fmt: skip
         train = {arm: {"final": final, "history": history(s)} for arm in ARMS}
-        runs.append({"seed": s, "eval": evals, "train": train})
+        runs.append({"seed": s, "sft": {"wall_time_s": 60.0}, "eval": evals, "train": train})
     return runs
 
 
@@ -96,6 +106,7 @@ def test_page_pairs_by_seed_and_gives_every_claim_a_verdict(tmp_path: Path):
     page = render_page(cfg, synthetic_runs(), "cxsim verdicts --preset full", 4200.0, tmp_path)
     text = page.read_text()
     assert "**70 minutes**" in text and "**3 independent seeds.**" in text
+    assert "add up to 3 process-minutes" in text  # the seeds' recorded SFT times
     for claim in CLAIMS:
         assert claim.statement in text and claim.prediction in text
     # the shifts are equal on every seed, so each difference is exact with no spread
@@ -134,6 +145,19 @@ def test_smoke_run_writes_the_page(tmp_path: Path):
     (cache,) = runs.iterdir()
     assert (cache / "s0" / "verdicts" / "eval-base.json").is_file()
     assert (cache / "s1" / "train" / "supo-s1" / "results.json").is_file()
+
+
+def test_stage_zero_takes_the_first_seed_that_copies_and_stops_when_none_does(tmp_path: Path):
+    from dataclasses import replace
+
+    tiny = SFTConfig(episodes=4, epochs=1, heldout_episodes=2, omission_rate=0.0)
+    cfg = replace(BUDGETS["smoke"], pretrain=tiny, pretrain_seeds=(1000, 1001), copy_loss=1e9)
+    start = pretrained_start(cfg, tmp_path)
+    assert start["seed"] == 1000 and len(start["tried"]) == 1
+    assert (Path(start["policy"]) / "config.json").is_file()
+    with pytest.raises(RuntimeError, match="no stage-0 seed of \\(1000, 1001\\) learned to copy"):
+        pretrained_start(replace(cfg, copy_loss=0.0), tmp_path)  # seed 1000 is cached
+    assert (tmp_path / "pretrain" / "p1001" / "sft" / "results.json").is_file()
 
 
 def test_bad_flags_fail_before_any_work(tmp_path: Path):

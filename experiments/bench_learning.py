@@ -58,6 +58,9 @@ class Setting:
     eval: EvalConfig
     budget: int | None = None
     """Compaction budget C; None: the pre-flight's size for the env."""
+    pretrain: SFTConfig | None = None
+    """Stage 0 of ``cxsim verdicts`` (the shared checkpoint every seed's SFT starts from,
+    :func:`cxsim.experiments.verdicts.pretrained_start`); None: SFT from a fresh model."""
 
 
 SHORT_TASK = {"memory_length": 5, "obs_words_mean": 6.0, "obs_words_std": 1.0, "num_values": 4}
@@ -67,9 +70,10 @@ still two compactions per episode at budget 160, at about 2.4x fewer tokens."""
 SETTINGS: dict[str, Setting] = {
     "full": Setting(
         env=EnvConfig(),
-        sft=SFTConfig(copy_epochs=3, epochs=6, bucket_by_length=True),
+        sft=SFTConfig(epochs=4, bucket_by_length=True),
         ppo=PPOConfig(iterations=8, micro_batch_rows=16),
         eval=EvalConfig(episodes=128, protocols=("compacted",)),
+        pretrain=SFTConfig(omission_rate=0.0, epochs=8, bucket_by_length=True),
     ),
     "reduced": Setting(
         env=EnvConfig(kwargs=SHORT_TASK),
@@ -79,9 +83,10 @@ SETTINGS: dict[str, Setting] = {
         budget=160,
     ),
 }  # fmt: skip
-"""``full``: the setting of ``cxsim verdicts --preset full`` (default KeyRecall task; SFT
-3 copy epochs then 6 at omission 0.5, length-bucketed; 2 + 8 PPO iterations in 16-row
-micro-batches), evaluated on 128 tasks per seed. ``reduced``: the entry points' smoke
+"""``full``: the setting of ``cxsim verdicts --preset full`` (default KeyRecall task; a
+shared stage-0 checkpoint cloned at omission 0, then per seed SFT 4 epochs at omission
+0.5 from it, length-bucketed; 2 + 8 PPO iterations in 16-row micro-batches), evaluated
+on 128 tasks per seed. ``reduced``: the entry points' smoke
 task (5 steps, still two compactions at budget 160) with budgets so small that nothing
 is learned: it checks the pipeline and the diagnostics that hold from the first step,
 not learning."""
@@ -159,9 +164,21 @@ class Config:
 # -- one seed ---------------------------------------------------------------------------
 
 
-def run_seed(cfg: Config, root: Path, seed: int) -> dict[str, Any]:
-    """SFT base, CompactionRL from it, both evaluated under Compacted on the seed's tasks;
-    returns the seed's Pass@1 pair and diagnostics."""
+def stage_zero(cfg: Config, root: Path) -> str | None:
+    """The verdict run's stage 0 for this mode's setting (None: the mode has none)."""
+    from cxsim.experiments import verdicts
+
+    setting = SETTINGS[cfg.mode]
+    if setting.pretrain is None:
+        return None
+    vcfg = replace(verdicts.BUDGETS["full"], env=setting.env, pretrain=setting.pretrain,
+                   device=cfg.device)  # fmt: skip
+    return verdicts.pretrained_start(vcfg, root)["policy"]
+
+
+def run_seed(cfg: Config, root: Path, seed: int, start: str | None = None) -> dict[str, Any]:
+    """SFT base (from ``start``, else a fresh model), CompactionRL from it, both evaluated
+    under Compacted on the seed's tasks; returns the seed's Pass@1 pair and diagnostics."""
     from cxsim.experiments import run as run_entry
     from cxsim.experiments import sft as sft_entry
     from cxsim.experiments import train as train_entry
@@ -174,6 +191,7 @@ def run_seed(cfg: Config, root: Path, seed: int) -> dict[str, Any]:
         run_dir=str(root / f"s{seed}"), presets=(PRESET,), seeds=(seed,), sft_seed=seed,
         env=setting.env, compaction=compaction, sft=setting.sft, ppo=setting.ppo,
         eval=replace(setting.eval, seed=seed), threads=1, progress_bar=False, device=cfg.device,
+        policy=start,
     )  # fmt: skip
     began = time.perf_counter()
     sft = sft_entry.run_sft(run_entry.sft_config(rc))
@@ -310,7 +328,7 @@ def run_check(cfg: Config) -> dict[str, Any]:
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
     try:
-        seeds = run_seeds(cfg, root)
+        seeds = run_seeds(cfg, root, stage_zero(cfg, root))
     finally:
         if temporary:
             shutil.rmtree(root, ignore_errors=True)
@@ -325,17 +343,18 @@ def run_check(cfg: Config) -> dict[str, Any]:
     }
 
 
-def run_seeds(cfg: Config, root: Path) -> list[dict[str, Any]]:
+def run_seeds(cfg: Config, root: Path, start: str | None) -> list[dict[str, Any]]:
     """run_seed for each seed, ``cfg.jobs`` at a time in spawned processes; in order."""
     import torch
 
     seeds = cfg.seed_list
     if cfg.jobs == 1 or len(seeds) == 1:
-        return [run_seed(cfg, root, seed) for seed in seeds]
+        return [run_seed(cfg, root, seed, start) for seed in seeds]
     spawn = multiprocessing.get_context("spawn")  # fork would copy torch's thread pools
-    with ProcessPoolExecutor(min(cfg.jobs, len(seeds)), mp_context=spawn,
+    n = len(seeds)
+    with ProcessPoolExecutor(min(cfg.jobs, n), mp_context=spawn,
                              initializer=torch.set_num_threads, initargs=(1,)) as pool:  # fmt: skip
-        return list(pool.map(run_seed, [cfg] * len(seeds), [root] * len(seeds), seeds))
+        return list(pool.map(run_seed, [cfg] * n, [root] * n, seeds, [start] * n))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -204,7 +204,7 @@ class Config:
     user of the paper's recipe starts from): SFT of a fresh model on demonstrations of
     tasks no seed uses, with these settings; every seed's own SFT then starts from it.
     None: each seed's SFT starts from a fresh model."""
-    pretrain_seeds: tuple[int, ...] = (1000, 1001, 1002, 1003)
+    pretrain_seeds: tuple[int, ...] = tuple(range(1000, 1008))
     """Stage 0's candidate seeds, tried in turn until one learns to copy (its held-out
     execution loss at most ``copy_loss``); the page names the one used and the others."""
     copy_loss: float = 0.01
@@ -258,47 +258,72 @@ BUDGETS: dict[str, Config] = {
     ),
     "full": Config(
         preset="full", seeds=8, jobs=2,
-        pretrain=SFTConfig(omission_rate=0.0, epochs=4, bucket_by_length=True),
+        pretrain=SFTConfig(omission_rate=0.0, epochs=8, bucket_by_length=True),
         sft=SFTConfig(epochs=4, bucket_by_length=True),
         ppo=PPOConfig(iterations=8, micro_batch_rows=16),
     ),
 }  # fmt: skip
 """``full``: the main job's task, compaction and model (cxsim/config.py), 8 seeds, 256
 tasks per protocol, with budgets sized for 90 minutes on 2 cores: stage 0 (omission 0,
-4 epochs) shared, then per seed SFT 4 epochs at omission 0.5 from it, length-bucketed;
+8 epochs) shared, then per seed SFT 4 epochs at omission 0.5 from it, length-bucketed;
 PPO 2 + 8 iterations in 16-row micro-batches (why: docs/results/verdicts.md, "Setting")."""
 
 
 # -- one seed ---------------------------------------------------------------------------
 
 
-def pretrained_start(cfg: Config, cache: Path) -> dict[str, Any] | None:
-    """Stage 0 (cached): the first of ``cfg.pretrain_seeds`` whose model learns to copy;
-    None without ``cfg.pretrain``. Its demonstration tasks (SFT seed >= 1000) are
-    disjoint from every seed's SFT and evaluation tasks."""
+def pretrain_candidate(cfg: Config, cache: Path, seed: int) -> dict[str, Any]:
+    """One stage-0 candidate (cached): SFT of a fresh model with ``cfg.pretrain``, seed
+    ``seed``; its held-out execution loss and policy folder."""
     from cxsim.experiments import sft as sft_entry
 
+    assert cfg.pretrain is not None
+    rc = replace(cfg.run_config(cache / "pretrain" / f"p{seed}", seed), sft=cfg.pretrain)
+    sft_cfg = run_entry.sft_config(rc)
+    result = cached_json(Path(sft_cfg.run_dir) / "results.json", lambda: sft_entry.run_sft(sft_cfg))
+    loss = float(result["final"]["losses/heldout_execution"])
+    return {"seed": seed, "heldout_execution": loss, "policy": result["policy"],
+            "wall_time_s": float(result["wall_time_s"])}  # fmt: skip
+
+
+def pretrained_start(cfg: Config, cache: Path) -> dict[str, Any] | None:
+    """Stage 0 (cached): the first of ``cfg.pretrain_seeds`` whose model learns to copy,
+    candidates trained ``cfg.jobs`` at a time; None without ``cfg.pretrain``. Their
+    demonstration tasks (SFT seeds >= 1000) are disjoint from every seed's SFT and
+    evaluation tasks."""
     if cfg.pretrain is None:
         return None
-    tried = []
-    for seed in cfg.pretrain_seeds:
-        tick = time.perf_counter()
-        rc = replace(cfg.run_config(cache / "pretrain" / f"p{seed}", seed), sft=cfg.pretrain)
-        sft_cfg = run_entry.sft_config(rc)
-        result = cached_json(Path(sft_cfg.run_dir) / "results.json",
-                             lambda c=sft_cfg: sft_entry.run_sft(c))  # fmt: skip
-        loss = float(result["final"]["losses/heldout_execution"])
-        tried.append({"seed": seed, "heldout_execution": loss, "policy": result["policy"]})
-        log(f"stage 0, seed {seed}: held-out execution loss {loss:.4f} "
-            f"({'copies' if loss <= cfg.copy_loss else 'does not copy'}; "
-            f"{time.perf_counter() - tick:.0f}s)")  # fmt: skip
-        if loss <= cfg.copy_loss:
-            return {"policy": result["policy"], "seed": seed, "tried": tried}
+    tried: list[dict[str, Any]] = []
+    seeds = list(cfg.pretrain_seeds)
+    for first in range(0, len(seeds), cfg.jobs):
+        batch = seeds[first : first + cfg.jobs]
+        for candidate in in_processes(pretrain_candidate, cfg, [cache] * len(batch), batch):
+            tried.append(candidate)
+            copies = candidate["heldout_execution"] <= cfg.copy_loss
+            log(f"stage 0, seed {candidate['seed']}: held-out execution loss "
+                f"{candidate['heldout_execution']:.4f} ({'copies' if copies else 'does not copy'}; "
+                f"{candidate['wall_time_s']:.0f}s)")  # fmt: skip
+            if copies:
+                return {"policy": candidate["policy"], "seed": candidate["seed"], "tried": tried}
     raise RuntimeError(
         f"no stage-0 seed of {cfg.pretrain_seeds} learned to copy (held-out execution loss "
         f"<= {cfg.copy_loss}): {[(t['seed'], round(t['heldout_execution'], 4)) for t in tried]}; "
         "pass more --pretrain-seeds or more --pretrain.epochs"
     )
+
+
+def in_processes(fn: Any, cfg: Config, *args: list[Any]) -> list[Any]:
+    """``[fn(cfg, *a) for a in zip(*args)]``, ``cfg.jobs`` at a time in spawned
+    single-threaded processes (in this process when ``cfg.jobs`` is 1); in order."""
+    import torch
+
+    n = len(args[0])
+    if cfg.jobs == 1 or n == 1:
+        return [fn(cfg, *a) for a in zip(*args, strict=True)]
+    spawn = multiprocessing.get_context("spawn")  # fork would copy torch's thread pools
+    with ProcessPoolExecutor(min(cfg.jobs, n), mp_context=spawn,
+                             initializer=torch.set_num_threads, initargs=(1,)) as pool:  # fmt: skip
+        return list(pool.map(fn, [cfg] * n, *args))
 
 
 def run_seed(cfg: Config, seed_dir: Path, seed: int, start: str | None = None) -> dict[str, Any]:
@@ -350,18 +375,10 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int, start: str | None = None) -
 
 
 def run_seeds(cfg: Config, cache: Path, start: str | None) -> list[dict[str, Any]]:
-    """run_seed for seeds 0..K-1, ``cfg.jobs`` at a time in spawned single-threaded
-    processes; in seed order. Each seed writes only under its own folder."""
-    import torch
-
-    dirs = [cache / f"s{seed}" for seed in range(cfg.seeds)]
-    if cfg.jobs == 1:
-        return [run_seed(cfg, d, seed, start) for seed, d in enumerate(dirs)]
-    spawn = multiprocessing.get_context("spawn")  # fork would copy torch's thread pools
-    n = cfg.seeds
-    with ProcessPoolExecutor(min(cfg.jobs, n), mp_context=spawn,
-                             initializer=torch.set_num_threads, initargs=(1,)) as pool:  # fmt: skip
-        return list(pool.map(run_seed, [cfg] * n, dirs, range(n), [start] * n))
+    """run_seed for seeds 0..K-1, ``cfg.jobs`` at a time; in seed order. Each seed writes
+    only under its own folder."""
+    seeds = list(range(cfg.seeds))
+    return in_processes(run_seed, cfg, [cache / f"s{s}" for s in seeds], seeds, [start] * cfg.seeds)
 
 
 def log(message: str) -> None:

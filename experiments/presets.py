@@ -14,11 +14,12 @@ preset is resolved before tyro parses the rest.
 | `stitched`            | (not in the paper) exact GAE      | ``estimator="stitched"``            |
 | `supo`                | (not in the paper) SUPO/GRPO-like | group broadcast, group of 4, no critic |
 | `segment-scope`       | (not in the paper) lambda scope   | ``lambda_scope="segment"``          |
+| `local-segment-scope` | w/o correction, segment scope     | ``estimator="local"``, ``lambda_scope="segment"`` |
 | `fixed-lambda`        | (not in the paper) fixed lambda   | ``lambda_scope="fixed"`` (``lam`` 0.95) |
 | `local-fixed-lambda`  | w/o correction, fixed lambda      | ``estimator="local"``, ``lambda_scope="fixed"`` |
 
-``segment-scope`` puts the length-adaptive lambda at segment scope (l = the segment's
-trainable tokens); the ``fixed-lambda`` pair uses the usual fixed lambda, where the
+``segment-scope`` and ``local-segment-scope`` put the length-adaptive lambda at segment
+scope (l = the segment's trainable tokens); the ``fixed-lambda`` pair uses the usual fixed lambda, where the
 cross-segment correction's factor ``(gamma lambda)^N_after`` is far below 1 for early
 segments (docs/results/verdicts.md).
 """
@@ -42,6 +43,7 @@ PresetName = Literal[
     "stitched",
     "supo",
     "segment-scope",
+    "local-segment-scope",
     "fixed-lambda",
     "local-fixed-lambda",
 ]
@@ -58,6 +60,10 @@ PRESETS: dict[str, tuple[str, PPOConfig]] = {
         PPOConfig(estimator="group-broadcast", group_size=4, critic_warmup=0),
     ),
     "segment-scope": ("CompactionRL with segment-scope adaptive lambda", PPOConfig(lambda_scope="segment")),
+    "local-segment-scope": (
+        "local GAE (no correction) with segment-scope adaptive lambda",
+        PPOConfig(estimator="local", lambda_scope="segment"),
+    ),
     "fixed-lambda": ("CompactionRL with a fixed lambda (--ppo.lam)", PPOConfig(lambda_scope="fixed")),
     "local-fixed-lambda": (
         "local GAE (no correction) with a fixed lambda (--ppo.lam)",

@@ -30,6 +30,7 @@ under ``--runs-dir`` as ``cxsim tables`` caches its rows: a killed run resumes.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import shlex
 import sys
@@ -72,6 +73,14 @@ class Claim:
     """``effect``: reproduced when the interval excludes 0 in the claim's direction;
     ``no-effect`` (a claim that something does not change): reproduced when the interval
     lies within +/- :data:`NO_EFFECT_MARGIN`."""
+    added: str = ""
+    """Set when the row was added after a run: when, and where its prediction comes from."""
+    paper: str = ""
+    """What the paper reports for the claim (Compacted Pass@1 points, its Tables 1-4)."""
+    paper_share: tuple[float, float] | None = None
+    """An ablation's effect in the paper as a share of CompactionRL's gain over its base
+    (the smallest and largest share it reports); the page scales it by this run's gain, to
+    show where this run's interval lies against the paper's size. None: not an ablation."""
 
 
 NO_EFFECT_MARGIN = 0.05
@@ -80,6 +89,7 @@ NO_EFFECT_MARGIN = 0.05
 ARMS: tuple[str, ...] = (
     "compactionrl", "ppo-single", "no-summary-training", "segment-mean-loss",
     "no-cross-segment", "stitched", "supo", "segment-scope", "fixed-lambda", "local-fixed-lambda",
+    "local-segment-scope",
 )  # fmt: skip
 """The PPO presets every seed trains from its base (experiments/presets.py)."""
 
@@ -97,12 +107,14 @@ CLAIMS: tuple[Claim, ...] = (
         "large, positive: the base's own summaries keep the key about 40% of the time (its "
         "SFT data), a trained summarizer nearly always; +0.3 or more",
         "summary_recall",
+        paper="summarizer swap with a fixed executor: 6.5 points between the best and worst summarizer",
     ),
     Claim(
         "beats-base", "Table 2", "CompactionRL beats its SFT base under Compacted",
         "compactionrl", "base",
         "large, positive: the main job went 0.41 -> 1.00 on one seed; +0.3 or more",
         "summary_recall",
+        paper="+5.5 / +6.8 (30B, SWE / TB2) and +7.0 / +3.1 (106B)",
     ),
     Claim(
         "beats-ppo-single", "Table 2",
@@ -111,6 +123,7 @@ CLAIMS: tuple[Claim, ...] = (
         "large, positive: the task never fits one window, so PPO without compaction sees only "
         "failures (no learning signal) and stays near its base",
         "train_success",
+        paper="56.0 vs 48.0 and 20.2 vs 12.4 (30B); 66.8 vs 62.5 and 24.5 vs 23.6 (106B)",
     ),
     Claim(
         "single-unchanged", "Table 2", "CompactionRL does not improve Single",
@@ -119,6 +132,7 @@ CLAIMS: tuple[Claim, ...] = (
         "is 0 for every policy",
         "single_end",
         kind="no-effect",
+        paper="Single: -3.8 / +2.3 (30B, SWE / TB2), -0.5 / +3.5 (106B)",
     ),
     Claim(
         "summary-training", "Table 3", "training the summary tokens helps",
@@ -126,6 +140,8 @@ CLAIMS: tuple[Claim, ...] = (
         "positive, moderate to large: with summaries masked, recall can rise only through the "
         "copy skill shared with answering; +0.15 or more",
         "summary_recall",
+        paper="+1.5 / +7.8 (30B), +2.3 / +3.0 (106B): 27% to 115% of the gain",
+        paper_share=(0.27, 1.15),
     ),
     Claim(
         "token-level-loss", "Table 4", "token-level loss normalisation helps",
@@ -134,6 +150,8 @@ CLAIMS: tuple[Claim, ...] = (
         "only shifts weight between summaries and windows (loss share of summary tokens "
         "about 0.66 under token-mean, 0.4 under segment-mean); not resolved at 8 seeds",
         "summary_loss_share",
+        paper="+6.8 / +3.2 (106B): 97% and 103% of the gain",
+        paper_share=(0.97, 1.03),
     ),
     Claim(
         "correction-fixed-lambda", "Table 4",
@@ -144,6 +162,23 @@ CLAIMS: tuple[Claim, ...] = (
         "tokens), so the first summary learns only through the copy skill it shares with "
         "answering, as without summary training (seed-0 pilot: 0.70 vs 0.88); -0.1 or more",
         "summary_credit",
+        paper="+3.8 / +2.0 (106B): 54% and 65% of the gain",
+        paper_share=(0.54, 0.65),
+    ),
+    Claim(
+        "correction-segment-scope", "Table 4",
+        "the cross-segment correction helps (segment-scope adaptive lambda)",
+        "segment-scope", "local-segment-scope",
+        "negative (the correction hurts): at segment scope the estimator lab measures the "
+        "correction erasing summary credit (summary scale 0.004 or less, gradient cosine "
+        "0.48); seed-0 pilot: 0.93 with the correction, 0.98 without",
+        "summary_credit",
+        added="after the run of commit 31e5b81 (whose two other correction rows were not "
+        "resolved), with the arm local-segment-scope; its prediction rests on the lab "
+        "(docs/results/estimators.md) and the seed-0 pilot in the message of commit "
+        "f835593, both from before any full run",
+        paper="+3.8 / +2.0 (106B): 54% and 65% of the gain",
+        paper_share=(0.54, 0.65),
     ),
     Claim(
         "correction-rollout-scope", "Table 4",
@@ -152,6 +187,8 @@ CLAIMS: tuple[Claim, ...] = (
         "small, negative: at rollout scope the correction passes on 0.59 of the first window's "
         "advantage and 0.63-1.09 of the summaries' (lab, gradient cosine 0.98); not resolved",
         "summary_credit",
+        paper="+3.8 / +2.0 (106B): 54% and 65% of the gain",
+        paper_share=(0.54, 0.65),
     ),
     Claim(
         "stitched", "not in the paper", "exact stitched GAE beats the paper's correction",
@@ -400,10 +437,24 @@ def run_verdicts(cfg: Config, command: str) -> dict[str, Any]:
     cached_json(cache / "settings.json", lambda: settings)  # what the hash stands for
     start = pretrained_start(cfg, cache)
     seeds = run_seeds(cfg, cache, start["policy"] if start else None)
-    wall = time.perf_counter() - began
-    page = render_page(cfg, seeds, command, wall, Path(cfg.out_dir), start)
-    log(f"wrote {page} ({wall:.0f}s)")
-    return {"page": page, "seeds": seeds, "cache": cache, "wall_time_s": wall}
+    invocations = record_invocation(cache, command, time.perf_counter() - began)
+    page = render_page(cfg, seeds, command, invocations, Path(cfg.out_dir), start)
+    log(f"wrote {page} ({invocations[-1]['wall_time_s']:.0f}s)")
+    return {"page": page, "seeds": seeds, "cache": cache, "invocations": invocations}
+
+
+def record_invocation(cache: Path, command: str, wall_s: float) -> list[dict[str, Any]]:
+    """Append this invocation (commit, command, wall seconds) to ``invocations.json`` in the
+    cache and return them all: the page adds up the wall time of the invocations that
+    made the runs, which a rerun that only reads them barely moves."""
+    from cxsim.experiments.verdicts_page import commit
+    from cxsim.tracking import write_json
+
+    path = cache / "invocations.json"
+    made = json.loads(path.read_text())["invocations"] if path.is_file() else []
+    made.append({"commit": commit(), "command": command, "wall_time_s": wall_s})
+    write_json(path, {"invocations": made})
+    return made
 
 
 def parse(argv: list[str]) -> Config:

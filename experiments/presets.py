@@ -101,3 +101,12 @@ def cli_with_preset(
     name = preset_from_argv(argv)
     preset_ppo(name)  # unknown names fail here, with the list
     return tyro.cli(config_type, args=argv, default=build(name))
+
+
+def cli_with_budget(config_type: type[T], budgets: dict[str, T], argv: Sequence[str]) -> T:
+    """``tyro.cli(config_type)`` with defaults from ``budgets[--preset]`` (``smoke`` when
+    absent); the other flags override them; an unknown name exits listing the names."""
+    name = preset_from_argv(argv, default="smoke")
+    if name not in budgets:
+        raise SystemExit(f"unknown preset {name!r}; choose one of: {', '.join(budgets)}")
+    return tyro.cli(config_type, args=list(argv), default=budgets[name])

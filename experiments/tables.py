@@ -49,7 +49,7 @@ from cxsim.config import (
 )
 from cxsim.evaluation import evaluate_protocol
 from cxsim.experiments import run as run_entry
-from cxsim.experiments.presets import preset_from_argv
+from cxsim.experiments.presets import cli_with_budget
 from cxsim.experiments.tables_page import ONE_WINDOW, ROW_LABELS, ROWS, Seeds, render
 from cxsim.model_options import ChatOptions, Precision
 from cxsim.tables import cached_json, config_tag
@@ -361,10 +361,7 @@ def run_tables(cfg: Config, command: str) -> dict[str, Any]:
 
 def parse(argv: list[str]) -> Config:
     """``--preset`` picks the defaults (BUDGETS); the other flags override them."""
-    name = preset_from_argv(argv, default="smoke")
-    if name not in BUDGETS:
-        raise SystemExit(f"unknown preset {name!r}; choose one of: {', '.join(BUDGETS)}")
-    return tyro.cli(Config, args=argv, default=BUDGETS[name])
+    return cli_with_budget(Config, BUDGETS, argv)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -45,7 +45,7 @@ import tyro
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
 from cxsim.experiments import run as run_entry
-from cxsim.experiments.presets import preset_from_argv
+from cxsim.experiments.presets import cli_with_budget
 from cxsim.tables import cached_json, config_tag
 from cxsim.tracking import say
 
@@ -459,10 +459,7 @@ def record_invocation(cache: Path, command: str, wall_s: float) -> list[dict[str
 
 def parse(argv: list[str]) -> Config:
     """``--preset`` picks the defaults (BUDGETS); the other flags override them."""
-    name = preset_from_argv(argv, default="smoke")
-    if name not in BUDGETS:
-        raise SystemExit(f"unknown preset {name!r}; choose one of: {', '.join(BUDGETS)}")
-    return tyro.cli(Config, args=argv, default=BUDGETS[name])
+    return cli_with_budget(Config, BUDGETS, argv)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -78,16 +78,12 @@ class Config:
         check_precision(self.precision)
 
 
-def demonstrations(
-    cfg: Config, chat: ChatFormat, seeds: list[int], omission_rate: float | None = None
-) -> RolloutBatch:
-    """Scripted rollouts (oracle + scripted summarizer) under the compaction runtime, the
-    summarizer at ``omission_rate`` (None: ``cfg.sft.omission_rate``)."""
+def demonstrations(cfg: Config, chat: ChatFormat, seeds: list[int]) -> RolloutBatch:
+    """Scripted rollouts (oracle + scripted summarizer) under the compaction runtime."""
     from cxsim.agents.scripted import ScriptedAgent
     from cxsim.runtime import collect_rollouts
 
-    rate = cfg.sft.omission_rate if omission_rate is None else omission_rate
-    agent = ScriptedAgent(cfg.env.env_id, chat, omission_rate=rate, seed=cfg.seed)
+    agent = ScriptedAgent(cfg.env.env_id, chat, omission_rate=cfg.sft.omission_rate, seed=cfg.seed)
     return collect_rollouts(cfg.env.env_id, cfg.env.kwargs, agent, cfg.compaction, seeds, chat)
 
 
@@ -162,15 +158,11 @@ def run_sft(cfg: Config) -> dict[str, Any]:
     heldout = demonstrations(cfg, chat, heldout_seeds)
     batch = pack_segments(data.segments, chat.pad_id)
     heldout_batch = pack_segments(heldout.segments, chat.pad_id)
-    copy_batch = None  # the same tasks with every fact kept, for the first copy_epochs
-    if cfg.sft.copy_epochs:
-        clean = demonstrations(cfg, chat, [base + i for i in range(cfg.sft.episodes)], 0.0)
-        copy_batch = pack_segments(clean.segments, chat.pad_id)
     demo_stats = rollout_metrics(data.records)
 
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.sft.lr)
-    epoch_data = [copy_batch] * cfg.sft.copy_epochs + [batch] * cfg.sft.epochs
-    total_steps = sum(math.ceil(len(b) / cfg.sft.batch_rows) for b in epoch_data)
+    steps_per_epoch = math.ceil(len(batch) / cfg.sft.batch_rows)
+    total_steps = cfg.sft.epochs * steps_per_epoch
     schedule = cosine_schedule(optimizer, total_steps)
     writer = open_writer(run_dir)
     log_config(writer, cfg)
@@ -184,13 +176,13 @@ def run_sft(cfg: Config) -> dict[str, Any]:
     bar = progress(total_steps, desc="sft", disable=not cfg.progress_bar)
     history: list[dict[str, float]] = []
     step = 0
-    for epoch, data_batch in enumerate(epoch_data):
-        lengths = data_batch.lengths if cfg.sft.bucket_by_length else None
-        for rows in epoch_batches(len(data_batch), cfg.sft.batch_rows, lengths):
+    for epoch in range(cfg.sft.epochs):
+        lengths = batch.lengths if cfg.sft.bucket_by_length else None
+        for rows in epoch_batches(len(batch), cfg.sft.batch_rows, lengths):
             metrics = sft_step(
                 policy,
                 optimizer,
-                data_batch.select(rows),
+                batch.select(rows),
                 cfg.micro_batch_rows,
                 cfg.sft.max_grad_norm,
                 cfg.precision,

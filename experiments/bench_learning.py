@@ -29,12 +29,10 @@ docs/results/verdicts.md, whose seeds are these seeds' runs with 256 tasks inste
 from __future__ import annotations
 
 import json
-import multiprocessing
 import shutil
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -42,6 +40,8 @@ from typing import Any, Literal
 import tyro
 
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
+from cxsim.experiments.processes import map_in_processes
+from cxsim.experiments.tables import SMOKE_ENV
 from cxsim.tracking import say
 
 Mode = Literal["full", "reduced"]
@@ -63,10 +63,6 @@ class Setting:
     :func:`cxsim.experiments.verdicts.pretrained_start`); None: SFT from a fresh model."""
 
 
-SHORT_TASK = {"memory_length": 5, "obs_words_mean": 6.0, "obs_words_std": 1.0, "num_values": 4}
-"""KeyRecall with 5 steps from key to question (default 12) and shorter observations:
-still two compactions per episode at budget 160, at about 2.4x fewer tokens."""
-
 SETTINGS: dict[str, Setting] = {
     "full": Setting(
         env=EnvConfig(),
@@ -76,7 +72,7 @@ SETTINGS: dict[str, Setting] = {
         pretrain=SFTConfig(omission_rate=0.0, epochs=8, bucket_by_length=True),
     ),
     "reduced": Setting(
-        env=EnvConfig(kwargs=SHORT_TASK),
+        env=SMOKE_ENV,
         sft=SFTConfig(episodes=6, epochs=1, heldout_episodes=2, omission_rate=0.65),
         ppo=PPOConfig(rollouts_per_batch=4, iterations=2, critic_warmup=1, minibatches=1),
         eval=EvalConfig(episodes=4, protocols=("compacted",)),
@@ -347,16 +343,9 @@ def run_check(cfg: Config) -> dict[str, Any]:
 
 def run_seeds(cfg: Config, root: Path, start: str | None) -> list[dict[str, Any]]:
     """run_seed for each seed, ``cfg.jobs`` at a time in spawned processes; in order."""
-    import torch
-
     seeds = cfg.seed_list
-    if cfg.jobs == 1 or len(seeds) == 1:
-        return [run_seed(cfg, root, seed, start) for seed in seeds]
-    spawn = multiprocessing.get_context("spawn")  # fork would copy torch's thread pools
     n = len(seeds)
-    with ProcessPoolExecutor(min(cfg.jobs, n), mp_context=spawn,
-                             initializer=torch.set_num_threads, initargs=(1,)) as pool:  # fmt: skip
-        return list(pool.map(run_seed, [cfg] * n, [root] * n, seeds, [start] * n))
+    return map_in_processes(run_seed, cfg.jobs, [cfg] * n, [root] * n, seeds, [start] * n)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -130,6 +130,22 @@ def cosine_schedule(optimizer: Any, total_steps: int) -> Any:
     )
 
 
+def demonstration_batches(cfg: Config, chat: ChatFormat) -> tuple[RolloutBatch, Any, Any]:
+    """The seed's demonstrations (tasks ``seed * episodes + i``) and the packed training and
+    held-out batches (held-out tasks offset by HELDOUT_SEED_OFFSET, never trained on)."""
+    from cxsim.segments import pack_segments
+
+    base = cfg.seed * cfg.sft.episodes
+    data = demonstrations(cfg, chat, [base + i for i in range(cfg.sft.episodes)])
+    heldout_seeds = [HELDOUT_SEED_OFFSET + base + i for i in range(cfg.sft.heldout_episodes)]
+    heldout = demonstrations(cfg, chat, heldout_seeds)
+    return (
+        data,
+        pack_segments(data.segments, chat.pad_id),
+        pack_segments(heldout.segments, chat.pad_id),
+    )
+
+
 def run_sft(cfg: Config) -> dict[str, Any]:
     """Trains and saves the SFT policy; returns what results.json holds."""
     import torch
@@ -139,7 +155,6 @@ def run_sft(cfg: Config) -> dict[str, Any]:
     from cxsim.devices import resolve_device
     from cxsim.evaluation import rollout_metrics
     from cxsim.preflight import preflight
-    from cxsim.segments import pack_segments
     from cxsim.sft import epoch_batches, sft_eval, sft_step
     from cxsim.tracking import log_config, log_scalars, log_transcripts, open_writer, progress, say
 
@@ -152,12 +167,7 @@ def run_sft(cfg: Config) -> dict[str, Any]:
     policy, tokenizer, chat = starting_policy(cfg, device)
     cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))
 
-    base = cfg.seed * cfg.sft.episodes
-    data = demonstrations(cfg, chat, [base + i for i in range(cfg.sft.episodes)])
-    heldout_seeds = [HELDOUT_SEED_OFFSET + base + i for i in range(cfg.sft.heldout_episodes)]
-    heldout = demonstrations(cfg, chat, heldout_seeds)
-    batch = pack_segments(data.segments, chat.pad_id)
-    heldout_batch = pack_segments(heldout.segments, chat.pad_id)
+    data, batch, heldout_batch = demonstration_batches(cfg, chat)
     demo_stats = rollout_metrics(data.records)
 
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.sft.lr)

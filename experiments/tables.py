@@ -27,11 +27,9 @@ cxsim/tables.py.
 
 from __future__ import annotations
 
-import multiprocessing
 import shlex
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -50,6 +48,7 @@ from cxsim.config import (
 from cxsim.evaluation import evaluate_protocol
 from cxsim.experiments import run as run_entry
 from cxsim.experiments.presets import cli_with_budget
+from cxsim.experiments.processes import map_in_processes
 from cxsim.experiments.tables_page import ONE_WINDOW, ROW_LABELS, ROWS, Seeds, render
 from cxsim.model_options import ChatOptions, Precision
 from cxsim.tables import cached_json, config_tag
@@ -310,16 +309,8 @@ def run_seeds(cfg: Config, cache: Path) -> list[dict[str, Any]]:
     Each seed writes only under its own folder, so the processes share nothing; a seed that
     fails stops the tables with its error, and what the others finished stays cached.
     """
-    import torch
-
     dirs = [cache / f"s{seed}" for seed in range(cfg.seeds)]
-    if cfg.jobs == 1:
-        return [run_seed(cfg, d, seed) for seed, d in enumerate(dirs)]
-    spawn = multiprocessing.get_context("spawn")  # fork would copy torch's thread pools
-    workers = min(cfg.jobs, cfg.seeds)
-    with ProcessPoolExecutor(workers, mp_context=spawn, initializer=torch.set_num_threads,
-                             initargs=(1,)) as pool:  # fmt: skip
-        return list(pool.map(run_seed, [cfg] * cfg.seeds, dirs, range(cfg.seeds)))
+    return map_in_processes(run_seed, cfg.jobs, [cfg] * cfg.seeds, dirs, range(cfg.seeds))
 
 
 def log(message: str) -> None:

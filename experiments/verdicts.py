@@ -31,11 +31,9 @@ under ``--runs-dir`` as ``cxsim tables`` caches its rows: a killed run resumes.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import shlex
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -46,6 +44,8 @@ from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
 from cxsim.experiments import run as run_entry
 from cxsim.experiments.presets import cli_with_budget
+from cxsim.experiments.processes import map_in_processes
+from cxsim.experiments.tables import SMOKE_ENV
 from cxsim.tables import cached_json, config_tag
 from cxsim.tracking import say
 
@@ -280,11 +280,6 @@ class Config:
         )  # fmt: skip
 
 
-SMOKE_ENV = EnvConfig(
-    kwargs={"memory_length": 5, "obs_words_mean": 6.0, "obs_words_std": 1.0, "num_values": 4}
-)
-"""The entry points' smoke task: a short KeyRecall that still compacts twice at budget 160."""
-
 BUDGETS: dict[str, Config] = {
     "smoke": Config(
         preset="smoke", seeds=2, env=SMOKE_ENV,
@@ -334,7 +329,10 @@ def pretrained_start(cfg: Config, cache: Path) -> dict[str, Any] | None:
     seeds = list(cfg.pretrain_seeds)
     for first in range(0, len(seeds), cfg.jobs):
         batch = seeds[first : first + cfg.jobs]
-        for candidate in in_processes(pretrain_candidate, cfg, [cache] * len(batch), batch):
+        n = len(batch)
+        for candidate in map_in_processes(
+            pretrain_candidate, cfg.jobs, [cfg] * n, [cache] * n, batch
+        ):
             tried.append(candidate)
             copies = candidate["heldout_execution"] <= cfg.copy_loss
             log(f"stage 0, seed {candidate['seed']}: held-out execution loss "
@@ -347,20 +345,6 @@ def pretrained_start(cfg: Config, cache: Path) -> dict[str, Any] | None:
         f"<= {cfg.copy_loss}): {[(t['seed'], round(t['heldout_execution'], 4)) for t in tried]}; "
         "pass more --pretrain-seeds or more --pretrain.epochs"
     )
-
-
-def in_processes(fn: Any, cfg: Config, *args: list[Any]) -> list[Any]:
-    """``[fn(cfg, *a) for a in zip(*args)]``, ``cfg.jobs`` at a time in spawned
-    single-threaded processes (in this process when ``cfg.jobs`` is 1); in order."""
-    import torch
-
-    n = len(args[0])
-    if cfg.jobs == 1 or n == 1:
-        return [fn(cfg, *a) for a in zip(*args, strict=True)]
-    spawn = multiprocessing.get_context("spawn")  # fork would copy torch's thread pools
-    with ProcessPoolExecutor(min(cfg.jobs, n), mp_context=spawn,
-                             initializer=torch.set_num_threads, initargs=(1,)) as pool:  # fmt: skip
-        return list(pool.map(fn, [cfg] * n, *args))
 
 
 def run_seed(cfg: Config, seed_dir: Path, seed: int, start: str | None = None) -> dict[str, Any]:
@@ -415,7 +399,8 @@ def run_seeds(cfg: Config, cache: Path, start: str | None) -> list[dict[str, Any
     """run_seed for seeds 0..K-1, ``cfg.jobs`` at a time; in seed order. Each seed writes
     only under its own folder."""
     seeds = list(range(cfg.seeds))
-    return in_processes(run_seed, cfg, [cache / f"s{s}" for s in seeds], seeds, [start] * cfg.seeds)
+    dirs = [cache / f"s{s}" for s in seeds]
+    return map_in_processes(run_seed, cfg.jobs, [cfg] * cfg.seeds, dirs, seeds, [start] * cfg.seeds)
 
 
 def log(message: str) -> None:

@@ -451,8 +451,7 @@ def start_lines(cfg: Config, start: dict[str, Any] | None) -> list[str]:
         f"tasks no seed uses, the first candidate whose held-out execution loss fell to "
         f"{cfg.copy_loss:g} nats per token or below, i.e. that learned to copy the key "
         f"(tried: {tried}). Without it, bases made from a fresh model at these budgets "
-        "often never learn the copy (docs/results/verdicts.md is regenerated; the reason "
-        'is in docs/results.md, "Independent seeds").',
+        'often never learn to copy (docs/results.md, "Independent seeds").',
         "",
     ]
 

@@ -146,7 +146,8 @@ def test_critic_by_segment_reads_only_informative_iterations():
 
 
 @pytest.mark.slow
-def test_smoke_run_writes_the_page(tmp_path: Path):
+def test_smoke_run_writes_the_page(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("CXSIM_QUIET", "0")  # --quiet sets it; restored after the test
     out, runs = tmp_path / "page", tmp_path / "runs"
     cxsim(["verdicts", "--out", str(out), "--runs-dir", str(runs), "--quiet"])
     text = (out / "verdicts.md").read_text()

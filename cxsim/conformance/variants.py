@@ -44,17 +44,21 @@ def _lengths_lambda(
     return lams
 
 
+def _rollout_totals(ids: list[int], counts: list[int]) -> list[int]:
+    """Each row's count replaced by the sum over the rows of its rollout (rollout scope)."""
+    totals: dict[int, int] = {}
+    for rid, n in zip(ids, counts, strict=True):
+        totals[rid] = totals.get(rid, 0) + n
+    return [totals[rid] for rid in ids]
+
+
 def _row_lambdas(lam, response_mask, rollout_id, alpha, scope) -> list[float]:
     """Per-row lambda, right: fixed, or 1 - 1/(alpha l) over trainable tokens, clamped at 0."""
     if lam is not None:
         return [lam] * response_mask.shape[0]
     counts = response_mask.sum(dim=1).tolist()
     if scope == "rollout":
-        ids = rollout_id.tolist()
-        totals: dict[int, int] = {}
-        for rid, n in zip(ids, counts, strict=True):
-            totals[rid] = totals.get(rid, 0) + n
-        counts = [totals[rid] for rid in ids]
+        counts = _rollout_totals(rollout_id.tolist(), counts)
     return _lengths_lambda(counts, alpha, clamp=True, cap=None)
 
 
@@ -109,10 +113,7 @@ def adaptive_lambda_with_observations(
     """
     lengths = list(response_lengths)
     if lambda_scope == "rollout":
-        totals: dict[int, int] = {}
-        for rid, n in zip(rollout_ids, lengths, strict=True):
-            totals[rid] = totals.get(rid, 0) + n
-        lengths = [totals[rid] for rid in rollout_ids]
+        lengths = _rollout_totals(rollout_ids, lengths)
     return _lengths_lambda(lengths, alpha, clamp=True, cap=None)
 
 
@@ -122,10 +123,7 @@ def _cross_segment_samples(
 ) -> list[torch.Tensor]:  # fmt: skip
     counts = list(trainable_counts)
     if lambda_scope == "rollout":
-        totals: dict[int, int] = {}
-        for rid, n in zip(rollout_ids, counts, strict=True):
-            totals[rid] = totals.get(rid, 0) + n
-        counts = [totals[rid] for rid in rollout_ids]
+        counts = _rollout_totals(rollout_ids, counts)
     lams = _lengths_lambda(counts, alpha, clamp, cap) if lam is None else [lam] * len(values)
     out = []
     for v, m, reward, after, lam_s in zip(

@@ -88,7 +88,9 @@ class _TextAgent:
 class ScriptedAgent(_TextAgent):
     """The environment's oracle, grounded in the context (see module docstring), with the
     scripted summarizer; ``epsilon`` > 0 makes it a noisy oracle (a uniformly random
-    admissible action with that probability)."""
+    admissible action with that probability); ``skip_rate`` > 0 makes it skip each optional
+    action of its oracle (``skippable``: KeyRecallActive's ``open box``) with that
+    probability, doing the oracle's stand-in instead."""
 
     def __init__(
         self,
@@ -97,12 +99,16 @@ class ScriptedAgent(_TextAgent):
         omission_rate: float = 0.0,
         seed: int = 0,
         epsilon: float = 0.0,
+        skip_rate: float = 0.0,
     ):
         if not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"epsilon ({epsilon}) must be in [0, 1]")
+        if not 0.0 <= skip_rate <= 1.0:
+            raise ValueError(f"skip_rate ({skip_rate}) must be in [0, 1]")
         super().__init__(chat, omission_rate, seed)
         self.env = gym.make(env_id)  # only names the oracle class
         self.epsilon = epsilon
+        self.skip_rate = skip_rate
         self.oracles: dict[int, Oracle] = {}
 
     def act(self, request: TurnRequest) -> str:
@@ -110,7 +116,11 @@ class ScriptedAgent(_TextAgent):
         if request.row not in self.oracles or info["step"] == 0:
             self.oracles[request.row] = oracle_for(self.env)
         observation = self.chat.decode(request.append)
-        action = self.oracles[request.row].act(observation, info)
+        oracle = self.oracles[request.row]
+        action = oracle.act(observation, info)
+        instead = getattr(oracle, "skippable", {}).get(action)
+        if instead is not None and self.skip_rate and self.rng.random() < self.skip_rate:
+            action = instead
         if self.epsilon and self.rng.random() < self.epsilon and info["admissible_actions"]:
             actions = info["admissible_actions"]
             action = actions[int(self.rng.integers(len(actions)))]

@@ -153,6 +153,10 @@ class SFTConfig:
     omission_rate: float = 0.5
     """Probability that the scripted summarizer drops each needed fact it could keep.
     The cloned policy inherits it: an imperfect base, like the paper's SFT model."""
+    skip_rate: float = 0.0
+    """Probability that the scripted executor skips an optional action (KeyRecallActive's
+    ``open box``: the key is then never shown). The cloned base inherits it, so credit
+    must reach that first action, compactions before the reward (``cxsim verdicts``)."""
     model: PolicySize = "tiny"
     """Policy size preset (agents.models.POLICY_PRESETS)."""
     epochs: int = 12
@@ -172,6 +176,8 @@ class SFTConfig:
     def __post_init__(self) -> None:
         if not 0.0 <= self.omission_rate <= 1.0:
             raise ValueError(f"omission_rate={self.omission_rate} must lie in [0, 1]")
+        if not 0.0 <= self.skip_rate <= 1.0:
+            raise ValueError(f"skip_rate={self.skip_rate} must lie in [0, 1]")
         if min(self.episodes, self.heldout_episodes, self.epochs, self.batch_rows) < 1:
             raise ValueError("episodes, heldout_episodes, epochs and batch_rows must be >= 1")
         if self.lr <= 0:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -31,6 +31,9 @@ class Oracle(Protocol):
 
 class CorridorOracle:
     """KeyRecall / FactUpdate: open the box if offered, walk on, answer the latest values."""
+
+    skippable: ClassVar[dict[str, str]] = {"open box": "next"}
+    """Optional actions, each with what to do instead when a demonstration skips it."""
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
         state = info["state"]

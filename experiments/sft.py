@@ -83,7 +83,10 @@ def demonstrations(cfg: Config, chat: ChatFormat, seeds: list[int]) -> RolloutBa
     from cxsim.agents.scripted import ScriptedAgent
     from cxsim.runtime import collect_rollouts
 
-    agent = ScriptedAgent(cfg.env.env_id, chat, omission_rate=cfg.sft.omission_rate, seed=cfg.seed)
+    agent = ScriptedAgent(
+        cfg.env.env_id, chat, omission_rate=cfg.sft.omission_rate, seed=cfg.seed,
+        skip_rate=cfg.sft.skip_rate,
+    )  # fmt: skip
     return collect_rollouts(cfg.env.env_id, cfg.env.kwargs, agent, cfg.compaction, seeds, chat)
 
 

@@ -77,6 +77,9 @@ class Claim:
     """Set when the row was added after a run: when, and where its prediction comes from."""
     paper: str = ""
     """What the paper reports for the claim (Compacted Pass@1 points, its Tables 1-4)."""
+    setting: Literal["main", "credit"] = "main"
+    """Where the claim is tested: ``main`` (the main job's task, :data:`ARMS`) or ``credit``
+    (the credit setting, :class:`CreditSetting`: the first action decides the outcome)."""
     paper_share: tuple[float, float] | None = None
     """An ablation's effect in the paper as a share of CompactionRL's gain over its base
     (the smallest and largest share it reports); the page scales it by this run's gain, to
@@ -92,6 +95,12 @@ ARMS: tuple[str, ...] = (
     "local-segment-scope",
 )  # fmt: skip
 """The PPO presets every seed trains from its base (experiments/presets.py)."""
+
+CREDIT_ARMS: tuple[str, ...] = (
+    "compactionrl", "no-cross-segment", "fixed-lambda", "local-fixed-lambda", "segment-scope",
+    "local-segment-scope",
+)  # fmt: skip
+"""The arms of the credit setting: the correction on and off at each lambda scope."""
 
 SINGLE = ("base", "compactionrl")
 """Policies also evaluated under Single (Table 2)."""
@@ -212,7 +221,63 @@ CLAIMS: tuple[Claim, ...] = (
         "0.93 on 128 tasks; small, not resolved",
         "summary_credit",
     ),
+    Claim(
+        "credit-correction-fixed-lambda", "Table 4",
+        "the cross-segment correction helps (fixed lambda 0.95), where credit must reach the "
+        "first action",
+        "fixed-lambda", "local-fixed-lambda",
+        "negative and large (the correction hurts): it scales window 0's credit by 0.95^N, N "
+        "the 100+ trainable tokens after it (below 0.01), so open box barely learns, where "
+        "local GAE gives it 0.95^(tokens left in window 0); two-seed pilot (128 tasks): 0.73 "
+        "vs 0.98 and 0.85 vs 0.95; -0.15 or more", "first_window_credit", setting="credit",
+        paper="+3.8 / +2.0 (106B): 54% and 65% of the gain",
+        paper_share=(0.54, 0.65),
+    ),
+    Claim(
+        "credit-correction-rollout-scope", "Table 4",
+        "the cross-segment correction helps (rollout-scope adaptive lambda, the default), "
+        "where credit must reach the first action",
+        "compactionrl", "no-cross-segment",
+        "small, negative: at rollout scope the correction passes on about 0.6 of window 0's "
+        "credit (lab), so open box learns a little slower; seed-0 pilot the other way, 0.96 "
+        "vs 0.83 (training success swung by 0.1 between iterations); not resolved", "first_window_credit", setting="credit",
+        paper="+3.8 / +2.0 (106B): 54% and 65% of the gain",
+        paper_share=(0.54, 0.65),
+    ),
+    Claim(
+        "credit-correction-segment-scope", "Table 4",
+        "the cross-segment correction helps (segment-scope adaptive lambda), where credit must "
+        "reach the first action",
+        "segment-scope", "local-segment-scope",
+        "negative, moderate: at segment scope each later segment's own (smaller) lambda "
+        "scales window 0's credit (lab: summary scale 0.004 or less); seed-1 pilot 0.88 vs "
+        "0.97; -0.05 to -0.1", "first_window_credit", setting="credit",
+        paper="+3.8 / +2.0 (106B): 54% and 65% of the gain",
+        paper_share=(0.54, 0.65),
+    ),
+    Claim(
+        "credit-lambda-scope", "not in the paper",
+        "rollout-scope adaptive lambda beats segment scope (with the correction), where credit "
+        "must reach the first action",
+        "compactionrl", "segment-scope",
+        "positive, small: rollout scope keeps more of window 0's credit than segment scope "
+        "(lab); no pilot pair; about +0.05, not resolved", "first_window_credit", setting="credit",
+    ),
 )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CreditSetting:
+    """The credit setting: KeyRecallActive, whose key is shown only if the first action is
+    ``open box``. Its SFT demonstrations skip that action half the time (``skip_rate``) and
+    keep every fact they saw (omission 0), so the base opens the box about half the time
+    and what PPO must learn is that first action, two compactions before the reward: the
+    credit the cross-segment correction scales by ``(gamma lambda)^N`` (docs/method.md).
+    Every seed's SFT starts from the main setting's stage-0 checkpoint."""
+
+    env: EnvConfig
+    sft: SFTConfig
+    arms: tuple[str, ...] = CREDIT_ARMS
 
 
 @dataclass(frozen=True)
@@ -250,6 +315,14 @@ class Config:
     """Seeds run at once, each in its own single-threaded process."""
     device: str = "cpu"
     """Device of every run."""
+    credit_setting: bool = True
+    """Also run the preset's credit setting (:class:`CreditSetting`) and its claims."""
+    credit: Annotated[CreditSetting | None, tyro.conf.Suppress] = None
+    """The credit setting's task and SFT (set by the preset; None: the main setting only)."""
+    arms: Annotated[tuple[str, ...], tyro.conf.Suppress] = ARMS
+    """Arms every seed trains (the main setting's; :meth:`credit_config` swaps them)."""
+    single: Annotated[tuple[str, ...], tyro.conf.Suppress] = SINGLE
+    summarizers: Annotated[tuple[str, ...], tyro.conf.Suppress] = SUMMARIZERS
 
     def __post_init__(self) -> None:
         if self.pretrain is not None and not self.pretrain_seeds:
@@ -259,12 +332,23 @@ class Config:
         if self.jobs < 1:
             raise ValueError(f"--jobs {self.jobs}: pass at least one process")
         self.run_config(Path(), 0)  # the main job's checks
+        if self.credit is not None:
+            self.credit_config()
+
+    def credit_config(self) -> Config:
+        """The credit setting as a config of its own: its task, SFT and arms, no stage 0 (its
+        seeds start from the main setting's), no Single or Table 1 evaluations."""
+        assert self.credit is not None
+        return replace(
+            self, env=self.credit.env, sft=self.credit.sft, arms=self.credit.arms, single=(),
+            summarizers=(), pretrain=None, credit=None,
+        )  # fmt: skip
 
     def run_config(self, seed_dir: Path, seed: int, start: str | None = None) -> run_entry.Config:
         """The main job's config for one seed (its own SFT seed and evaluation tasks),
         its SFT starting from ``start`` (a policy folder) or a fresh model."""
         return run_entry.Config(
-            run_dir=str(seed_dir), presets=ARMS, seeds=(seed,), sft_seed=seed, env=self.env,
+            run_dir=str(seed_dir), presets=self.arms, seeds=(seed,), sft_seed=seed, env=self.env,
             compaction=self.compaction, sft=self.sft, ppo=self.ppo,
             eval=replace(self.eval, seed=seed), threads=1, progress_bar=False,
             device=self.device, policy=start,
@@ -280,11 +364,18 @@ class Config:
         )  # fmt: skip
 
 
+CREDIT_KWARGS = {"obs_words_mean": 8.0, "obs_words_std": 2.0, "num_values": 4}
+"""The credit setting's KeyRecallActive: the main job's corridor text and key values."""
+
 BUDGETS: dict[str, Config] = {
     "smoke": Config(
         preset="smoke", seeds=2, env=SMOKE_ENV,
         compaction=replace(DEFAULT_COMPACTION, budget=160),
         sft=SFTConfig(episodes=6, epochs=1, heldout_episodes=2),
+        credit=CreditSetting(
+            EnvConfig("cxsim/KeyRecallActive-v0", dict(SMOKE_ENV.kwargs)),
+            SFTConfig(episodes=6, epochs=1, heldout_episodes=2, omission_rate=0.0, skip_rate=0.5),
+        ),
         ppo=PPOConfig(rollouts_per_batch=4, iterations=1, critic_warmup=1, minibatches=1),
         eval=EvalConfig(episodes=4),
     ),
@@ -293,12 +384,17 @@ BUDGETS: dict[str, Config] = {
         pretrain=SFTConfig(omission_rate=0.0, epochs=8, bucket_by_length=True),
         sft=SFTConfig(epochs=4, bucket_by_length=True),
         ppo=PPOConfig(iterations=8, micro_batch_rows=16),
+        credit=CreditSetting(
+            EnvConfig("cxsim/KeyRecallActive-v0", CREDIT_KWARGS),
+            SFTConfig(epochs=4, bucket_by_length=True, omission_rate=0.0, skip_rate=0.5),
+        ),
     ),
 }  # fmt: skip
 """``full``: the main job's task, compaction and model (cxsim/config.py), 8 seeds, 256
 tasks per protocol, with budgets sized for 90 minutes on 2 cores: stage 0 (omission 0,
 8 epochs) shared, then per seed SFT 4 epochs at omission 0.5 from it, length-bucketed;
-PPO 2 + 8 iterations in 16-row micro-batches (why: docs/results/verdicts.md, "Setting")."""
+PPO 2 + 8 iterations in 16-row micro-batches (why: docs/results/verdicts.md, "Setting").
+Then the credit setting (:class:`CreditSetting`) on the same seeds and budgets."""
 
 
 # -- one seed ---------------------------------------------------------------------------
@@ -362,14 +458,14 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int, start: str | None = None) -
     log(f"seed {seed}: SFT base ready ({time.perf_counter() - tick:.0f}s)")
     policies = {"base": sft["policy"]}
     trained: dict[str, dict[str, Any]] = {}
-    for i, arm in enumerate(ARMS, start=1):
+    for i, arm in enumerate(cfg.arms, start=1):
         tick = time.perf_counter()
         train_cfg = run_entry.train_config(rc, sft["policy"], arm, seed)
         trained[arm] = cached_json(
             Path(train_cfg.run_dir) / "results.json", lambda c=train_cfg: train_entry.train(c)
         )
         policies[arm] = trained[arm]["policy"]
-        log(f"seed {seed}: arm {i} of {len(ARMS)}, {arm} ({time.perf_counter() - tick:.0f}s)")
+        log(f"seed {seed}: arm {i} of {len(cfg.arms)}, {arm} ({time.perf_counter() - tick:.0f}s)")
     tick = time.perf_counter()
     folder = seed_dir / "verdicts"
     evals = {
@@ -377,12 +473,12 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int, start: str | None = None) -
                           lambda n=name, p=policy: evaluate_policy(ec, p, n, protocols=("compacted",)))
         for name, policy in policies.items()
     }  # fmt: skip
-    for name in SINGLE:
+    for name in cfg.single:
         evals[f"{name}@single"] = cached_json(
             folder / f"eval-{name}-single.json",
             lambda n=name: evaluate_policy(ec, policies[n], n, protocols=("single",)),
         )
-    for name in SUMMARIZERS:
+    for name in cfg.summarizers:
 
         def swapped(s: str = name) -> dict[str, Any]:
             executor, chat = agent_by_name("base", ec, seed, policies)
@@ -407,25 +503,44 @@ def log(message: str) -> None:
     say(f"[verdicts {time.strftime('%H:%M:%S')}] {message}")
 
 
+def cache_folder(cfg: Config, name: str, start: dict[str, Any] | None = None) -> Path:
+    """``runs_dir/<name>-<hash of the settings>``, with settings.json saying what the hash
+    stands for (``start``: the stage-0 checkpoint a setting without its own starts from)."""
+    settings = {"env": cfg.env, "compaction": cfg.compaction, "sft": cfg.sft, "ppo": cfg.ppo,
+                "eval": cfg.eval, "device": cfg.device, "pretrain": cfg.pretrain,
+                "pretrain_seeds": cfg.pretrain_seeds, "copy_loss": cfg.copy_loss}  # fmt: skip
+    if cfg.arms != ARMS:
+        settings["arms"] = cfg.arms
+    if start is not None:
+        settings["start_seed"] = start["seed"]
+    cache = Path(cfg.runs_dir) / config_tag(name, settings)
+    cached_json(cache / "settings.json", lambda: settings)
+    return cache
+
+
 def run_verdicts(cfg: Config, command: str) -> dict[str, Any]:
-    """Every run the claims need (cached), then verdicts.md and its figures."""
+    """Every run the claims need (cached): the main setting, then the credit setting from
+    the same stage-0 checkpoint; then verdicts.md and its figures."""
     import torch
 
     from cxsim.experiments.verdicts_page import render_page
 
     began = time.perf_counter()
     torch.set_num_threads(1)  # tiny models: one thread is faster on a busy 2-core box
-    settings = {"env": cfg.env, "compaction": cfg.compaction, "sft": cfg.sft, "ppo": cfg.ppo,
-                "eval": cfg.eval, "device": cfg.device, "pretrain": cfg.pretrain,
-                "pretrain_seeds": cfg.pretrain_seeds, "copy_loss": cfg.copy_loss}  # fmt: skip
-    cache = Path(cfg.runs_dir) / config_tag(cfg.preset, settings)
-    cached_json(cache / "settings.json", lambda: settings)  # what the hash stands for
+    cache = cache_folder(cfg, cfg.preset)
     start = pretrained_start(cfg, cache)
-    seeds = run_seeds(cfg, cache, start["policy"] if start else None)
+    policy = start["policy"] if start else None
+    runs = {"main": run_seeds(cfg, cache, policy)}
+    if cfg.credit is not None and cfg.credit_setting:
+        credit = cfg.credit_config()
+        log("the credit setting")
+        runs["credit"] = run_seeds(
+            credit, cache_folder(credit, f"{cfg.preset}-credit", start), policy
+        )
     invocations = record_invocation(cache, command, time.perf_counter() - began)
-    page = render_page(cfg, seeds, command, invocations, Path(cfg.out_dir), start)
+    page = render_page(cfg, runs, command, invocations, Path(cfg.out_dir), start)
     log(f"wrote {page} ({invocations[-1]['wall_time_s']:.0f}s)")
-    return {"page": page, "seeds": seeds, "cache": cache, "invocations": invocations}
+    return {"page": page, "seeds": runs, "cache": cache, "invocations": invocations}
 
 
 def record_invocation(cache: Path, command: str, wall_s: float) -> list[dict[str, Any]]:

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from cxsim.experiments.verdicts import Claim, Config
 
 Runs = list[dict[str, Any]]
+"""One setting's seeds (``verdicts.run_seed``'s dicts, in seed order)."""
+Settings = dict[str, Runs]
+"""Setting name (``main``, ``credit``) -> its seeds."""
 
 PROTOCOL_OF = {"@single": "single", "t1:": "external-summarizer"}
 INFORMATIVE = (0.1, 0.9)
@@ -145,6 +148,19 @@ def diag_summary_credit(runs: Runs, claim: Claim) -> str:
     )
 
 
+def diag_first_window_credit(runs: Runs, claim: Claim) -> str:
+    def credit(name: str) -> Interval:
+        return mean_interval(final(runs, name, "credit/abs_adv_seg0"))
+
+    def recall(name: str) -> Interval:
+        return mean_interval(final(runs, name, "compaction/summary_recall"), (0.0, 1.0))
+
+    return (
+        f"window 0 |advantage| {pair_cell(claim, credit, 3)}; training summary recall (the "
+        f"key is seen only if the box was opened) {pair_cell(claim, recall)}"
+    )
+
+
 def diag_critic_last_window(runs: Runs, claim: Claim) -> str:
     def ev(name: str) -> Interval:
         arm = arm_of(name)
@@ -164,6 +180,7 @@ DIAGNOSTICS: dict[str, Callable[[Runs, Claim], str]] = {
     "summary_loss_share": diag_summary_loss_share,
     "summary_credit": diag_summary_credit,
     "critic_last_window": diag_critic_last_window,
+    "first_window_credit": diag_first_window_credit,
 }
 
 
@@ -283,14 +300,36 @@ def made_by(invocations: list[dict[str, Any]]) -> str:
     return f"{' then '.join(parts)}: **{total:.0f} minutes** of wall time in all"
 
 
-def setup_lines(
-    cfg: Config, runs: Runs, command: str, invocations: list[dict[str, Any]]
-) -> list[str]:
-    from cxsim.experiments.verdicts import ARMS
+def claims_of(settings: Settings) -> list[Claim]:
+    """The claims whose setting was run, in :data:`verdicts.CLAIMS` order."""
+    from cxsim.experiments.verdicts import CLAIMS
 
+    return [c for c in CLAIMS if c.setting in settings]
+
+
+def setting_line(cfg: Config, runs: Runs, what: str) -> str:
+    gain = paired_difference(passes(runs, "compactionrl"), passes(runs, "base"))
+    return (
+        f"{what}: `{cfg.env.env_id}` {dict(cfg.env.kwargs) or '(default kwargs)'}; "
+        f"SFT {cfg.sft.episodes} demonstrations x {cfg.sft.epochs} epochs at omission "
+        f"{cfg.sft.omission_rate:g}, skip rate {cfg.sft.skip_rate:g}; PPO {cfg.ppo.iterations} "
+        f"iterations ({cfg.ppo.critic_warmup} value-only) of {cfg.ppo.rollouts_per_batch} "
+        f"rollouts, critic ratio {cfg.ppo.critic_ratio}, critic lr {cfg.ppo.critic_lr:g}, actor "
+        f"lr {cfg.ppo.actor_lr:g}, micro-batches of {cfg.ppo.micro_batch_rows} rows. Arms: "
+        + ", ".join(f"`{a}`" for a in cfg.arms)
+        + f" (experiments/presets.py). Base {fmt(seed_interval(passes(runs, 'base')))}, "
+        f"CompactionRL {fmt(seed_interval(passes(runs, 'compactionrl')))}: a gain of "
+        f"{fmt(gain, signed=True)}."
+    )
+
+
+def setup_lines(
+    cfg: Config, settings: Settings, command: str, invocations: list[dict[str, Any]]
+) -> list[str]:
+    runs = settings["main"]
     tasks = len(evaluation(runs[0], "base")["per_task_success"])
-    compute_min = sum(stage_seconds(r) for r in runs) / 60
-    return [
+    compute_min = sum(stage_seconds(r) for rs in settings.values() for r in rs) / 60
+    lines = [
         "# Verdicts on the paper's claims",
         "",
         f"Runs made by {made_by(invocations)}, {cfg.jobs} seeds at a time in single-threaded "
@@ -305,15 +344,20 @@ def setup_lines(
         "by seed: the mean over seeds with a Student-t 95% interval (proportions clipped to "
         "[0, 1], differences to [-1, 1]).",
         "",
-        f"Setting: `{cfg.env.env_id}` {dict(cfg.env.kwargs) or '(default kwargs)'}; "
-        f"SFT {cfg.sft.episodes} demonstrations x {cfg.sft.epochs} epochs at omission "
-        f"{cfg.sft.omission_rate:g}; PPO {cfg.ppo.iterations} iterations "
-        f"({cfg.ppo.critic_warmup} value-only) of {cfg.ppo.rollouts_per_batch} rollouts, "
-        f"critic ratio {cfg.ppo.critic_ratio}, critic lr {cfg.ppo.critic_lr:g}, actor lr "
-        f"{cfg.ppo.actor_lr:g}, micro-batches of {cfg.ppo.micro_batch_rows} rows. Arms: "
-        + ", ".join(f"`{a}`" for a in ARMS)
-        + " (experiments/presets.py).",
+        setting_line(cfg, runs, "**The main setting**, the main job's task"),
         "",
+    ]
+    if "credit" in settings:
+        lines += [
+            setting_line(cfg.credit_config(), settings["credit"], "**The credit setting**")
+            + " Its key is shown only if the first action is `open box`; its demonstrations "
+            "skip that action at the skip rate and keep every fact they saw, so a base opens "
+            "the box about half the time and what PPO must learn is that first action, two "
+            "compactions before the reward: the credit the cross-segment correction scales "
+            "by (gamma lambda)^N (docs/method.md). Same seeds, same stage-0 checkpoint.",
+            "",
+        ]
+    legend = [
         "**Verdicts.** *reproduced*: the interval excludes 0 in the claim's direction; "
         "*contradicted*: it excludes 0 the other way; *not resolved*: it covers 0. A claim "
         "that something does not change is reproduced when its interval lies inside "
@@ -322,18 +366,19 @@ def setup_lines(
         "power, at the spread of the per-seed differences measured here.",
         "",
     ]
+    return [*lines, *legend]
 
 
-def paper_lines(runs: Runs) -> list[str]:
+def paper_lines(settings: Settings) -> list[str]:
     """Each claim's figures in the paper; for ablations, the paper's effect as a share of
-    its CompactionRL gain, scaled by this run's gain, against this run's interval."""
-    from cxsim.experiments.verdicts import CLAIMS
-
-    gain = paired_difference(passes(runs, "compactionrl"), passes(runs, "base"))
+    its CompactionRL gain, scaled by this run's gain in the claim's setting, against this
+    run's interval."""
     rows = []
-    for c in CLAIMS:
+    for c in claims_of(settings):
         if not c.paper:
             continue
+        runs = settings[c.setting]
+        gain = paired_difference(passes(runs, "compactionrl"), passes(runs, "base"))
         scaled, inside = "-", "-"
         if c.paper_share is not None:
             low, high = (share * gain.mean for share in c.paper_share)
@@ -345,63 +390,73 @@ def paper_lines(runs: Runs) -> list[str]:
             )  # fmt: skip
             shown = where if where == "overlaps it" else f"**{where}**"
             inside = f"{fmt(diff, signed=True)}: {shown}"
-        rows.append([c.statement, c.source, c.paper, scaled, inside])
+        rows.append([c.statement, f"{c.source}, {c.setting}", c.paper, scaled, inside])
     return [
         "## Against the sizes the paper reports",
         "",
         "The paper's own figures (Compacted Pass@1 points, two evaluation runs, no seeds or "
         "intervals). For an ablation, its effect as a share of CompactionRL's gain over the "
-        f"base, times this run's gain ({fmt(gain, signed=True)}), is the size the paper's "
-        "result predicts here; the last column gives this run's paired interval and where "
-        "it lies against that size. This is context for the verdict column, not part of "
-        "it: the verdict asks only whether the interval excludes 0.",
+        "base, times this run's gain in the claim's setting, is the size the paper's result "
+        "predicts here; the last column gives this run's paired interval and where it lies "
+        "against that size. This is context for the verdict column, not part of it: the "
+        "verdict asks only whether the interval excludes 0.",
         "",
         markdown_table(
-            ["claim", "source", "the paper", "the paper's share x this run's gain", "this run"],
+            [
+                "claim",
+                "source, setting",
+                "the paper",
+                "the paper's share x this run's gain",
+                "this run",
+            ],
             rows,
         ),
         "",
     ]
 
 
-def prediction_lines() -> list[str]:
-    from cxsim.experiments.verdicts import CLAIMS
-
+def prediction_lines(settings: Settings) -> list[str]:
     rows = [
-        [c.statement, c.source, c.prediction + (f" (*row added {c.added}*)" if c.added else "")]
-        for c in CLAIMS
-    ]
+        [c.statement, f"{c.source}, {c.setting}",
+         c.prediction + (f" (*row added {c.added}*)" if c.added else "")]
+        for c in claims_of(settings)
+    ]  # fmt: skip
     return [
         "## Predictions, written before the runs",
         "",
         "From the estimator lab (docs/results/estimators.md) and pilots; they are constants "
         "of experiments/verdicts.py, committed before the runs (a row added later says so).",
         "",
-        markdown_table(["claim", "source", "prediction"], rows),
+        markdown_table(["claim", "source, setting", "prediction"], rows),
         "",
     ]
 
 
-def verdict_lines(runs: Runs) -> list[str]:
-    from cxsim.experiments.verdicts import CLAIMS
+VERDICT_HEADINGS = {
+    "main": "## Verdicts",
+    "credit": "### The credit setting: credit must reach the first action",
+}
 
+
+def verdict_lines(settings: Settings) -> list[str]:
     header = ["claim", "treatment Pass@1", "reference Pass@1", "paired difference",
               "verdict", "smallest detectable", "diagnostic"]  # fmt: skip
-    return [
-        "## Verdicts",
-        "",
-        "Pass@1 under Compacted unless the name says `@single` (Single) or `t1:` (the base "
-        "as executor with that policy's summaries, the Table 1 swap).",
-        "",
-        markdown_table(header, [claim_row(runs, c) for c in CLAIMS]),
-        "",
-    ]
+    lines = []
+    for name, runs in settings.items():
+        lines += [VERDICT_HEADINGS[name], ""]
+        if name == "main":
+            lines += [
+                "Pass@1 under Compacted unless the name says `@single` (Single) or `t1:` (the "
+                "base as executor with that policy's summaries, the Table 1 swap).",
+                "",
+            ]
+        rows = [claim_row(runs, c) for c in claims_of(settings) if c.setting == name]
+        lines += [markdown_table(header, rows), ""]
+    return lines
 
 
 def critic_lines(cfg: Config, runs: Runs, out_dir: Path) -> list[str]:
-    from cxsim.experiments.verdicts import ARMS
-
-    table = critic_by_segment(runs, ARMS)
+    table = critic_by_segment(runs, cfg.arms)
     if not table:
         return []
     plot_critic(table, out_dir / "verdicts_critic.png")
@@ -413,10 +468,10 @@ def critic_lines(cfg: Config, runs: Runs, out_dir: Path) -> list[str]:
     return [
         "## The critic by segment",
         "",
-        "Explained variance of the outcome by the critic's value at each segment's first "
-        "token (`critic/mc_ev_seg{k}`: 1 - Var(R - V) / Var(R), Monte Carlo returns), per "
-        "seed the mean over the actor iterations (after the value-only warm-up) whose "
-        "training success lay in "
+        "On the main setting. Explained variance of the outcome by the critic's value at each "
+        "segment's first token (`critic/mc_ev_seg{k}`: 1 - Var(R - V) / Var(R), Monte Carlo "
+        "returns), per seed the mean over the actor iterations (after the value-only warm-up) "
+        "whose training success lay in "
         f"[{INFORMATIVE[0]}, {INFORMATIVE[1]}] (where outcomes vary; at 0 or 1 the figure is "
         "undefined), then the mean over seeds with a 95% interval.",
         "",
@@ -433,11 +488,14 @@ def critic_lines(cfg: Config, runs: Runs, out_dir: Path) -> list[str]:
     ]
 
 
-def per_seed_lines(runs: Runs) -> list[str]:
-    names = list(runs[0]["eval"])
-    header = ["evaluation", *(f"s{r['seed']}" for r in runs)]
-    rows = [[f"`{n}`", *(f"{p.value:.3f}" for p in passes(runs, n))] for n in names]
-    return ["## Pass@1 per seed", "", markdown_table(header, rows), ""]
+def per_seed_lines(settings: Settings) -> list[str]:
+    lines = ["## Pass@1 per seed", ""]
+    for name, runs in settings.items():
+        names = list(runs[0]["eval"])
+        header = ["evaluation", *(f"s{r['seed']}" for r in runs)]
+        rows = [[f"`{n}`", *(f"{p.value:.3f}" for p in passes(runs, n))] for n in names]
+        lines += [f"The {name} setting:", "", markdown_table(header, rows), ""]
+    return lines
 
 
 def start_lines(cfg: Config, start: dict[str, Any] | None) -> list[str]:
@@ -458,7 +516,7 @@ def start_lines(cfg: Config, start: dict[str, Any] | None) -> list[str]:
 
 def render_page(
     cfg: Config,
-    runs: Runs,
+    settings: Settings,
     command: str,
     invocations: list[dict[str, Any]],
     out_dir: Path,
@@ -467,13 +525,13 @@ def render_page(
     """Write verdicts.md (and verdicts_critic.png) to ``out_dir``; returns the page's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = [
-        *setup_lines(cfg, runs, command, invocations),
+        *setup_lines(cfg, settings, command, invocations),
         *start_lines(cfg, start),
-        *verdict_lines(runs),
-        *paper_lines(runs),
-        *prediction_lines(),
-        *critic_lines(cfg, runs, out_dir),
-        *per_seed_lines(runs),
+        *verdict_lines(settings),
+        *paper_lines(settings),
+        *prediction_lines(settings),
+        *critic_lines(cfg, settings["main"], out_dir),
+        *per_seed_lines(settings),
     ]
     page = out_dir / "verdicts.md"
     page.write_text("\n".join(lines) + "\n")

@@ -56,6 +56,8 @@ def test_other_configs_reject():
         EnvConfig(env_id="cxsim.envs:my/Env-v0")  # the module imports, the id is not there
     with pytest.raises(ValueError, match="omission_rate"):
         SFTConfig(omission_rate=1.5)
+    with pytest.raises(ValueError, match="skip_rate"):
+        SFTConfig(skip_rate=2.0)
     with pytest.raises(ValueError, match="protocol"):
         EvalConfig(protocols=("both",))
     with pytest.raises(ValueError, match="threshold"):

@@ -109,3 +109,24 @@ def test_scripted_rollouts_are_sft_data():
             if s.role == "summary"
         ]
         assert summaries == rec.summaries and len(summaries) == rec.compactions >= 3
+
+
+def test_skip_rate_skips_the_optional_first_action_at_that_rate():
+    env = gym.make("cxsim/KeyRecallActive-v0")
+    _, info = env.reset(seed=0)
+    assert "open box" in info["admissible_actions"]
+    first = request(context="", info=info)
+
+    def first_actions(rate: float) -> list[str]:
+        agent = ScriptedAgent("cxsim/KeyRecallActive-v0", chat(), skip_rate=rate, seed=2)
+        return [agent.respond([first])[0].text for _ in range(400)]
+
+    assert set(first_actions(0.0)) == {"open box"}
+    assert set(first_actions(1.0)) == {"next"}
+    share = first_actions(0.5).count("next") / 400
+    assert 0.4 < share < 0.6
+    # only the optional action is skipped: the answer at the question is untouched
+    agent = ScriptedAgent(ENV, chat(), skip_rate=1.0)
+    assert agent.respond([request(context="k3", info=query_info("k3"))])[0].text == "answer k3"
+    with pytest.raises(ValueError, match="skip_rate"):
+        ScriptedAgent(ENV, chat(), skip_rate=-0.1)

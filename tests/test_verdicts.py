@@ -14,6 +14,7 @@ from cxsim.experiments.verdicts import (
     ARMS,
     BUDGETS,
     CLAIMS,
+    CREDIT_ARMS,
     SINGLE,
     SUMMARIZERS,
     Claim,
@@ -52,10 +53,23 @@ def test_verdict_words_follow_the_interval_and_the_claim_kind():
 
 
 def test_every_claim_names_evaluations_the_runs_make():
-    made = {"base", *ARMS, *(f"{n}@single" for n in SINGLE), *(f"t1:{n}" for n in SUMMARIZERS)}
+    made = {
+        "main": {
+            "base",
+            *ARMS,
+            *(f"{n}@single" for n in SINGLE),
+            *(f"t1:{n}" for n in SUMMARIZERS),
+        },
+        "credit": {"base", *CREDIT_ARMS},
+    }
     for claim in CLAIMS:
-        assert {claim.treatment, claim.reference} <= made, claim.key
+        assert {claim.treatment, claim.reference} <= made[claim.setting], claim.key
         assert claim.prediction, claim.key
+    full = parse(["--preset", "full"])
+    assert full.credit is not None and full.credit.arms == CREDIT_ARMS
+    credit = full.credit_config()
+    assert credit.arms == CREDIT_ARMS and credit.single == () and credit.pretrain is None
+    assert credit.env.env_id == "cxsim/KeyRecallActive-v0" and credit.sft.skip_rate == 0.5
     sources = {c.source for c in CLAIMS}
     assert {"Table 1", "Table 2", "Table 3", "Table 4", "not in the paper"} == sources
 
@@ -83,20 +97,26 @@ def history(seed: int) -> list[dict]:
     ]  # fmt: skip
 
 
-def synthetic_runs(seeds: int = 3) -> list[dict]:
+CREDIT_PASS = {"base": 0.6, "compactionrl": 0.95, "fixed-lambda": 0.7}
+
+
+def synthetic_runs(seeds: int = 3, credit: bool = False) -> list[dict]:
     runs = []
+    arms = CREDIT_ARMS if credit else ARMS
     for s in range(seeds):
         evals = {}
-        for name in ("base", *ARMS):
-            evals[name] = {"results": {"compacted": result(PASS.get(name, 0.7), s)}}
-        for name in SINGLE:
+        for name in ("base", *arms):
+            p = CREDIT_PASS.get(name, 0.9) if credit else PASS.get(name, 0.7)
+            evals[name] = {"results": {"compacted": result(p, s)}}
+        for name in () if credit else SINGLE:
             evals[f"{name}@single"] = {"results": {"single": result(0.0, 1)}}
-        for name in SUMMARIZERS:
+        for name in () if credit else SUMMARIZERS:
             key = f"t1:{name}"
             evals[key] = {"results": {"external-summarizer": result(PASS[key], s)}}
         final = {"charts/success_rate": 0.9, "credit/abs_adv_summary": 0.5,
-                 "compaction/summary_recall": 0.8, "weights/token-mean/summary_share": 0.66}  # fmt: skip
-        train = {arm: {"final": final, "history": history(s)} for arm in ARMS}
+                 "credit/abs_adv_seg0": 0.25, "compaction/summary_recall": 0.8,
+                 "weights/token-mean/summary_share": 0.66}  # fmt: skip
+        train = {arm: {"final": final, "history": history(s)} for arm in arms}
         runs.append({"seed": s, "sft": {"wall_time_s": 60.0}, "eval": evals, "train": train})
     return runs
 
@@ -108,11 +128,12 @@ def test_page_pairs_by_seed_and_gives_every_claim_a_verdict(tmp_path: Path):
         {"commit": "abc1234", "command": "cxsim verdicts --preset full", "wall_time_s": 5.0},
         {"commit": "def5678", "command": "cxsim verdicts --preset full", "wall_time_s": 1200.0},
     ]
-    page = render_page(cfg, synthetic_runs(), "cxsim verdicts --preset full", invocations, tmp_path)
+    settings = {"main": synthetic_runs(), "credit": synthetic_runs(credit=True)}
+    page = render_page(cfg, settings, "cxsim verdicts --preset full", invocations, tmp_path)
     text = page.read_text()
     assert "**70 minutes** of wall time in all" in text  # 50 + 20; the 5 s rerun left out
     assert "at commit abc1234 (50 min) then" in text and "**3 independent seeds.**" in text
-    assert "add up to 3 process-minutes" in text  # the seeds' recorded SFT times
+    assert "add up to 6 process-minutes" in text  # both settings' recorded SFT times
     for claim in CLAIMS:
         assert claim.statement in text and claim.prediction in text
     # the shifts are equal on every seed, so each difference is exact with no spread
@@ -129,6 +150,12 @@ def test_page_pairs_by_seed_and_gives_every_claim_a_verdict(tmp_path: Path):
     )
     assert "+0.48 to +0.52" in row and "+0.20 [+0.20, +0.20]: **below it**" in row
     assert re.search(r"\| `s0` \| `s1` \| `s2` \||\| s0 \| s1 \| s2 \|", text)
+    # the credit setting's claims pair that setting's seeds: 0.7 - 0.9 on every seed
+    row = next(line for line in text.splitlines() if "fixed lambda 0.95), where credit" in line)
+    assert "-0.20 [-0.20, -0.20]" in row and "**contradicted**" in row
+    assert "window 0 |advantage| 0.250" in row
+    assert "**The credit setting**: `cxsim/KeyRecallActive-v0`" in text
+    assert "The credit setting:" in text and "`fixed-lambda` | 0.680" in text
     assert (tmp_path / "verdicts_critic.png").stat().st_size > 1000
 
 
@@ -155,9 +182,15 @@ def test_smoke_run_writes_the_page(tmp_path: Path, monkeypatch):
         assert claim.statement in text
     assert "2 independent seeds" in text
     # each seed's tasks are its own: seed 1's evaluation is not seed 0's
-    (cache,) = runs.iterdir()
-    assert (cache / "s0" / "verdicts" / "eval-base.json").is_file()
-    assert (cache / "s1" / "train" / "supo-s1" / "results.json").is_file()
+    (credit,) = runs.glob("smoke-credit-*")
+    (main,) = set(runs.glob("smoke-*")) - {credit}
+    assert (main / "s0" / "verdicts" / "eval-base.json").is_file()
+    assert (main / "s1" / "train" / "supo-s1" / "results.json").is_file()
+    # the credit setting: its own bases on KeyRecallActive, only its own arms
+    assert (credit / "s1" / "train" / "local-fixed-lambda-s1" / "results.json").is_file()
+    assert not (credit / "s1" / "train" / "supo-s1").exists()
+    sft = (credit / "s0" / "sft" / "results.json").read_text()
+    assert "KeyRecallActive" in sft and '"skip_rate": 0.5' in sft
 
 
 def test_stage_zero_takes_the_first_seed_that_copies_and_stops_when_none_does(tmp_path: Path):

@@ -47,6 +47,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cxsim.experiments.verdicts",
         "a verdict on each of the paper's claims, from independent seeds",
     ),
+    "critic-probe": (
+        "cxsim.experiments.critic_probe",
+        "is the outcome in the context, and do the critic's features carry it",
+    ),
     "report": ("cxsim.experiments.report", "plots and tables from a finished run directory"),
     "lab": ("cxsim.experiments.lab", "estimator lab: estimators against ground truth"),
     "conform": (

@@ -455,17 +455,21 @@ def verdict_lines(settings: Settings) -> list[str]:
     return lines
 
 
-def critic_lines(cfg: Config, runs: Runs, out_dir: Path) -> list[str]:
-    table = critic_by_segment(runs, cfg.arms)
-    if not table:
-        return []
-    plot_critic(table, out_dir / "verdicts_critic.png")
+def critic_table(table: dict[str, list[Interval]]) -> str:
     n = max(len(c) for c in table.values())
     header = ["arm", *(segment_label(k) for k in range(n))]
     rows = [
         [arm, *(fmt(c) for c in cells)] + ["-"] * (n - len(cells)) for arm, cells in table.items()
     ]
-    return [
+    return markdown_table(header, rows)
+
+
+def critic_lines(cfg: Config, settings: Settings, out_dir: Path) -> list[str]:
+    table = critic_by_segment(settings["main"], cfg.arms)
+    if not table:
+        return []
+    plot_critic(table, out_dir / "verdicts_critic.png")
+    lines = [
         "## The critic by segment",
         "",
         "On the main setting. Explained variance of the outcome by the critic's value at each "
@@ -477,7 +481,7 @@ def critic_lines(cfg: Config, runs: Runs, out_dir: Path) -> list[str]:
         "",
         "![critic by segment](verdicts_critic.png)",
         "",
-        markdown_table(header, rows),
+        critic_table(table),
         "",
         "The recipe of the paper is on in every arm with a critic: value-only warm-up "
         f"({cfg.ppo.critic_warmup} iterations), {cfg.ppo.critic_ratio} critic updates per actor "
@@ -486,6 +490,10 @@ def critic_lines(cfg: Config, runs: Runs, out_dir: Path) -> list[str]:
         '"The critic by segment".',
         "",
     ]
+    credit = critic_by_segment(settings.get("credit", []), cfg.credit.arms) if cfg.credit else {}
+    if credit:
+        lines += ["The same figure on the credit setting:", "", critic_table(credit), ""]
+    return lines
 
 
 def per_seed_lines(settings: Settings) -> list[str]:
@@ -530,7 +538,7 @@ def render_page(
         *verdict_lines(settings),
         *paper_lines(settings),
         *prediction_lines(settings),
-        *critic_lines(cfg, settings["main"], out_dir),
+        *critic_lines(cfg, settings, out_dir),
         *per_seed_lines(settings),
     ]
     page = out_dir / "verdicts.md"

@@ -157,6 +157,7 @@ def test_page_pairs_by_seed_and_gives_every_claim_a_verdict(tmp_path: Path):
     assert "**The credit setting**: `cxsim/KeyRecallActive-v0`" in text
     assert "The credit setting:" in text and "`fixed-lambda` | 0.680" in text
     assert (tmp_path / "verdicts_critic.png").stat().st_size > 1000
+    assert "The same figure on the credit setting:" in text
 
 
 def test_critic_by_segment_reads_only_informative_iterations():

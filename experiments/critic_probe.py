@@ -11,7 +11,12 @@ Reads top to bottom. For one policy (``--policy``):
    the segment's first trainable token (where ``critic/mc_ev_seg{k}`` reads the value) to
    the outcome, fit on the first ``--fit-share`` of the rollouts, its explained variance
    on the rest. Two feature sets: the last hidden state (what the value head reads) and
-   the mean hidden state over the prefix.
+   the mean hidden state over the prefix;
+4. **the critic's own training** (``--critic-iterations N``): a fresh critic made from the
+   policy, trained by the trainer's own critic step (``score_batch`` then ``critic_update``,
+   ``--ppo.*`` settings) on the fit rollouts, ``rollouts_per_batch`` at a time with the
+   policy fixed; after each iteration its explained variance of the held-out outcome at
+   each segment's first trainable token.
 
 Why: on the verdict run the critic's explained variance stayed near 0 at every segment
 (docs/results.md, "The critic by segment"); this separates "the outcome is not
@@ -29,7 +34,7 @@ from typing import Any
 import tyro
 
 from cxsim.compaction import CompactionConfig
-from cxsim.config import DEFAULT_COMPACTION, EnvConfig
+from cxsim.config import DEFAULT_COMPACTION, EnvConfig, PPOConfig
 
 FEATURES = ("last", "prefix-mean")
 """Feature sets of the probe: the hidden state at the value's position, and the mean of the
@@ -53,6 +58,11 @@ class Config:
     """Ridge penalties tried (on standardised features); each is reported."""
     env: EnvConfig = field(default_factory=EnvConfig)
     compaction: CompactionConfig = field(default_factory=lambda: DEFAULT_COMPACTION)
+    critic_iterations: int = 0
+    """Then train a critic from the policy for this many iterations with the trainer's own
+    critic step on the fit rollouts (0: skip)."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """The critic step's settings (rollouts per iteration, critic ratio, lr, estimator)."""
     out: str | None = None
     """Write the figures here as JSON (None: print only)."""
     threads: int = 1
@@ -65,6 +75,10 @@ class Config:
             raise ValueError(f"--fit-share {self.fit_share} must lie strictly between 0 and 1")
         if not self.ridges or min(self.ridges) <= 0:
             raise ValueError(f"--ridges {self.ridges}: pass positive penalties")
+        if self.critic_iterations < 0:
+            raise ValueError(f"--critic-iterations {self.critic_iterations} must be >= 0")
+        if self.critic_iterations and not self.ppo.uses_critic:
+            raise ValueError(f"--ppo.estimator {self.ppo.estimator!r} has no critic to train")
 
 
 def explained_variance(pred: Any, real: Any) -> float:
@@ -127,6 +141,45 @@ def value_features(critic: Any, batch: Any, rows: int = 16) -> dict[str, Any]:
     return {name: torch.cat(parts) for name, parts in out.items()}
 
 
+def first_token_ev(values: Any, batch: Any) -> dict[str, float]:
+    """Explained variance of the outcome by the value at each segment's first trainable
+    token, per segment index (``seg{k}``; left out where the outcome does not vary)."""
+    first = batch.trainable.long().argmax(dim=1)
+    out = {}
+    for k in range(int(batch.segment_index.max()) + 1):
+        rows = (batch.segment_index == k).nonzero().squeeze(1)
+        real = batch.rewards[rows].double()
+        if len(rows) > 1 and float(real.var()) > 0:
+            out[f"seg{k}"] = explained_variance(values[rows, first[rows]].double(), real)
+    return out
+
+
+def critic_training(cfg: Config, segments: list[Any], policy: Any, chat: Any) -> list[dict]:
+    """Step 4: the trainer's critic step on fixed rollouts; held-out figures per iteration."""
+    import torch
+
+    from cxsim.agents.critic import Critic
+    from cxsim.ppo import critic_update, critic_values, score_batch
+    from cxsim.segments import pack_segments
+
+    cut, per = int(cfg.fit_share * cfg.episodes), cfg.ppo.rollouts_per_batch
+    batches = [
+        pack_segments([s for s in segments if lo <= s.rollout_id < min(lo + per, cut)], chat.pad_id, 1.0)
+        for lo in range(0, cut, per)
+    ]  # fmt: skip
+    held = pack_segments([s for s in segments if s.rollout_id >= cut], chat.pad_id, 1.0)
+    critic = Critic.from_policy(policy)
+    optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.ppo.critic_lr)
+    history = []
+    for iteration in range(cfg.critic_iterations):
+        batch = batches[iteration % len(batches)]
+        scored, _ = score_batch(batch, critic, cfg.ppo, continuation=chat.assistant_prefix())
+        critic_update(critic, optimizer, scored, cfg.ppo, cfg.ppo.critic_ratio * cfg.ppo.epochs)
+        values = critic_values(critic, held, cfg.ppo.micro_batch_rows)
+        history.append(first_token_ev(values, held))
+    return history
+
+
 def probe(cfg: Config) -> dict[str, Any]:
     import torch
 
@@ -166,6 +219,9 @@ def probe(cfg: Config) -> dict[str, Any]:
             for name, x in features.items()
         } | {"rollouts": len(rows)}
     result["probe_heldout_ev"] = probes
+    # 4. the critic's own training, the policy fixed
+    if cfg.critic_iterations:
+        result["critic_training"] = critic_training(cfg, rollouts.segments, policy, chat)
     return result
 
 
@@ -182,6 +238,9 @@ def show(result: dict[str, Any]) -> None:
             f"{name} " + " ".join(f"{v:+.3f}" for v in cells[name].values()) for name in FEATURES
         ]
         print(f"  {seg} ({cells['rollouts']} rollouts) held-out EV by ridge: " + "; ".join(parts))
+    for i, cells in enumerate(result.get("critic_training", []), start=1):
+        shown = " ".join(f"{seg} {ev:+.2f}" for seg, ev in cells.items())
+        print(f"  critic iteration {i}: held-out EV at segment starts {shown}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -77,9 +77,10 @@ class Claim:
     """Set when the row was added after a run: when, and where its prediction comes from."""
     paper: str = ""
     """What the paper reports for the claim (Compacted Pass@1 points, its Tables 1-4)."""
-    setting: Literal["main", "credit"] = "main"
-    """Where the claim is tested: ``main`` (the main job's task, :data:`ARMS`) or ``credit``
-    (the credit setting, :class:`CreditSetting`: the first action decides the outcome)."""
+    setting: str = "main"
+    """Where the claim is tested: ``main`` (the main job's task, :data:`ARMS`) or the name
+    of a :class:`CreditSetting` (``credit``, ``credit-critic``: the first action decides the
+    outcome)."""
     paper_share: tuple[float, float] | None = None
     """An ablation's effect in the paper as a share of CompactionRL's gain over its base
     (the smallest and largest share it reports); the page scales it by this run's gain, to
@@ -221,63 +222,90 @@ CLAIMS: tuple[Claim, ...] = (
         "0.93 on 128 tasks; small, not resolved",
         "summary_credit",
     ),
-    Claim(
-        "credit-correction-fixed-lambda", "Table 4",
-        "the cross-segment correction helps (fixed lambda 0.95), where credit must reach the "
-        "first action",
-        "fixed-lambda", "local-fixed-lambda",
-        "negative and large (the correction hurts): it scales window 0's credit by 0.95^N, N "
-        "the 100+ trainable tokens after it (below 0.01), so open box barely learns, where "
-        "local GAE gives it 0.95^(tokens left in window 0); two-seed pilot (128 tasks): 0.73 "
-        "vs 0.98 and 0.85 vs 0.95; -0.15 or more", "first_window_credit", setting="credit",
-        paper="+3.8 / +2.0 (106B): 54% and 65% of the gain",
-        paper_share=(0.54, 0.65),
-    ),
-    Claim(
-        "credit-correction-rollout-scope", "Table 4",
-        "the cross-segment correction helps (rollout-scope adaptive lambda, the default), "
-        "where credit must reach the first action",
-        "compactionrl", "no-cross-segment",
-        "small, negative: at rollout scope the correction passes on about 0.6 of window 0's "
-        "credit (lab), so open box learns a little slower; seed-0 pilot the other way, 0.96 "
-        "vs 0.83 (training success swung by 0.1 between iterations); not resolved", "first_window_credit", setting="credit",
-        paper="+3.8 / +2.0 (106B): 54% and 65% of the gain",
-        paper_share=(0.54, 0.65),
-    ),
-    Claim(
-        "credit-correction-segment-scope", "Table 4",
-        "the cross-segment correction helps (segment-scope adaptive lambda), where credit must "
-        "reach the first action",
-        "segment-scope", "local-segment-scope",
-        "negative, moderate: at segment scope each later segment's own (smaller) lambda "
-        "scales window 0's credit (lab: summary scale 0.004 or less); seed-1 pilot 0.88 vs "
-        "0.97; -0.05 to -0.1", "first_window_credit", setting="credit",
-        paper="+3.8 / +2.0 (106B): 54% and 65% of the gain",
-        paper_share=(0.54, 0.65),
-    ),
-    Claim(
-        "credit-lambda-scope", "not in the paper",
-        "rollout-scope adaptive lambda beats segment scope (with the correction), where credit "
-        "must reach the first action",
-        "compactionrl", "segment-scope",
-        "positive, small: rollout scope keeps more of window 0's credit than segment scope "
-        "(lab); no pilot pair; about +0.05, not resolved", "first_window_credit", setting="credit",
-    ),
 )  # fmt: skip
+
+CORRECTION_PAPER = "+3.8 / +2.0 (106B): 54% and 65% of the gain"
+"""The paper's Table 4 row for the cross-segment correction."""
+
+
+def credit_claims(setting: str, where: str, predictions: dict[str, str]) -> tuple[Claim, ...]:
+    """The claims of a credit setting: the correction at each lambda scope, and the scope;
+    ``where`` ends each statement, ``predictions`` (keys fixed, rollout, segment, scope)."""
+
+    def correction(key: str, scope: str, treatment: str, reference: str) -> Claim:
+        return Claim(
+            f"{setting}-correction-{key}", "Table 4",
+            f"the cross-segment correction helps ({scope}), {where}", treatment, reference,
+            predictions[key.split("-")[0]], "first_window_credit", setting=setting,
+            paper=CORRECTION_PAPER, paper_share=(0.54, 0.65),
+        )  # fmt: skip
+
+    return (
+        correction("fixed-lambda", "fixed lambda 0.95", "fixed-lambda", "local-fixed-lambda"),
+        correction("rollout-scope", "rollout-scope adaptive lambda, the default",
+                   "compactionrl", "no-cross-segment"),
+        correction("segment-scope", "segment-scope adaptive lambda", "segment-scope",
+                   "local-segment-scope"),
+        Claim(
+            f"{setting}-lambda-scope", "not in the paper",
+            f"rollout-scope adaptive lambda beats segment scope (with the correction), {where}",
+            "compactionrl", "segment-scope", predictions["scope"], "first_window_credit",
+            setting=setting,
+        ),
+    )  # fmt: skip
+
+
+CLAIMS += credit_claims(
+    "credit", "where credit must reach the first action",
+    {
+        "fixed": "negative and large (the correction hurts): it scales window 0's credit by "
+        "0.95^N, N the 100+ trainable tokens after it (below 0.01), so open box barely learns, "
+        "where local GAE gives it 0.95^(tokens left in window 0); two-seed pilot (128 tasks): "
+        "0.73 vs 0.98 and 0.85 vs 0.95; -0.15 or more",
+        "rollout": "small, negative: at rollout scope the correction passes on about 0.6 of "
+        "window 0's credit (lab), so open box learns a little slower; seed-0 pilot the other "
+        "way, 0.96 vs 0.83 (training success swung by 0.1 between iterations); not resolved",
+        "segment": "negative, moderate: at segment scope each later segment's own (smaller) "
+        "lambda scales window 0's credit (lab: summary scale 0.004 or less); seed-1 pilot 0.88 "
+        "vs 0.97; -0.05 to -0.1",
+        "scope": "positive, small: rollout scope keeps more of window 0's credit than segment "
+        "scope (lab); no pilot pair; about +0.05, not resolved",
+    },
+)  # fmt: skip
+CLAIMS += credit_claims(
+    "credit-critic", "where credit must reach the first action, with a critic that tracks",
+    {
+        "fixed": "negative, as without a tracking critic (credit setting: -0.14 [-0.23, "
+        "-0.04]): a critic that reads the box makes window 0's local advantage sharper, and "
+        "the correction still scales it by 0.95^N below 0.01; -0.1 or more",
+        "rollout": "small, negative or none (credit setting: -0.03 [-0.14, +0.08]): with a "
+        "critic the later windows' advantages carry less noise, window 0 still gets 0.6 of "
+        "its credit; not resolved",
+        "segment": "negative (credit setting: -0.06 [-0.10, -0.01]); -0.05 or so",
+        "scope": "positive, small (credit setting: +0.04 [-0.12, +0.20]); not resolved",
+    },
+)  # fmt: skip
+"""Every claim of the page, in order: the main setting's, then each credit setting's."""
 
 
 @dataclass(frozen=True)
 class CreditSetting:
-    """The credit setting: KeyRecallActive, whose key is shown only if the first action is
+    """A credit setting: KeyRecallActive, whose key is shown only if the first action is
     ``open box``. Its SFT demonstrations skip that action half the time (``skip_rate``) and
     keep every fact they saw (omission 0), so the base opens the box about half the time
     and what PPO must learn is that first action, two compactions before the reward: the
     credit the cross-segment correction scales by ``(gamma lambda)^N`` (docs/method.md).
     Every seed's SFT starts from the main setting's stage-0 checkpoint."""
 
+    name: str
+    """The page's and the claims' name for it (``Claim.setting``)."""
     env: EnvConfig
     sft: SFTConfig
     arms: tuple[str, ...] = CREDIT_ARMS
+    ppo: PPOConfig | None = None
+    """PPO settings every arm starts from (None: the main setting's)."""
+    about: str = ""
+    """What sets it apart, for the page."""
 
 
 @dataclass(frozen=True)
@@ -316,9 +344,9 @@ class Config:
     device: str = "cpu"
     """Device of every run."""
     credit_setting: bool = True
-    """Also run the preset's credit setting (:class:`CreditSetting`) and its claims."""
-    credit: Annotated[CreditSetting | None, tyro.conf.Suppress] = None
-    """The credit setting's task and SFT (set by the preset; None: the main setting only)."""
+    """Also run the preset's credit settings (:class:`CreditSetting`) and their claims."""
+    credit: Annotated[tuple[CreditSetting, ...], tyro.conf.Suppress] = ()
+    """The credit settings (set by the preset; empty: the main setting only)."""
     arms: Annotated[tuple[str, ...], tyro.conf.Suppress] = ARMS
     """Arms every seed trains (the main setting's; :meth:`credit_config` swaps them)."""
     single: Annotated[tuple[str, ...], tyro.conf.Suppress] = SINGLE
@@ -332,16 +360,15 @@ class Config:
         if self.jobs < 1:
             raise ValueError(f"--jobs {self.jobs}: pass at least one process")
         self.run_config(Path(), 0)  # the main job's checks
-        if self.credit is not None:
-            self.credit_config()
+        for setting in self.credit:
+            self.credit_config(setting)
 
-    def credit_config(self) -> Config:
-        """The credit setting as a config of its own: its task, SFT and arms, no stage 0 (its
-        seeds start from the main setting's), no Single or Table 1 evaluations."""
-        assert self.credit is not None
+    def credit_config(self, setting: CreditSetting) -> Config:
+        """A credit setting as a config of its own: its task, SFT, PPO and arms, no stage 0
+        (its seeds start from the main setting's), no Single or Table 1 evaluations."""
         return replace(
-            self, env=self.credit.env, sft=self.credit.sft, arms=self.credit.arms, single=(),
-            summarizers=(), pretrain=None, credit=None,
+            self, env=setting.env, sft=setting.sft, ppo=setting.ppo or self.ppo,
+            arms=setting.arms, single=(), summarizers=(), pretrain=None, credit=(),
         )  # fmt: skip
 
     def run_config(self, seed_dir: Path, seed: int, start: str | None = None) -> run_entry.Config:
@@ -365,16 +392,27 @@ class Config:
 
 
 CREDIT_KWARGS = {"obs_words_mean": 8.0, "obs_words_std": 2.0, "num_values": 4}
-"""The credit setting's KeyRecallActive: the main job's corridor text and key values."""
+"""The credit settings' KeyRecallActive: the main job's corridor text and key values."""
+CREDIT_SFT = SFTConfig(epochs=4, bucket_by_length=True, omission_rate=0.0, skip_rate=0.5)
+"""The credit settings' SFT: the base opens the box about half the time, forgets nothing."""
 
 BUDGETS: dict[str, Config] = {
     "smoke": Config(
         preset="smoke", seeds=2, env=SMOKE_ENV,
         compaction=replace(DEFAULT_COMPACTION, budget=160),
         sft=SFTConfig(episodes=6, epochs=1, heldout_episodes=2),
-        credit=CreditSetting(
-            EnvConfig("cxsim/KeyRecallActive-v0", dict(SMOKE_ENV.kwargs)),
-            SFTConfig(episodes=6, epochs=1, heldout_episodes=2, omission_rate=0.0, skip_rate=0.5),
+        credit=(
+            CreditSetting(
+                "credit", EnvConfig("cxsim/KeyRecallActive-v0", dict(SMOKE_ENV.kwargs)),
+                SFTConfig(episodes=6, epochs=1, heldout_episodes=2, omission_rate=0.0,
+                          skip_rate=0.5),
+            ),
+            CreditSetting(
+                "credit-critic", EnvConfig("cxsim/KeyRecallActive-v0", dict(SMOKE_ENV.kwargs)),
+                SFTConfig(episodes=6, epochs=1, heldout_episodes=2, omission_rate=0.0,
+                          skip_rate=0.5),
+                ppo=PPOConfig(rollouts_per_batch=4, iterations=1, critic_warmup=2, minibatches=1),
+            ),
         ),
         ppo=PPOConfig(rollouts_per_batch=4, iterations=1, critic_warmup=1, minibatches=1),
         eval=EvalConfig(episodes=4),
@@ -384,9 +422,16 @@ BUDGETS: dict[str, Config] = {
         pretrain=SFTConfig(omission_rate=0.0, epochs=8, bucket_by_length=True),
         sft=SFTConfig(epochs=4, bucket_by_length=True),
         ppo=PPOConfig(iterations=8, micro_batch_rows=16),
-        credit=CreditSetting(
-            EnvConfig("cxsim/KeyRecallActive-v0", CREDIT_KWARGS),
-            SFTConfig(epochs=4, bucket_by_length=True, omission_rate=0.0, skip_rate=0.5),
+        credit=(
+            CreditSetting(
+                "credit", EnvConfig("cxsim/KeyRecallActive-v0", CREDIT_KWARGS), CREDIT_SFT
+            ),
+            CreditSetting(
+                "credit-critic", EnvConfig("cxsim/KeyRecallActive-v0", CREDIT_KWARGS),
+                CREDIT_SFT, ppo=PPOConfig(iterations=8, micro_batch_rows=16, critic_warmup=12),
+                about="12 value-only warm-up iterations instead of 2 (48 critic steps before "
+                "the actor moves), after which the critic tracks",
+            ),
         ),
     ),
 }  # fmt: skip
@@ -519,7 +564,7 @@ def cache_folder(cfg: Config, name: str, start: dict[str, Any] | None = None) ->
 
 
 def run_verdicts(cfg: Config, command: str) -> dict[str, Any]:
-    """Every run the claims need (cached): the main setting, then the credit setting from
+    """Every run the claims need (cached): the main setting, then each credit setting from
     the same stage-0 checkpoint; then verdicts.md and its figures."""
     import torch
 
@@ -531,12 +576,11 @@ def run_verdicts(cfg: Config, command: str) -> dict[str, Any]:
     start = pretrained_start(cfg, cache)
     policy = start["policy"] if start else None
     runs = {"main": run_seeds(cfg, cache, policy)}
-    if cfg.credit is not None and cfg.credit_setting:
-        credit = cfg.credit_config()
-        log("the credit setting")
-        runs["credit"] = run_seeds(
-            credit, cache_folder(credit, f"{cfg.preset}-credit", start), policy
-        )
+    for setting in cfg.credit if cfg.credit_setting else ():
+        credit = cfg.credit_config(setting)
+        log(f"the {setting.name} setting")
+        folder = cache_folder(credit, f"{cfg.preset}-{setting.name}", start)
+        runs[setting.name] = run_seeds(credit, folder, policy)
     invocations = record_invocation(cache, command, time.perf_counter() - began)
     page = render_page(cfg, runs, command, invocations, Path(cfg.out_dir), start)
     log(f"wrote {page} ({invocations[-1]['wall_time_s']:.0f}s)")

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 Runs = list[dict[str, Any]]
 """One setting's seeds (``verdicts.run_seed``'s dicts, in seed order)."""
 Settings = dict[str, Runs]
-"""Setting name (``main``, ``credit``) -> its seeds."""
+"""Setting name (``main``, or a ``verdicts.CreditSetting``'s name) -> its seeds."""
 
 PROTOCOL_OF = {"@single": "single", "t1:": "external-summarizer"}
 INFORMATIVE = (0.1, 0.9)
@@ -347,9 +347,12 @@ def setup_lines(
         setting_line(cfg, runs, "**The main setting**, the main job's task"),
         "",
     ]
-    if "credit" in settings:
+    for setting in cfg.credit:
+        if setting.name not in settings:
+            continue
+        what = f"**The {setting.name} setting**" + (f" ({setting.about})" if setting.about else "")
         lines += [
-            setting_line(cfg.credit_config(), settings["credit"], "**The credit setting**")
+            setting_line(cfg.credit_config(setting), settings[setting.name], what)
             + " Its key is shown only if the first action is `open box`; its demonstrations "
             "skip that action at the skip rate and keep every fact they saw, so a base opens "
             "the box about half the time and what PPO must learn is that first action, two "
@@ -435,6 +438,7 @@ def prediction_lines(settings: Settings) -> list[str]:
 VERDICT_HEADINGS = {
     "main": "## Verdicts",
     "credit": "### The credit setting: credit must reach the first action",
+    "credit-critic": "### The credit-critic setting: the same, with a critic that tracks",
 }
 
 
@@ -490,9 +494,15 @@ def critic_lines(cfg: Config, settings: Settings, out_dir: Path) -> list[str]:
         '"The critic by segment".',
         "",
     ]
-    credit = critic_by_segment(settings.get("credit", []), cfg.credit.arms) if cfg.credit else {}
-    if credit:
-        lines += ["The same figure on the credit setting:", "", critic_table(credit), ""]
+    for setting in cfg.credit:
+        table = critic_by_segment(settings.get(setting.name, []), setting.arms)
+        if table:
+            lines += [
+                f"The same figure on the {setting.name} setting:",
+                "",
+                critic_table(table),
+                "",
+            ]
     return lines
 
 

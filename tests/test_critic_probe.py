@@ -13,6 +13,7 @@ from cxsim.agents import build_policy
 from cxsim.agents.models import save_policy
 from cxsim.agents.tokenizer import default_tokenizer
 from cxsim.cli import main as cxsim
+from cxsim.config import PPOConfig
 from cxsim.experiments.critic_probe import Config, outcome_ceiling, ridge_heldout_ev
 
 
@@ -43,6 +44,8 @@ def test_bad_flags_fail_before_any_work():
         Config(fit_share=1.0)
     with pytest.raises(ValueError, match="at least 8"):
         Config(episodes=2)
+    with pytest.raises(ValueError, match="no critic"):
+        Config(critic_iterations=3, ppo=PPOConfig(estimator="group-broadcast", group_size=2))
 
 
 def test_probe_runs_on_a_policy_and_writes_every_segment(tmp_path: Path, capsys):
@@ -51,10 +54,15 @@ def test_probe_runs_on_a_policy_and_writes_every_segment(tmp_path: Path, capsys)
     out = tmp_path / "probe.json"
     cxsim(["critic-probe", "--policy", str(tmp_path / "policy"), "--episodes", "16",
            "--env.kwargs", "memory_length", "5", "obs_words_mean", "6.0", "obs_words_std", "1.0",
-           "num_values", "4", "--compaction.budget", "160", "--out", str(out)])  # fmt: skip
+           "num_values", "4", "--compaction.budget", "160", "--out", str(out),
+           "--critic-iterations", "2", "--ppo.rollouts-per-batch", "4"])  # fmt: skip
     result = json.loads(out.read_text())
     assert result["episodes"] == 16 and 0.0 <= result["success"] <= 1.0
     probes = result["probe_heldout_ev"]
     assert "seg0" in probes and probes["seg0"]["rollouts"] == 16
     assert set(probes["seg0"]) == {"last", "prefix-mean", "rollouts"}
-    assert "held-out EV by ridge" in capsys.readouterr().out
+    # the trainer's critic step, twice on the 12 fit rollouts, figures on the 4 held out
+    assert len(result["critic_training"]) == 2
+    assert all(-10 < ev <= 1 for cells in result["critic_training"] for ev in cells.values())
+    printed = capsys.readouterr().out
+    assert "held-out EV by ridge" in printed and "critic iteration 2:" in printed

@@ -61,15 +61,18 @@ def test_every_claim_names_evaluations_the_runs_make():
             *(f"t1:{n}" for n in SUMMARIZERS),
         },
         "credit": {"base", *CREDIT_ARMS},
+        "credit-critic": {"base", *CREDIT_ARMS},
     }
     for claim in CLAIMS:
         assert {claim.treatment, claim.reference} <= made[claim.setting], claim.key
         assert claim.prediction, claim.key
     full = parse(["--preset", "full"])
-    assert full.credit is not None and full.credit.arms == CREDIT_ARMS
-    credit = full.credit_config()
+    assert [s.name for s in full.credit] == ["credit", "credit-critic"]
+    credit, critic = (full.credit_config(s) for s in full.credit)
     assert credit.arms == CREDIT_ARMS and credit.single == () and credit.pretrain is None
     assert credit.env.env_id == "cxsim/KeyRecallActive-v0" and credit.sft.skip_rate == 0.5
+    assert credit.ppo == full.ppo and critic.ppo.critic_warmup == 12
+    assert critic.ppo.iterations == full.ppo.iterations and critic.sft == credit.sft
     sources = {c.source for c in CLAIMS}
     assert {"Table 1", "Table 2", "Table 3", "Table 4", "not in the paper"} == sources
 
@@ -128,12 +131,13 @@ def test_page_pairs_by_seed_and_gives_every_claim_a_verdict(tmp_path: Path):
         {"commit": "abc1234", "command": "cxsim verdicts --preset full", "wall_time_s": 5.0},
         {"commit": "def5678", "command": "cxsim verdicts --preset full", "wall_time_s": 1200.0},
     ]
-    settings = {"main": synthetic_runs(), "credit": synthetic_runs(credit=True)}
+    settings = {"main": synthetic_runs(), "credit": synthetic_runs(credit=True),
+                "credit-critic": synthetic_runs(credit=True)}  # fmt: skip
     page = render_page(cfg, settings, "cxsim verdicts --preset full", invocations, tmp_path)
     text = page.read_text()
     assert "**70 minutes** of wall time in all" in text  # 50 + 20; the 5 s rerun left out
     assert "at commit abc1234 (50 min) then" in text and "**3 independent seeds.**" in text
-    assert "add up to 6 process-minutes" in text  # both settings' recorded SFT times
+    assert "add up to 9 process-minutes" in text  # the three settings' recorded SFT times
     for claim in CLAIMS:
         assert claim.statement in text and claim.prediction in text
     # the shifts are equal on every seed, so each difference is exact with no spread
@@ -152,12 +156,15 @@ def test_page_pairs_by_seed_and_gives_every_claim_a_verdict(tmp_path: Path):
     assert re.search(r"\| `s0` \| `s1` \| `s2` \||\| s0 \| s1 \| s2 \|", text)
     # the credit setting's claims pair that setting's seeds: 0.7 - 0.9 on every seed
     row = next(line for line in text.splitlines() if "fixed lambda 0.95), where credit" in line)
+    assert "a critic that tracks" not in row  # the credit setting's row comes first
     assert "-0.20 [-0.20, -0.20]" in row and "**contradicted**" in row
     assert "window 0 |advantage| 0.250" in row
     assert "**The credit setting**: `cxsim/KeyRecallActive-v0`" in text
     assert "The credit setting:" in text and "`fixed-lambda` | 0.680" in text
     assert (tmp_path / "verdicts_critic.png").stat().st_size > 1000
     assert "The same figure on the credit setting:" in text
+    assert "The same figure on the credit-critic setting:" in text
+    assert "**The credit-critic setting** (12 value-only warm-up iterations" in text
 
 
 def test_critic_by_segment_reads_only_informative_iterations():
@@ -183,8 +190,9 @@ def test_smoke_run_writes_the_page(tmp_path: Path, monkeypatch):
         assert claim.statement in text
     assert "2 independent seeds" in text
     # each seed's tasks are its own: seed 1's evaluation is not seed 0's
-    (credit,) = runs.glob("smoke-credit-*")
-    (main,) = set(runs.glob("smoke-*")) - {credit}
+    # smoke-<hash>, smoke-credit-<hash>, smoke-credit-critic-<hash>
+    main, credit, critic = sorted(runs.iterdir(), key=lambda p: p.name.count("-"))
+    assert (critic / "s0" / "train" / "fixed-lambda-s0" / "results.json").is_file()
     assert (main / "s0" / "verdicts" / "eval-base.json").is_file()
     assert (main / "s1" / "train" / "supo-s1" / "results.json").is_file()
     # the credit setting: its own bases on KeyRecallActive, only its own arms

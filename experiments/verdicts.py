@@ -229,30 +229,34 @@ CORRECTION_PAPER = "+3.8 / +2.0 (106B): 54% and 65% of the gain"
 
 
 def credit_claims(setting: str, where: str, predictions: dict[str, str]) -> tuple[Claim, ...]:
-    """The claims of a credit setting: the correction at each lambda scope, and the scope;
-    ``where`` ends each statement, ``predictions`` (keys fixed, rollout, segment, scope)."""
-
-    def correction(key: str, scope: str, treatment: str, reference: str) -> Claim:
-        return Claim(
+    """The claims of a credit setting: the correction at a fixed, rollout-scope and
+    segment-scope lambda, and rollout against segment scope; ``where`` ends each statement.
+    ``predictions`` (keys ``fixed``, ``rollout``, ``segment``, ``scope``) also picks the
+    claims: one per key given."""
+    pairs = {
+        "fixed": ("fixed lambda 0.95", "fixed-lambda", "local-fixed-lambda"),
+        "rollout": ("rollout-scope adaptive lambda, the default", "compactionrl",
+                    "no-cross-segment"),
+        "segment": ("segment-scope adaptive lambda", "segment-scope", "local-segment-scope"),
+    }  # fmt: skip
+    claims = [
+        Claim(
             f"{setting}-correction-{key}", "Table 4",
             f"the cross-segment correction helps ({scope}), {where}", treatment, reference,
-            predictions[key.split("-")[0]], "first_window_credit", setting=setting,
+            predictions[key], "first_window_credit", setting=setting,
             paper=CORRECTION_PAPER, paper_share=(0.54, 0.65),
-        )  # fmt: skip
-
-    return (
-        correction("fixed-lambda", "fixed lambda 0.95", "fixed-lambda", "local-fixed-lambda"),
-        correction("rollout-scope", "rollout-scope adaptive lambda, the default",
-                   "compactionrl", "no-cross-segment"),
-        correction("segment-scope", "segment-scope adaptive lambda", "segment-scope",
-                   "local-segment-scope"),
-        Claim(
+        )
+        for key, (scope, treatment, reference) in pairs.items()
+        if key in predictions
+    ]  # fmt: skip
+    if "scope" in predictions:
+        claims.append(Claim(
             f"{setting}-lambda-scope", "not in the paper",
             f"rollout-scope adaptive lambda beats segment scope (with the correction), {where}",
             "compactionrl", "segment-scope", predictions["scope"], "first_window_credit",
             setting=setting,
-        ),
-    )  # fmt: skip
+        ))  # fmt: skip
+    return tuple(claims)
 
 
 CLAIMS += credit_claims(
@@ -281,8 +285,6 @@ CLAIMS += credit_claims(
         "rollout": "small, negative or none (credit setting: -0.03 [-0.14, +0.08]): with a "
         "critic the later windows' advantages carry less noise, window 0 still gets 0.6 of "
         "its credit; not resolved",
-        "segment": "negative (credit setting: -0.06 [-0.10, -0.01]); -0.05 or so",
-        "scope": "positive, small (credit setting: +0.04 [-0.12, +0.20]); not resolved",
     },
 )  # fmt: skip
 """Every claim of the page, in order: the main setting's, then each credit setting's."""
@@ -306,6 +308,8 @@ class CreditSetting:
     """PPO settings every arm starts from (None: the main setting's)."""
     about: str = ""
     """What sets it apart, for the page."""
+    bases_from: str = ""
+    """An earlier credit setting with the same task and SFT whose bases this one reuses."""
 
 
 @dataclass(frozen=True)
@@ -360,8 +364,18 @@ class Config:
         if self.jobs < 1:
             raise ValueError(f"--jobs {self.jobs}: pass at least one process")
         self.run_config(Path(), 0)  # the main job's checks
+        seen: dict[str, CreditSetting] = {}
         for setting in self.credit:
             self.credit_config(setting)
+            other = seen.get(setting.bases_from)
+            if setting.bases_from and (
+                other is None or (other.env, other.sft) != (setting.env, setting.sft)
+            ):
+                raise ValueError(
+                    f"credit setting {setting.name!r} reuses the bases of "
+                    f"{setting.bases_from!r}: name an earlier setting with the same env and SFT"
+                )
+            seen[setting.name] = setting
 
     def credit_config(self, setting: CreditSetting) -> Config:
         """A credit setting as a config of its own: its task, SFT, PPO and arms, no stage 0
@@ -412,6 +426,7 @@ BUDGETS: dict[str, Config] = {
                 SFTConfig(episodes=6, epochs=1, heldout_episodes=2, omission_rate=0.0,
                           skip_rate=0.5),
                 ppo=PPOConfig(rollouts_per_batch=4, iterations=1, critic_warmup=2, minibatches=1),
+                arms=CREDIT_ARMS[:4], bases_from="credit",
             ),
         ),
         ppo=PPOConfig(rollouts_per_batch=4, iterations=1, critic_warmup=1, minibatches=1),
@@ -429,8 +444,9 @@ BUDGETS: dict[str, Config] = {
             CreditSetting(
                 "credit-critic", EnvConfig("cxsim/KeyRecallActive-v0", CREDIT_KWARGS),
                 CREDIT_SFT, ppo=PPOConfig(iterations=8, micro_batch_rows=16, critic_warmup=12),
+                arms=CREDIT_ARMS[:4], bases_from="credit",
                 about="12 value-only warm-up iterations instead of 2 (48 critic steps before "
-                "the actor moves), after which the critic tracks",
+                "the actor moves), after which the critic tracks; the credit setting's bases",
             ),
         ),
     ),
@@ -488,9 +504,15 @@ def pretrained_start(cfg: Config, cache: Path) -> dict[str, Any] | None:
     )
 
 
-def run_seed(cfg: Config, seed_dir: Path, seed: int, start: str | None = None) -> dict[str, Any]:
-    """SFT base (from ``start``, else a fresh model), every arm, every evaluation of one
-    seed; each stage cached on disk."""
+def run_seed(
+    cfg: Config,
+    seed_dir: Path,
+    seed: int,
+    start: str | None = None,
+    base: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """SFT base (from ``start``, else a fresh model; or ``base``, another setting's SFT
+    result for this seed), every arm, every evaluation of one seed; each stage cached."""
     from cxsim.experiments import sft as sft_entry
     from cxsim.experiments import train as train_entry
     from cxsim.experiments.tables import agent_by_name, evaluate_agent, evaluate_policy
@@ -499,7 +521,9 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int, start: str | None = None) -
     ec = cfg.evaluation_config(seed)
     sft_cfg = run_entry.sft_config(rc)
     tick = time.perf_counter()
-    sft = cached_json(Path(sft_cfg.run_dir) / "results.json", lambda: sft_entry.run_sft(sft_cfg))
+    sft = base or cached_json(
+        Path(sft_cfg.run_dir) / "results.json", lambda: sft_entry.run_sft(sft_cfg)
+    )
     log(f"seed {seed}: SFT base ready ({time.perf_counter() - tick:.0f}s)")
     policies = {"base": sft["policy"]}
     trained: dict[str, dict[str, Any]] = {}
@@ -536,12 +560,17 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int, start: str | None = None) -
     return {"seed": seed, "sft": sft, "train": trained, "eval": evals}
 
 
-def run_seeds(cfg: Config, cache: Path, start: str | None) -> list[dict[str, Any]]:
+def run_seeds(
+    cfg: Config, cache: Path, start: str | None, bases: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """run_seed for seeds 0..K-1, ``cfg.jobs`` at a time; in seed order. Each seed writes
-    only under its own folder."""
+    only under its own folder. ``bases``: another setting's seeds, whose SFT bases these
+    seeds reuse."""
     seeds = list(range(cfg.seeds))
     dirs = [cache / f"s{s}" for s in seeds]
-    return map_in_processes(run_seed, cfg.jobs, [cfg] * cfg.seeds, dirs, seeds, [start] * cfg.seeds)
+    shared = [b["sft"] | {"reused": True} for b in bases] if bases else [None] * cfg.seeds
+    n = cfg.seeds
+    return map_in_processes(run_seed, cfg.jobs, [cfg] * n, dirs, seeds, [start] * n, shared)
 
 
 def log(message: str) -> None:
@@ -580,7 +609,8 @@ def run_verdicts(cfg: Config, command: str) -> dict[str, Any]:
         credit = cfg.credit_config(setting)
         log(f"the {setting.name} setting")
         folder = cache_folder(credit, f"{cfg.preset}-{setting.name}", start)
-        runs[setting.name] = run_seeds(credit, folder, policy)
+        bases = runs[setting.bases_from] if setting.bases_from else None
+        runs[setting.name] = run_seeds(credit, folder, policy, bases)
     invocations = record_invocation(cache, command, time.perf_counter() - began)
     page = render_page(cfg, runs, command, invocations, Path(cfg.out_dir), start)
     log(f"wrote {page} ({invocations[-1]['wall_time_s']:.0f}s)")

@@ -284,8 +284,9 @@ def commit() -> str:
 
 def stage_seconds(run: dict[str, Any]) -> float:
     """One seed's recorded stage times: SFT, every arm's training, every evaluation."""
+    reused = run["sft"].get("reused", False)  # another setting's base: counted there
     return (
-        float(run["sft"].get("wall_time_s", 0.0))
+        (0.0 if reused else float(run["sft"].get("wall_time_s", 0.0)))
         + sum(float(t.get("wall_time_s", 0.0)) for t in run["train"].values())
         + sum(float(e.get("wall_time_s", 0.0)) for e in run["eval"].values())
     )

@@ -193,6 +193,7 @@ def test_smoke_run_writes_the_page(tmp_path: Path, monkeypatch):
     # smoke-<hash>, smoke-credit-<hash>, smoke-credit-critic-<hash>
     main, credit, critic = sorted(runs.iterdir(), key=lambda p: p.name.count("-"))
     assert (critic / "s0" / "train" / "fixed-lambda-s0" / "results.json").is_file()
+    assert not (critic / "s0" / "sft").exists()  # it trains from the credit setting's bases
     assert (main / "s0" / "verdicts" / "eval-base.json").is_file()
     assert (main / "s1" / "train" / "supo-s1" / "results.json").is_file()
     # the credit setting: its own bases on KeyRecallActive, only its own arms
@@ -213,6 +214,18 @@ def test_stage_zero_takes_the_first_seed_that_copies_and_stops_when_none_does(tm
     with pytest.raises(RuntimeError, match="no stage-0 seed of \\(1000, 1001\\) learned to copy"):
         pretrained_start(replace(cfg, copy_loss=0.0), tmp_path)  # seed 1000 is cached
     assert (tmp_path / "pretrain" / "p1001" / "sft" / "results.json").is_file()
+
+
+def test_a_setting_reuses_only_the_bases_of_an_earlier_identical_one():
+    from dataclasses import replace
+
+    smoke = BUDGETS["smoke"]
+    credit, critic = smoke.credit
+    with pytest.raises(ValueError, match="reuses the bases of 'credit'"):
+        replace(smoke, credit=(critic, credit))  # named before the setting it reuses
+    other = replace(credit, sft=replace(credit.sft, skip_rate=0.2))
+    with pytest.raises(ValueError, match="same env and SFT"):
+        replace(smoke, credit=(other, critic))
 
 
 def test_bad_flags_fail_before_any_work(tmp_path: Path):

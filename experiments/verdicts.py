@@ -445,8 +445,9 @@ BUDGETS: dict[str, Config] = {
                 "credit-critic", EnvConfig("cxsim/KeyRecallActive-v0", CREDIT_KWARGS),
                 CREDIT_SFT, ppo=PPOConfig(iterations=8, micro_batch_rows=16, critic_warmup=12),
                 arms=CREDIT_ARMS[:4], bases_from="credit",
-                about="12 value-only warm-up iterations instead of 2 (48 critic steps before "
-                "the actor moves), after which the critic tracks; the credit setting's bases",
+                about="12 value-only warm-up iterations, not 2: 48 critic steps before the "
+                "actor moves, after which the critic reads the context; the credit setting's "
+                "bases",
             ),
         ),
     ),

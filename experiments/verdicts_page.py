@@ -313,10 +313,11 @@ def setting_line(cfg: Config, runs: Runs, what: str) -> str:
     return (
         f"{what}: `{cfg.env.env_id}` {dict(cfg.env.kwargs) or '(default kwargs)'}; "
         f"SFT {cfg.sft.episodes} demonstrations x {cfg.sft.epochs} epochs at omission "
-        f"{cfg.sft.omission_rate:g}, skip rate {cfg.sft.skip_rate:g}; PPO {cfg.ppo.iterations} "
-        f"iterations ({cfg.ppo.critic_warmup} value-only) of {cfg.ppo.rollouts_per_batch} "
-        f"rollouts, critic ratio {cfg.ppo.critic_ratio}, critic lr {cfg.ppo.critic_lr:g}, actor "
-        f"lr {cfg.ppo.actor_lr:g}, micro-batches of {cfg.ppo.micro_batch_rows} rows. Arms: "
+        f"{cfg.sft.omission_rate:g}, skip rate {cfg.sft.skip_rate:g}; PPO "
+        f"{cfg.ppo.critic_warmup} value-only iterations then {cfg.ppo.iterations} with the "
+        f"actor, of {cfg.ppo.rollouts_per_batch} rollouts each, critic ratio "
+        f"{cfg.ppo.critic_ratio}, critic lr {cfg.ppo.critic_lr:g}, actor lr {cfg.ppo.actor_lr:g}, "
+        f"micro-batches of {cfg.ppo.micro_batch_rows} rows. Arms: "
         + ", ".join(f"`{a}`" for a in cfg.arms)
         + f" (experiments/presets.py). Base {fmt(seed_interval(passes(runs, 'base')))}, "
         f"CompactionRL {fmt(seed_interval(passes(runs, 'compactionrl')))}: a gain of "

@@ -164,7 +164,8 @@ def test_page_pairs_by_seed_and_gives_every_claim_a_verdict(tmp_path: Path):
     assert (tmp_path / "verdicts_critic.png").stat().st_size > 1000
     assert "The same figure on the credit setting:" in text
     assert "The same figure on the credit-critic setting:" in text
-    assert "**The credit-critic setting** (12 value-only warm-up iterations" in text
+    assert "**The credit-critic setting** (12 value-only warm-up iterations, not 2" in text
+    assert "PPO 2 value-only iterations then 8 with the actor" in text
 
 
 def test_critic_by_segment_reads_only_informative_iterations():

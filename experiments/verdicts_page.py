@@ -1,9 +1,9 @@
 """The page of ``cxsim verdicts``: per-seed results -> paired intervals, verdicts, the critic
 by segment, and the per-seed numbers.
 
-experiments/verdicts.py makes the runs (one dict per seed, see ``run_seed``) and holds
-the claims with their predictions; this module writes nothing but verdicts.md and
-verdicts_critic.png. Intervals and the power calculation live in cxsim/tables.py.
+experiments/verdicts.py makes the runs (one dict per seed, see ``run_seed``),
+experiments/verdicts_claims.py holds the claims with their predictions; this module writes
+nothing but verdicts.md and verdicts_critic.png. Intervals and the power calculation live in cxsim/tables.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from cxsim.tables import (
 )
 
 if TYPE_CHECKING:
-    from cxsim.experiments.verdicts import Claim, Config
+    from cxsim.experiments.verdicts import Config
+    from cxsim.experiments.verdicts_claims import Claim
 
 Runs = list[dict[str, Any]]
 """One setting's seeds (``verdicts.run_seed``'s dicts, in seed order)."""
@@ -44,7 +45,7 @@ critic's explained variance to mean something (at 0 or 1 success it is undefined
 
 
 def evaluation(run: dict[str, Any], name: str) -> dict[str, Any]:
-    """One seed's result for an evaluation name of verdicts.Claim."""
+    """One seed's result for an evaluation name of verdicts_claims.Claim."""
     protocol = "compacted"
     for marker, proto in PROTOCOL_OF.items():
         if marker in name:
@@ -135,30 +136,31 @@ def diag_summary_loss_share(runs: Runs, claim: Claim) -> str:
     return "loss share of summary tokens " + pair_cell(claim, share)
 
 
-def diag_summary_credit(runs: Runs, claim: Claim) -> str:
-    def credit(name: str) -> Interval:
-        return mean_interval(final(runs, name, "credit/abs_adv_summary"))
+def credit_and_recall(runs: Runs, claim: Claim, credit_key: str, what: str, recall: str) -> str:
+    """``what`` |advantage| (``credit_key``) and the training summary recall, both sides."""
 
-    def recall(name: str) -> Interval:
+    def credit(name: str) -> Interval:
+        return mean_interval(final(runs, name, credit_key))
+
+    def recalled(name: str) -> Interval:
         return mean_interval(final(runs, name, "compaction/summary_recall"), (0.0, 1.0))
 
     return (
-        f"summary |advantage| {pair_cell(claim, credit, 3)}; "
-        f"training summary recall {pair_cell(claim, recall)}"
+        f"{what} |advantage| {pair_cell(claim, credit, 3)}; {recall} {pair_cell(claim, recalled)}"
+    )
+
+
+def diag_summary_credit(runs: Runs, claim: Claim) -> str:
+    return credit_and_recall(
+        runs, claim, "credit/abs_adv_summary", "summary", "training summary recall"
     )
 
 
 def diag_first_window_credit(runs: Runs, claim: Claim) -> str:
-    def credit(name: str) -> Interval:
-        return mean_interval(final(runs, name, "credit/abs_adv_seg0"))
-
-    def recall(name: str) -> Interval:
-        return mean_interval(final(runs, name, "compaction/summary_recall"), (0.0, 1.0))
-
-    return (
-        f"window 0 |advantage| {pair_cell(claim, credit, 3)}; training summary recall (the "
-        f"key is seen only if the box was opened) {pair_cell(claim, recall)}"
-    )
+    return credit_and_recall(
+        runs, claim, "credit/abs_adv_seg0", "window 0",
+        "training summary recall (the key is seen only if the box was opened)",
+    )  # fmt: skip
 
 
 def diag_critic_last_window(runs: Runs, claim: Claim) -> str:
@@ -188,8 +190,8 @@ DIAGNOSTICS: dict[str, Callable[[Runs, Claim], str]] = {
 
 
 def verdict_of(claim: Claim, diff: Interval) -> str:
-    """reproduced / contradicted / not resolved (see verdicts.Claim.kind)."""
-    from cxsim.experiments.verdicts import NO_EFFECT_MARGIN
+    """reproduced / contradicted / not resolved (see verdicts_claims.Claim.kind)."""
+    from cxsim.experiments.verdicts_claims import NO_EFFECT_MARGIN
 
     if math.isnan(diff.low):
         return "not measured"
@@ -283,13 +285,10 @@ def commit() -> str:
 
 
 def stage_seconds(run: dict[str, Any]) -> float:
-    """One seed's recorded stage times: SFT, every arm's training, every evaluation."""
-    reused = run["sft"].get("reused", False)  # another setting's base: counted there
-    return (
-        (0.0 if reused else float(run["sft"].get("wall_time_s", 0.0)))
-        + sum(float(t.get("wall_time_s", 0.0)) for t in run["train"].values())
-        + sum(float(e.get("wall_time_s", 0.0)) for e in run["eval"].values())
-    )
+    """One seed's recorded stage times: SFT, every arm's training, every evaluation; what
+    it reused from another setting is counted there."""
+    stages = [run["sft"], *run["train"].values(), *run["eval"].values()]
+    return sum(float(st.get("wall_time_s", 0.0)) for st in stages if not st.get("reused"))
 
 
 def made_by(invocations: list[dict[str, Any]]) -> str:
@@ -302,8 +301,8 @@ def made_by(invocations: list[dict[str, Any]]) -> str:
 
 
 def claims_of(settings: Settings) -> list[Claim]:
-    """The claims whose setting was run, in :data:`verdicts.CLAIMS` order."""
-    from cxsim.experiments.verdicts import CLAIMS
+    """The claims whose setting was run, in ``verdicts_claims.CLAIMS`` order."""
+    from cxsim.experiments.verdicts_claims import CLAIMS
 
     return [c for c in CLAIMS if c.setting in settings]
 

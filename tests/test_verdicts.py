@@ -13,14 +13,13 @@ from cxsim.config import SFTConfig
 from cxsim.experiments.verdicts import (
     ARMS,
     BUDGETS,
-    CLAIMS,
     CREDIT_ARMS,
     SINGLE,
     SUMMARIZERS,
-    Claim,
     parse,
     pretrained_start,
 )
+from cxsim.experiments.verdicts_claims import CLAIMS, Claim
 from cxsim.experiments.verdicts_page import (
     critic_by_segment,
     informative_mean,
@@ -195,6 +194,7 @@ def test_smoke_run_writes_the_page(tmp_path: Path, monkeypatch):
     main, credit, critic = sorted(runs.iterdir(), key=lambda p: p.name.count("-"))
     assert (critic / "s0" / "train" / "fixed-lambda-s0" / "results.json").is_file()
     assert not (critic / "s0" / "sft").exists()  # it trains from the credit setting's bases
+    assert not (critic / "s0" / "verdicts" / "eval-base.json").exists()  # and reuses their score
     assert (main / "s0" / "verdicts" / "eval-base.json").is_file()
     assert (main / "s1" / "train" / "supo-s1" / "results.json").is_file()
     # the credit setting: its own bases on KeyRecallActive, only its own arms

@@ -13,6 +13,7 @@ from cxsim.agents.models import (
 from cxsim.agents.tokenizer import (
     SPECIAL_TOKENS,
     build_tokenizer,
+    compaction_words,
     default_tokenizer,
     load_tokenizer,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "WordChatFormat",
     "build_policy",
     "build_tokenizer",
+    "compaction_words",
     "count_parameters",
     "default_tokenizer",
     "load_policy",

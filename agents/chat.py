@@ -15,6 +15,7 @@ same deltas with any Hugging Face tokenizer's own chat template.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Literal, Protocol
 
@@ -30,6 +31,9 @@ from cxsim.agents.tokenizer import (
     SUMMARIZE,
     SYSTEM,
     TASK,
+    UNK,
+    missing_words,
+    unknown_words_error,
 )
 from cxsim.model_options import ChatOptions, SystemRole  # torch-free: entry points' flags
 
@@ -58,6 +62,9 @@ class WordChatFormat:
     system: `<|system|> s`   task: `<|task|> u`   assistant_prefix: `<|assistant|>`
     response: `... <|end|>`  observation: `<|observation|> o`
     summary_request: `<|summarize|> q <|assistant|>`   resume: `<|resume|> q summary`
+
+    A word the tokenizer lacks is a ValueError naming it (`check_words`, and `encode`
+    when a text it is given holds one), never a silent `<unk>`.
     """
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase):
@@ -72,9 +79,22 @@ class WordChatFormat:
         self._id = dict(zip(SPECIAL_TOKENS, ids, strict=True))
         self.end_id: int = self._id[END]
         self.pad_id: int = self._id[PAD]
+        self._unk_id = self._id[UNK]
+        self._vocab: dict[str, int] | None = None  # get_vocab(), read once it is needed
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if self._unk_id in ids:  # the only cost on known text: one scan of the ids
+            self.check_words(text.split(), f"the text {_excerpt(text)!r}")
+        return ids
+
+    def check_words(self, words: Iterable[str], where: str) -> None:
+        """Raises ValueError naming the ``words`` the tokenizer lacks (found in ``where``)."""
+        if self._vocab is None:
+            self._vocab = self.tokenizer.get_vocab()
+        missing = missing_words(self._vocab, words)
+        if missing:
+            raise unknown_words_error(missing, where)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -96,6 +116,11 @@ class WordChatFormat:
 
     def resume(self, instruction: str, summary: str) -> list[int]:
         return [self._id[RESUME], *self.encode(instruction), *self.encode(summary)]
+
+
+def _excerpt(text: str, words: int = 12) -> str:
+    split = text.split()
+    return " ".join(split[:words]) + (" ..." if len(split) > words else "")
 
 
 _MARK = "cxsim-response-mark"

@@ -24,7 +24,8 @@ from transformers import (
 
 from cxsim.agents.chat import ChatFormat, ChatOptions, HFChatFormat, WordChatFormat
 from cxsim.agents.tokenizer import SPECIAL_TOKENS
-from cxsim.generation import attention_layout
+from cxsim.generation import check_servable, serving_layout
+from cxsim.pretrained import policy_path
 
 MARKER_FILE = "cxsim.json"
 """Written next to a policy saved by `save_policy`; names the chat format to load it with."""
@@ -129,8 +130,10 @@ def load_policy(
     The weights load as float32 on ``device`` whatever dtype they were saved in:
     they are the master copy that optimizers update (bf16 is an autocast
     choice, `cxsim.devices`). Nothing is downloaded and no remote code runs.
+    A model the KV-cache runtime would serve wrong or cannot run is refused here with
+    a one-line ValueError saying why (`cxsim.generation.check_servable`).
     """
-    path = Path(path)
+    path = policy_path(path)  # ``pretrained``: the shipped starting checkpoint
     if not (path / "config.json").is_file():
         what = "does not exist" if not path.exists() else "holds no model (no config.json)"
         raise FileNotFoundError(
@@ -140,7 +143,9 @@ def load_policy(
     model = AutoModelForCausalLM.from_pretrained(
         path, local_files_only=True, trust_remote_code=False, dtype=torch.float32
     )
-    attention_layout(model.config)  # refuse what the KV-cache runtime cannot serve, up front
+    serving_layout(model)  # refuse what the KV-cache runtime cannot serve, up front
+    model = model.to(device)
+    check_servable(model)  # and, with one forward on the device, encoders attending both ways
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     marker_file = path / MARKER_FILE
     marker = json.loads(marker_file.read_text()) if marker_file.is_file() else {}
@@ -154,7 +159,7 @@ def load_policy(
         if marker.get("chat_format", "hf") == "word"
         else HFChatFormat(tokenizer, chat_options)
     )
-    return model.to(device), tokenizer, chat
+    return model, tokenizer, chat
 
 
 @overload

@@ -5,11 +5,16 @@ Environment text is lowercase words and symbols separated by single spaces
 tokenizes it and a single-space decoder restores it exactly. The vocabulary is
 the special tokens of the chat format, at fixed ids, followed by the sorted
 words.
+
+The tokenizer itself maps a word it lacks to ``<unk>``; where a policy meets an
+environment (``WordChatFormat``, ``cxsim.runtime``) such a word is an error made by
+`unknown_words_error`, which names the words and how to build a tokenizer that has them:
+the env's words plus `compaction_words` (the words the runtime itself writes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -68,6 +73,43 @@ def build_tokenizer(words: Sequence[str]) -> PreTrainedTokenizerFast:
         additional_special_tokens=list(SPECIAL_TOKENS[2:-1]),
         clean_up_tokenization_spaces=False,
     )
+
+
+def compaction_words(
+    summary_instruction: str | None = None, resume_instruction: str | None = None
+) -> list[str]:
+    """The words the runtime itself writes into a window: those of the summary request and
+    of the resume turn (``cxsim.compaction.CompactionConfig``'s defaults unless given).
+
+    A word-level policy for your own environment needs them besides the env's words:
+    ``build_tokenizer([*env_words, *compaction_words()])``.
+    """
+    from cxsim.compaction import CompactionConfig  # torch-free
+
+    default = CompactionConfig()
+    texts = (
+        summary_instruction or default.summary_instruction,
+        resume_instruction or default.resume_instruction,
+    )
+    return sorted({word for text in texts for word in text.split()})
+
+
+def unknown_words_error(missing: Iterable[str], where: str) -> ValueError:
+    """The error for words a word-level policy's tokenizer lacks, found in ``where``."""
+    words = sorted(set(missing))
+    shown = ", ".join(repr(w) for w in words[:20]) + (", ..." if len(words) > 20 else "")
+    return ValueError(
+        f"the policy's word-level tokenizer lacks {len(words)} word(s) of {where}: {shown}; "
+        "they would all read as <unk>. Give the policy a tokenizer with every word the "
+        "environment writes or accepts: cxsim.agents.build_tokenizer([*env_words, "
+        "*cxsim.agents.compaction_words()]), then build_policy and save_policy "
+        '(docs/environments.md, "Your own environment")'
+    )
+
+
+def missing_words(vocab: Collection[str], words: Iterable[str]) -> list[str]:
+    """The distinct ``words`` that are not in ``vocab`` (a tokenizer's ``get_vocab()``), sorted."""
+    return sorted({w for w in words if w not in vocab})
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:

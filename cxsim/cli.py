@@ -37,6 +37,10 @@ USER_ERRORS: tuple[type[Exception], ...] = (
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("cxsim.experiments.run", "the main job: SFT, CompactionRL, eval, report"),
     "sft": ("cxsim.experiments.sft", "behaviour cloning from oracle rollouts under compaction"),
+    "pretrain": (
+        "cxsim.experiments.pretrain",
+        "regenerate the shipped starting checkpoint (the tiny model that copies)",
+    ),
     "train": (
         "cxsim.experiments.train",
         "PPO with context compaction (CompactionRL and ablations)",
@@ -104,6 +108,10 @@ def _dispatch(
                 raise
             message = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
             sys.exit(f"{prog}: error: {message}")
+        except SystemExit as stop:  # a message without the command's prefix gets it, once
+            if isinstance(stop.code, str) and not PREFIXED.match(stop.code):
+                raise SystemExit(f"{prog}: error: {stop.code}") from None
+            raise
 
 
 def _unwrap(text: str) -> str:
@@ -131,20 +139,104 @@ def _rewrap_help() -> None:
         strings.remove_single_line_breaks = _unwrap
 
 
+PREFIXED = re.compile(r"cxsim[\w -]*: ")
+"""A message that already names its command (``cxsim run: error: ...``)."""
+
+
+ANSI_CODE = re.compile(r"\x1b\[[0-9;]*m")
+"""Colour codes tyro adds on a terminal."""
+
+
+def _box(text: str) -> tuple[str, list[list[str]]]:
+    """tyro's error box as its title and its sections (split at the box's rules), each a
+    list of lines with their indentation inside the box. tyro draws it with UTF-8 borders
+    (``╭─ title ─╮``, ``│ ... │``) or, where the output is not UTF-8, as a title line over a
+    rule of dashes and indented text; anything else: no title, one section."""
+    lines = [ANSI_CODE.sub("", raw).rstrip() for raw in text.splitlines()]
+    lines = [line for line in lines if line.strip()]
+    title = ""
+    if lines and lines[0].lstrip().startswith(("╭", "┏")):
+        title = lines.pop(0).strip().strip("╭╮┏┓─━ ")
+    elif len(lines) > 1 and _is_rule(lines[1]):  # the plain drawing
+        title, lines = lines[0].strip(), lines[2:]
+    sections: list[list[str]] = [[]]
+    for line in lines:
+        if line.lstrip().startswith(("╰", "┗")):
+            continue
+        inner = line.strip()
+        if inner[:1] in ("│", "┃"):  # the UTF-8 borders; what is inside keeps its indent
+            inner = line.lstrip()[1:].rstrip().removesuffix("│").removesuffix("┃").rstrip()
+        else:
+            inner = line
+        if _is_rule(inner):
+            sections.append([])
+        elif inner.strip():
+            sections[-1].append(inner)
+    return title, [section for section in sections if section]
+
+
+def _is_rule(line: str) -> bool:
+    stripped = line.strip()
+    return len(stripped) >= 3 and not stripped.strip("─━-")
+
+
+def _flags(section: list[str]) -> list[str]:
+    """The outermost lines of a listing (``--sft.epochs INT``), not their help text."""
+    if not section:
+        return []
+    indent = min(len(line) - len(line.lstrip()) for line in section)
+    return [line.strip() for line in section if len(line) - len(line.lstrip()) == indent]
+
+
+def _plain_conversion_error(why: str) -> str:
+    """Python's words for a value that is not a number, in the user's words."""
+    found = re.fullmatch(r"invalid literal for int\(\) with base 10: (.*)", why)
+    if found:
+        return f"{found.group(1)} is not an integer"
+    found = re.fullmatch(r"could not convert string to float: (.*)", why)
+    return f"{found.group(1)} is not a number" if found else why
+
+
 def _condense(text: str) -> str:
-    """tyro's boxed error as one line: box borders and rules dropped, repeats merged."""
-    parts: list[str] = []
-    for line in text.splitlines():
-        line = re.sub(r"[╭╮╰╯│─━┃┏┓┗┛]+", " ", line).strip()
-        if not line or line.startswith("For full helptext"):
-            continue
-        if parts and (line == parts[-1] or parts[-1].startswith(line)):
-            continue
-        if parts and line.startswith(parts[-1]):
-            parts[-1] = line
-            continue
-        parts.append(line)
-    return " ".join(parts)
+    """tyro's boxed parse error as one phrase with no prefix of its own: the kind of
+    error is said once (``invalid choice 'x' for --presets; choose from a, b``), the help
+    text it quotes and its "For full helptext" footer are dropped."""
+    title, sections = _box(text)
+    sections = [s for s in sections if not s[0].strip().startswith("For full helptext")]
+    if not sections:
+        return title or " ".join(text.split())
+    body, rest = " ".join(" ".join(sections[0]).split()), sections[1:]
+    kind = title.lower()
+    if kind == "invalid choice":
+        found = re.match(
+            r"invalid choice (.+?) for argument '(.+?)'\. Expected one of (.*?)\.?$", body
+        )
+        if found:
+            value, flag, listed = found.groups()
+            choices = re.findall(r"'([^']*)'", listed) or [listed]
+            return f"invalid choice {value} for {flag}; choose from {', '.join(choices)}"
+    if kind == "value error":
+        found = re.match(r"Error parsing (\S+?): (.*)$", body)
+        if found:
+            what, why = found.groups()
+            if not what.startswith("-"):  # the config's own check: its message says it all
+                return why
+            why = _plain_conversion_error(why)
+            usage = [f for s in rest if s[0].strip() == "Argument helptext:" for f in _flags(s[1:])]
+            said = why if what in why else f"{what}: {why}"
+            return said + (f" (usage: {usage[0]})" if usage else "")
+    if kind == "unrecognized options":
+        names = body.removeprefix("Unrecognized options:").strip()
+        said = f"unrecognized option{'s' if ',' in names else ''} {names}"
+        guesses = [f for s in rest if s[0].strip().startswith("Perhaps") for f in _flags(s[1:])]
+        return said + (f" (did you mean {' or '.join(guesses)}?)" if guesses else "")
+    if kind == "required options":
+        missing = _flags(sections[0][1:]) if len(sections[0]) > 1 else []
+        if missing:
+            return f"missing {', '.join(missing)}"
+    if body.lower().startswith(kind):  # the title said again in the text: keep the text
+        return body
+    return f"{title.lower()}: {body}" if title else body
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ model is built or any rollout is collected.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -18,11 +18,13 @@ from cxsim.compaction import CompactionConfig
 from cxsim.envs.defaults import DEFAULT_KWARGS, DefaultKwargs, default_kwargs
 from cxsim.estimators import ESTIMATORS
 from cxsim.loss_modes import LOSS_MODES
+from cxsim.pretrained import policy_path
 
-# The choices are the registries' keys (cxsim/estimators.py, cxsim/loss_modes.py): a name
-# registered there is a valid --ppo.estimator / --ppo.loss-mode, and nothing else is.
-EstimatorName = Literal[tuple(ESTIMATORS)]  # type: ignore[valid-type]
-LossMode = Literal[tuple(LOSS_MODES)]  # type: ignore[valid-type]
+# The choices are the registries' (cxsim/estimators.py, cxsim/loss_modes.py): a name they
+# hold, an installed plug-in's name, or module:name for the user's own (cxsim/plugins.py);
+# PPOConfig checks the name when it is built.
+EstimatorName = Annotated[str, tyro.conf.arg(metavar="{" + ",".join(ESTIMATORS) + "}|MODULE:NAME")]
+LossMode = Annotated[str, tyro.conf.arg(metavar="{" + ",".join(LOSS_MODES) + "}|MODULE:NAME")]
 ADAPTIVE_SCOPES: tuple[str, ...] = ("segment", "rollout")  # cxsim.advantages.ADAPTIVE_SCOPES
 LAMBDA_SCOPES: tuple[str, ...] = ("fixed", *ADAPTIVE_SCOPES)
 LambdaScope = Literal[LAMBDA_SCOPES]  # type: ignore[valid-type]
@@ -80,20 +82,20 @@ def check_env_id(env_id: str) -> None:
     """Raises ValueError unless ``env_id`` is registered with gymnasium (cxsim ids included).
 
     ``module:id`` (gymnasium's own form) imports ``module`` first, so that a user's module
-    registers its ids; ``gymnasium.make`` accepts the same string.
+    registers its ids; ``gymnasium.make`` accepts the same string. The module is searched in
+    the current working folder too (``cxsim.user_modules``), as ``python -m`` would.
     """
-    import importlib
-
     import cxsim.envs  # noqa: F401  (registers the cxsim ids)
+    from cxsim.user_modules import import_user_module
 
     module, _, name = env_id.rpartition(":")
     if module:
         try:
-            importlib.import_module(module)
+            import_user_module(module)
         except ImportError as error:
             raise ValueError(
-                f"--env.env-id {env_id!r}: cannot import module {module!r} ({error}); put it "
-                "on PYTHONPATH or install it"
+                f"--env.env-id {env_id!r}: cannot import module {module!r} ({error}); run "
+                "cxsim from the folder that holds it, put it on PYTHONPATH or install it"
             ) from error
         env_id = name
     if env_id not in gym.registry:
@@ -104,8 +106,9 @@ def check_env_id(env_id: str) -> None:
 
 
 def check_policy_dir(path: str | Path, flag: str = "--policy") -> None:
-    """Raises FileNotFoundError unless ``path`` holds a saved model (config.json)."""
-    if not (Path(path) / "config.json").is_file():
+    """Raises FileNotFoundError unless ``path`` holds a saved model (config.json);
+    ``pretrained`` names the shipped starting checkpoint (cxsim/pretrained.py)."""
+    if not (policy_path(path) / "config.json").is_file():
         raise FileNotFoundError(
             f"{flag} {str(path)!r} holds no policy checkpoint (no config.json); run "
             f"`cxsim sft` to make one, or pass {flag} PATH to a directory saved by cxsim"
@@ -146,7 +149,7 @@ class EnvConfig:
 class SFTConfig:
     """Behaviour cloning from scripted rollouts under compaction."""
 
-    episodes: int = 512
+    episodes: int = 256
     """Oracle episodes collected (each gives its execution and summary segments)."""
     heldout_episodes: int = 32
     """More episodes, kept aside for the held-out loss."""
@@ -159,17 +162,19 @@ class SFTConfig:
     must reach that first action, compactions before the reward (``cxsim verdicts``)."""
     model: PolicySize = "tiny"
     """Policy size preset (agents.models.POLICY_PRESETS)."""
-    epochs: int = 12
-    """Passes over the demonstrations (the tiny model starts copying the key into summaries
-    after ~6 and into answers after ~8; fewer leave a base at chance, docs/results.md)."""
+    epochs: int = 4
+    """Passes over the demonstrations. 4 from the shipped starting checkpoint, which already
+    copies (``--policy pretrained``); a fresh tiny model (``--policy None``) starts copying the
+    key into summaries after ~6 and into answers after ~8, and only on some seeds: give it 12
+    or more (docs/results.md, "Independent seeds")."""
     lr: float = 3e-3
     """Adam learning rate."""
     batch_rows: int = 16
     """Segments per optimiser step."""
-    bucket_by_length: bool = False
+    bucket_by_length: bool = True
     """Draw each step from segments of similar length: on the default data the padded
     tokens per real token go from 1.26 (shuffled 16-row steps) to 1.002. Off: uniformly
-    shuffled steps, as the main job's base is made; ``cxsim verdicts`` turns it on."""
+    shuffled steps (how the bases of docs/results/tables.md were made)."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip."""
 
@@ -194,7 +199,9 @@ class PPOConfig:
     estimator: EstimatorName = "cross-segment"
     """Advantage estimator (cxsim/estimators.py): ``cross-segment`` (the paper: local GAE times
     (gamma lambda)^N_{>s}), ``local`` (no correction), ``stitched`` (exact GAE across
-    boundaries), ``group-broadcast`` (SUPO/GRPO; no critic), and any name registered there."""
+    boundaries), ``group-broadcast`` (SUPO/GRPO; no critic), any name registered there or by
+    an installed plug-in, or ``my_module:my_gae`` for an ``Estimator`` of your own
+    (docs/training.md, "Your own estimator or loss mode")."""
     gamma: float = 1.0
     """Discount per trainable token."""
     lam: float = 0.95
@@ -207,7 +214,8 @@ class PPOConfig:
     """Length-adaptive lambda coefficient."""
     loss_mode: LossMode = "token-mean"
     """Policy-loss reduction (cxsim/loss_modes.py): ``token-mean`` (paper; global token count),
-    ``segment-mean``, ``rollout-mean``, ``seq-mean-token-sum``, and any name registered there."""
+    ``segment-mean``, ``rollout-mean``, ``seq-mean-token-sum``, any name registered there or by
+    an installed plug-in, or ``my_module:my_mode`` for a ``LossModeSpec`` of your own."""
     train_summaries: bool = True
     """Train the summary tokens too (False: the "w/o summary training" ablation)."""
     bootstrap_truncated: bool = False
@@ -228,7 +236,7 @@ class PPOConfig:
     """Rollouts per task (the same env seed); > 1 for group-broadcast."""
     rollouts_per_batch: int = 32
     """Rollouts per iteration (a multiple of group_size)."""
-    iterations: int = 24
+    iterations: int = 12
     """PPO iterations (after the critic warm-up)."""
     critic_warmup: int = 2
     """Value-only iterations before RL (paper: 50 steps); each collects a batch and trains
@@ -239,7 +247,7 @@ class PPOConfig:
     """Critic passes per actor pass (paper: 2 critic updates per actor update)."""
     minibatches: int = 2
     """Optimiser steps per pass; rollouts are kept whole inside a minibatch."""
-    micro_batch_rows: int = 64
+    micro_batch_rows: int = 16
     """Segments per forward pass inside a minibatch (gradient accumulation; the loss
     denominator is still the whole minibatch's)."""
     micro_batch_tokens: int | None = None
@@ -262,8 +270,8 @@ class PPOConfig:
     """Sampling temperature for training rollouts (log-probs are under this distribution)."""
 
     def __post_init__(self) -> None:
-        _one_of("estimator", self.estimator, tuple(ESTIMATORS))
-        _one_of("loss_mode", self.loss_mode, tuple(LOSS_MODES))
+        ESTIMATORS.check("estimator", self.estimator)  # plug-ins: imported and validated
+        LOSS_MODES.check("loss_mode", self.loss_mode)
         _one_of("lambda_scope", self.lambda_scope, LAMBDA_SCOPES)
         _one_of("protocol", self.protocol, ("compacted", "single"))
         if self.ratio_check_atol is not None and self.ratio_check_atol <= 0:
@@ -311,7 +319,8 @@ class PPOConfig:
 
     @property
     def uses_critic(self) -> bool:
-        """The estimator needs a critic (its ``needs_critic`` in cxsim/estimators.py)."""
+        """The estimator needs a critic (its ``needs_critic`` in cxsim/estimators.py, or the
+        plug-in's own)."""
         return ESTIMATORS[self.estimator].needs_critic
 
 
@@ -327,8 +336,14 @@ class EvalConfig:
     """Protocols to run."""
     temperature: float = 1.0
     """Sampling temperature of an LM agent."""
-    seed: int = 0
-    """Seed of the evaluation tasks and of the sampling RNG."""
+    seed: int | None = None
+    """Seed of the evaluation tasks and of the sampling RNG; None: the run's own seed
+    (``cxsim run``: its first training seed, so ``--seeds N`` alone is an independent
+    replicate; elsewhere 0)."""
+
+    def seeded(self, seed: int) -> EvalConfig:
+        """This config with ``seed`` where no seed was given."""
+        return self if self.seed is not None else replace(self, seed=seed)
 
     def __post_init__(self) -> None:
         if self.episodes < 1 or self.repeats < 1:

@@ -26,21 +26,13 @@ from cxsim.model_options import (  # noqa: F401
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda`` (the current GPU) or ``cuda:N``."""
+    """``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda`` (the current GPU) or ``cuda:N``
+    (checked by :func:`check_device_name`, as every entry point's config already did)."""
     if name == "cpu":
         return torch.device("cpu")
     if name == "auto":
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    match = CUDA_INDEX.fullmatch(name)
-    if name != "cuda" and match is None:
-        raise ValueError(f"device must be auto, cpu, cuda or cuda:N; got {name!r}")
-    if not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} asked for, but CUDA is not available: use --device cpu")
-    if match is not None and int(match.group(1)) >= torch.cuda.device_count():
-        raise ValueError(
-            f"device {name!r}: this machine has {torch.cuda.device_count()} GPU(s) "
-            f"(cuda:0..cuda:{torch.cuda.device_count() - 1})"
-        )
+    check_device_name(name)  # the form, then CUDA and the GPU's index
     return torch.device(name)
 
 

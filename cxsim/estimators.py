@@ -2,11 +2,16 @@
 
 ``ESTIMATORS[name]`` is an :class:`Estimator`: the function from an
 :class:`EstimatorInputs` to (S, T) advantages, whether it needs a critic, and
-its help text. ``PPOConfig.estimator`` (its Literal, its ``--help`` and its
-validation), ``ppo.score_batch``'s dispatch and whether the trainer builds a
-critic are all read from this dict, so adding an estimator is one entry here
-(and its test). The math lives in :mod:`cxsim.advantages`; this module imports
-torch only when an estimator runs, so configs and ``--help`` stay light.
+its help text. ``PPOConfig.estimator`` (its choices, its ``--help`` and its
+validation), ``ppo.score_batch``'s dispatch, whether the trainer builds a
+critic, ``cxsim lab`` and ``cxsim conform`` are all read from this registry, so
+adding an estimator is one entry here (and its test). The registry is a
+:class:`cxsim.plugins.Registry`: an estimator can also come from outside cxsim, an
+``Estimator`` in the user's module (``--ppo.estimator my_module:my_gae``) or an
+installed package's entry point in group ``cxsim.estimators`` (docs/training.md,
+"Your own estimator or loss mode"). The math lives in :mod:`cxsim.advantages`;
+this module imports torch only when an estimator runs, so configs and ``--help``
+stay light.
 
 Shapes: S segments, T tokens.
 """
@@ -16,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from cxsim.plugins import Registry
 
 if TYPE_CHECKING:
     import torch
@@ -90,14 +97,54 @@ def _group_broadcast(x: EstimatorInputs) -> torch.Tensor:
     return group_broadcast(returns, x.mask, x.rollout_id, x.group_id)
 
 
-ESTIMATORS: dict[str, Estimator] = {
-    "cross-segment": Estimator(
-        _cross_segment, True, "the paper: local GAE times (gamma lambda)^N_{>s}"
-    ),
-    "local": Estimator(_local, True, "GAE inside each segment, no cross-segment correction"),
-    "stitched": Estimator(_stitched, True, "exact GAE over the rollout's segments in order"),
-    "group-broadcast": Estimator(
-        _group_broadcast, False, "SUPO/GRPO: group-normalised return on every token; no critic"
-    ),
-}
-"""Every estimator by name; the first is the default."""
+def split_over_chains(
+    returns: torch.Tensor, mask: torch.Tensor, rollout_id: torch.Tensor
+) -> torch.Tensor:
+    """(S, T): each rollout's return divided by its number of chains ``K``, on every masked
+    token of each chain (``R / K``: the rollout's chains carry ``R`` in total).
+
+    A chain is a row with at least one masked token; a row without one (a rejected
+    summary attempt, mask 0) is not counted. Float64 reference:
+    :func:`cxsim.conformance.rules.chain_split`.
+
+    Args:
+        returns: (S,) float, the rollout's return on each of its rows.
+        mask: (S, T) bool; rollout_id: (S,) integer.
+    """
+    import torch
+
+    from cxsim.scans import per_group_sum
+
+    chains = per_group_sum(mask.any(dim=1).to(returns.dtype), rollout_id)
+    share = returns / chains.clamp(min=1)
+    return torch.where(mask, share[:, None], torch.zeros((), dtype=returns.dtype))
+
+
+def _chain_split(x: EstimatorInputs) -> torch.Tensor:
+    from cxsim.scans import per_group_sum
+
+    returns = x.rewards + per_group_sum(x.step_rewards.sum(dim=1), x.rollout_id)
+    return split_over_chains(returns, x.mask, x.rollout_id)
+
+
+ESTIMATORS: Registry[Estimator] = Registry(
+    {
+        "cross-segment": Estimator(
+            _cross_segment, True, "the paper: local GAE times (gamma lambda)^N_{>s}"
+        ),
+        "local": Estimator(_local, True, "GAE inside each segment, no cross-segment correction"),
+        "stitched": Estimator(_stitched, True, "exact GAE over the rollout's segments in order"),
+        "group-broadcast": Estimator(
+            _group_broadcast, False, "SUPO/GRPO: group-normalised return on every token; no critic"
+        ),
+        "chain-split": Estimator(
+            _chain_split, False, "the rollout's return split as R/K over its K chains; no critic"
+        ),
+    },
+    entry_type=Estimator,
+    kind="estimator",
+    group="cxsim.estimators",
+    declaration="advantages=<function>, needs_critic=True or False, help='one line'",
+)
+"""Every estimator by name; the first is the default. A name it does not hold is looked up
+as a plug-in (``module:name`` or an entry point of group ``cxsim.estimators``)."""

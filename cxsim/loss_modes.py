@@ -7,8 +7,11 @@ micro-batches or ranks (``count``, summed over them: the global denominator),
 and the closed-form gradient weight of each token (``weights``, what
 ``cxsim.diagnostics.weights`` reports). ``cxsim.losses.aggregate``,
 ``cxsim.ppo.loss_denominator``, the segment-weight diagnostics and
-``PPOConfig.loss_mode`` (Literal, help, validation) all read this dict, so a
-new mode is one entry here (and its test). torch is imported when a mode runs.
+``PPOConfig.loss_mode`` (choices, help, validation) all read this registry, so a
+new mode is one entry here (and its test). It is a :class:`cxsim.plugins.Registry`: a
+mode can also come from outside cxsim, a ``LossModeSpec`` in the user's module
+(``--ppo.loss-mode my_module:my_mode``) or an installed package's entry point in group
+``cxsim.loss_modes`` (docs/training.md). torch is imported when a mode runs.
 
 With ``M`` the masked tokens, ``M_s`` those of segment s, ``M_tau`` those of
 rollout tau, and only segments/rollouts with a masked token voting (``S'``, ``R'``):
@@ -24,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from cxsim.plugins import Registry
 
 if TYPE_CHECKING:
     import torch
@@ -172,18 +177,25 @@ def _seq_weights(mask, rollout_id):
     return mask.to(torch.float64) * (voting / voting.sum().clamp(min=1))[:, None]
 
 
-LOSS_MODES: dict[str, LossModeSpec] = {
-    "token-mean": LossModeSpec(
-        _token_mean, _token_count, _token_weights, "the paper: one global token count"
-    ),
-    "segment-mean": LossModeSpec(
-        _segment_mean, _segment_count, _segment_weights, "each segment one vote"
-    ),
-    "rollout-mean": LossModeSpec(
-        _rollout_mean, _rollout_count, _rollout_weights, "each rollout one vote", True
-    ),
-    "seq-mean-token-sum": LossModeSpec(
-        _seq_mean_token_sum, _segment_count, _seq_weights, "per-segment token sums, averaged"
-    ),
-}
-"""Every policy-loss reduction by name; the first is the default."""
+LOSS_MODES: Registry[LossModeSpec] = Registry(
+    {
+        "token-mean": LossModeSpec(
+            _token_mean, _token_count, _token_weights, "the paper: one global token count"
+        ),
+        "segment-mean": LossModeSpec(
+            _segment_mean, _segment_count, _segment_weights, "each segment one vote"
+        ),
+        "rollout-mean": LossModeSpec(
+            _rollout_mean, _rollout_count, _rollout_weights, "each rollout one vote", True
+        ),
+        "seq-mean-token-sum": LossModeSpec(
+            _seq_mean_token_sum, _segment_count, _seq_weights, "per-segment token sums, averaged"
+        ),
+    },
+    entry_type=LossModeSpec,
+    kind="loss mode",
+    group="cxsim.loss_modes",
+    declaration="reduce=<function>, count=<function>, weights=<function>, help='one line'",
+)
+"""Every policy-loss reduction by name; the first is the default. A name it does not hold is
+looked up as a plug-in (``module:name`` or an entry point of group ``cxsim.loss_modes``)."""

@@ -23,9 +23,29 @@ SystemRole = Literal["auto", "native", "merge"]
 
 
 def check_device_name(name: str) -> None:
-    """Config-time check of a device string's form (availability is checked when resolved)."""
+    """Config-time check of a device: its form, and for ``cuda`` / ``cuda:N`` that this
+    machine has that GPU, so that a command fails before any stage starts (no output, no
+    run folder). ``auto`` and ``cpu`` need no torch; a CUDA name imports it to ask."""
     if name not in ("auto", "cpu", "cuda") and CUDA_INDEX.fullmatch(name) is None:
         raise ValueError(f"device must be auto, cpu, cuda or cuda:N; got {name!r}")
+    if name.startswith("cuda"):
+        check_cuda_device(name)
+
+
+def check_cuda_device(name: str) -> None:
+    """``cuda`` or ``cuda:N`` is usable here: CUDA is available (the only ``torch.cuda``
+    call on a machine without it) and, for ``cuda:N``, there is an N-th GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} asked for, but CUDA is not available: use --device cpu")
+    match = CUDA_INDEX.fullmatch(name)
+    count = torch.cuda.device_count()
+    if match is not None and int(match.group(1)) >= count:
+        raise ValueError(
+            f"device {name!r}: this machine has {count} GPU(s) (cuda:0..cuda:{count - 1}); "
+            "pass one of them, or --device cuda"
+        )
 
 
 def check_precision(precision: str) -> None:

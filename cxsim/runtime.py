@@ -53,7 +53,7 @@ import gymnasium as gym
 
 import cxsim.envs  # noqa: F401  (registers the cxsim/* environment ids)
 from cxsim.agent_api import Agent, TurnRequest, TurnResponse
-from cxsim.agents.chat import ChatFormat
+from cxsim.agents.chat import ChatFormat, WordChatFormat
 from cxsim.compaction import CompactionConfig
 from cxsim.envs.scripted import summary_recall
 from cxsim.segments import EpisodeEnd, Segment
@@ -91,6 +91,25 @@ def check_text_env(env: gym.Env, env_id: str) -> None:
 def env_system_prompt(env: gym.Env) -> str:
     """The env's ``system_prompt`` attribute (cxsim's envs have one), else empty."""
     return str(getattr(env.unwrapped, "system_prompt", ""))
+
+
+def check_env_words(
+    env: gym.Env, env_id: str, system_prompt: str, config: CompactionConfig, chat: ChatFormat
+) -> None:
+    """Before any rollout: a word-level policy must have every word of the env's
+    ``vocabulary()`` (when it has one), its system prompt and the compaction instructions,
+    else a ValueError names the missing ones. Tasks and observations are checked as they
+    arrive (``WordChatFormat.encode``); a BPE tokenizer has no unknown words."""
+    if not isinstance(chat, WordChatFormat):
+        return
+    vocabulary = getattr(env.unwrapped, "vocabulary", None)
+    words = [*(vocabulary() if callable(vocabulary) else ()), *system_prompt.split()]
+    if config.summarizes:
+        words += [*config.summary_instruction.split(), *config.resume_instruction.split()]
+    where = (
+        f"environment {env_id!r} (its vocabulary(), system prompt) or the compaction instructions"
+    )
+    chat.check_words(words, where)
 
 
 def _info_recall(summary: str, info: dict[str, Any]) -> dict[str, bool] | None:
@@ -413,6 +432,7 @@ def collect_rollouts(
     envs = [gym.make(env_id, **env_kwargs) for _ in seeds]
     check_text_env(envs[0], env_id)
     system_prompt = env_system_prompt(envs[0])
+    check_env_words(envs[0], env_id, system_prompt, config, chat)
     config.validate(chat, system_prompt)
     runner = _Runner(config, chat, system_prompt, recall_hook(envs[0]))
     rows: list[_Row] = []

@@ -139,7 +139,9 @@ class LineProgress:
             self.last = now
             self.write()
 
-    def set_postfix(self, **values: Any) -> None:
+    def set_postfix(self, refresh: bool = True, **values: Any) -> None:
+        """The values the next line shows (``refresh`` is tqdm's; lines are written by
+        ``update`` and ``close``)."""
         self.postfix = ", ".join(f"{k}={v}" for k, v in values.items())
 
     def line(self) -> str:
@@ -169,6 +171,14 @@ def progress(total: int, initial: int = 0, desc: str = "", disable: bool = False
     if not disable and not sys.stderr.isatty():
         return LineProgress(total, initial, desc)
     return tqdm(total=total, initial=initial, desc=desc, dynamic_ncols=True, disable=disable)
+
+
+def advance(bar: Any, **values: Any) -> None:
+    """One step of ``bar`` done, showing ``values``: the step's values are set first, then
+    the count, so that the line the count writes (a log's summary line, the bar's refresh)
+    carries the step just finished, not the one before it."""
+    bar.set_postfix(refresh=False, **values)
+    bar.update(1)
 
 
 def say(message: str) -> None:

@@ -9,8 +9,8 @@
   probability ``1 - omission_rate`` (a fact the context lost is never
   recovered), plus the goal and any open question, since the rebuilt context
   may lack the task text.
-* ``summary_recall(summary, info)`` says, per needed fact, whether the summary
-  holds its current value as a whole word.
+* ``summary_recall(summary, info)`` says, per needed fact already shown when the
+  summary was written, whether the summary holds its current value as a whole word.
 """
 
 from __future__ import annotations
@@ -209,7 +209,20 @@ class ScriptedSummarizer:
         return SUMMARY_WRITERS[info["state"]["env"]](kept, info)
 
 
+def shown_facts(info: dict[str, Any]) -> list[str]:
+    """The needed facts already shown by ``info``'s step: ``0 <= fact_shown_step <= step``
+    (-1 marks a fact not shown yet). Without ``fact_shown_step`` (an env that gives only
+    ``key_facts`` and ``needed_facts``) every needed fact counts."""
+    shown = info.get("fact_shown_step")
+    if shown is None:
+        return list(info["needed_facts"])
+    step = info.get("step", float("inf"))
+    return [name for name in info["needed_facts"] if 0 <= shown.get(name, -1) <= step]
+
+
 def summary_recall(summary: str, info: dict[str, Any]) -> dict[str, bool]:
-    """Needed fact name -> whether ``summary`` holds its current value as a whole word."""
+    """Needed fact name -> whether ``summary`` holds its current value as a whole word, over
+    the needed facts shown before the summary was written (``info`` is the one at that
+    moment; `shown_facts`): a fact the episode has not shown yet is no summary's to keep."""
     words = set(summary.split())
-    return {name: info["key_facts"][name] in words for name in info["needed_facts"]}
+    return {name: info["key_facts"][name] in words for name in shown_facts(info)}

@@ -5,8 +5,9 @@ Run it after changing the trainer (an estimator, a loss, the log-prob computatio
 runtime). For each seed of ``--seeds``, in ``--jobs`` spawned single-threaded processes
 (as ``cxsim verdicts`` runs seeds):
 
-1. an SFT base of its own (seed s), the base of ``cxsim verdicts --preset full``;
-2. ``compactionrl`` PPO from that base (seed s), with the verdict run's budgets;
+1. an SFT base of its own (seed s) from the shipped starting checkpoint, as ``cxsim run``
+   makes it;
+2. ``compactionrl`` PPO from that base (seed s), with the main job's budgets;
 3. Compacted Pass@1 of the base and of the trained policy on the seed's own held-out
    tasks (``--eval.seed`` s).
 
@@ -19,10 +20,10 @@ Then two kinds of checks, every figure printed, exit status 1 if any fails:
   variance and summary recall over the last iterations, the loss share of summary tokens)
   must lie in the range recorded for the setting (:data:`RECORDED_AT`).
 
-The full mode's seeds, margins and ranges come from the verdict run of
-docs/results/verdicts.md, whose seeds are these seeds' runs with 256 tasks instead of 128.
+The full mode is the main job at its defaults (``cxsim run --seeds s``) on seeds 0 and 1;
+its margins and ranges were recorded on the main job's seeds (:data:`RECORDED_AT`).
 
-    cxsim bench learning                 # the check: 2 seeds at once, under 10 minutes
+    cxsim bench learning                 # the check: 2 seeds at once, under 5 minutes
     cxsim bench learning --mode reduced  # the pipeline in seconds (what the slow test runs)
 """
 
@@ -42,6 +43,7 @@ import tyro
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
 from cxsim.experiments.processes import map_in_processes
 from cxsim.experiments.tables import SMOKE_ENV
+from cxsim.pretrained import PRETRAINED
 from cxsim.tracking import say
 
 Mode = Literal["full", "reduced"]
@@ -58,48 +60,40 @@ class Setting:
     eval: EvalConfig
     budget: int | None = None
     """Compaction budget C; None: the pre-flight's size for the env."""
-    pretrain: SFTConfig | None = None
-    """Stage 0 of ``cxsim verdicts`` (the shared checkpoint every seed's SFT starts from,
-    :func:`cxsim.experiments.verdicts.pretrained_start`); None: SFT from a fresh model."""
+    policy: str | None = None
+    """What every seed's SFT starts from (``pretrained``: the shipped starting checkpoint);
+    None: a fresh model."""
 
 
 SETTINGS: dict[str, Setting] = {
     "full": Setting(
-        env=EnvConfig(),
-        sft=SFTConfig(epochs=4, bucket_by_length=True),
-        ppo=PPOConfig(iterations=8, micro_batch_rows=16),
-        eval=EvalConfig(episodes=128, protocols=("compacted",)),
-        pretrain=SFTConfig(omission_rate=0.0, epochs=8, bucket_by_length=True),
+        env=EnvConfig(), sft=SFTConfig(), ppo=PPOConfig(),
+        eval=EvalConfig(episodes=128, protocols=("compacted",)), policy=PRETRAINED,
     ),
     "reduced": Setting(
         env=SMOKE_ENV,
         sft=SFTConfig(episodes=6, epochs=1, heldout_episodes=2, omission_rate=0.65),
         ppo=PPOConfig(rollouts_per_batch=4, iterations=2, critic_warmup=1, minibatches=1),
         eval=EvalConfig(episodes=4, protocols=("compacted",)),
-        budget=160,
+        budget=160, policy=None,
     ),
 }  # fmt: skip
-"""``full``: the setting of ``cxsim verdicts --preset full`` (default KeyRecall task; a
-shared stage-0 checkpoint cloned at omission 0, then per seed SFT 4 epochs at omission
-0.5 from it, length-bucketed; 2 + 8 PPO iterations in 16-row micro-batches), evaluated
-on 128 tasks per seed. ``reduced``: the entry points' smoke
+"""``full``: the main job at its defaults (default KeyRecall task; per seed SFT 4
+epochs at omission 0.5 from the shipped starting checkpoint, length-bucketed; 2 + 8 PPO
+iterations in 16-row micro-batches), evaluated on 128 tasks per seed. ``reduced``: the entry points' smoke
 task (5 steps, still two compactions at budget 160) with budgets so small that nothing
 is learned: it checks the pipeline and the diagnostics that hold from the first step,
 not learning."""
 
 SEEDS: dict[str, tuple[int, ...]] = {"full": (0, 1), "reduced": (0,)}
 """Default seeds per mode (full: seeds 0 and 1 of the verdict run)."""
-PRETRAIN_SEEDS = (1003, 1004, 1005, 1006, 1007)
-"""Stage-0 candidates, first the one the verdict run found to copy (1000-1002 did not),
-so the check does not spend minutes on known failures."""
-
 Range = tuple[float, float]
 
 RANGES: dict[str, dict[str, Range]] = {
     "full": {
         "first_log_ratio_max": (0.0, 1e-4),
-        "critic_explained_variance": (-1.5, 0.6),
-        "train_summary_recall": (0.7, 1.0),
+        "critic_explained_variance": (-3.0, 0.6),
+        "train_summary_recall": (0.6, 1.0),
         "summary_loss_share": (0.55, 0.75),
     },
     "reduced": {
@@ -113,12 +107,13 @@ iteration (sampling and scoring agree up to float error); ``critic_explained_var
 and ``train_summary_recall``: means over the last 5 iterations (``final`` of
 results.json); ``summary_loss_share``: the token-mean loss's share on summary tokens,
 mean over the actor iterations (0 when summaries are masked out of the loss). Full mode,
-measured on the verdict run's 8 seeds: 3e-6 to 1.2e-5; -1.02 to -0.002; 0.84 to 0.96;
-0.643 to 0.657 (docs/training.md)."""
+measured on the main job's seeds 0-5 (``cxsim run --seeds s``): 1e-5 to 4e-5; -2.41 to
+0.21 (the critic explains little of a success rate near 1, docs/results.md); 0.75 to
+0.99; 0.622 to 0.655."""
 
 RECORDED_AT = (
-    "reduced: measured at the commit that added this module (seeds 0-3); full: on the 8 "
-    "seeds of the verdict run made at commit 31e5b81 (docs/results/verdicts.md)"
+    "reduced: measured at the commit that added this module (seeds 0-3); full: on the main "
+    "job's seeds 0-5 with the shipped starting checkpoint (docs/training.md)"
 )
 
 GAIN_MARGIN: dict[str, tuple[float, float] | None] = {"full": (0.20, 0.10), "reduced": None}
@@ -131,7 +126,7 @@ class Config:
     """Learning regression check: CompactionRL over its SFT base, and diagnostic ranges."""
 
     mode: Mode = "full"
-    """``full``: the check (2 seeds at once, under 10 minutes on 2 cores);
+    """``full``: the check (2 seeds at once, under 5 minutes on 2 cores);
     ``reduced``: the pipeline on a tiny task in seconds, diagnostics only."""
     seeds: tuple[int, ...] | None = None
     """Seeds, each with its own SFT base and evaluation tasks; None: :data:`SEEDS` of the
@@ -160,18 +155,6 @@ class Config:
 
 
 # -- one seed ---------------------------------------------------------------------------
-
-
-def stage_zero(cfg: Config, root: Path) -> str | None:
-    """The verdict run's stage 0 for this mode's setting (None: the mode has none)."""
-    from cxsim.experiments import verdicts
-
-    setting = SETTINGS[cfg.mode]
-    if setting.pretrain is None:
-        return None
-    vcfg = replace(verdicts.BUDGETS["full"], env=setting.env, pretrain=setting.pretrain,
-                   pretrain_seeds=PRETRAIN_SEEDS, jobs=cfg.jobs, device=cfg.device)  # fmt: skip
-    return verdicts.pretrained_start(vcfg, root)["policy"]
 
 
 def run_seed(cfg: Config, root: Path, seed: int, start: str | None = None) -> dict[str, Any]:
@@ -326,7 +309,7 @@ def run_check(cfg: Config) -> dict[str, Any]:
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
     try:
-        seeds = run_seeds(cfg, root, stage_zero(cfg, root))
+        seeds = run_seeds(cfg, root, SETTINGS[cfg.mode].policy)
     finally:
         if temporary:
             shutil.rmtree(root, ignore_errors=True)

@@ -1,39 +1,73 @@
 """``cxsim conform FUNCTION``: checks another framework's advantage or loss-reduction function.
 
-FUNCTION is ``package.module:function``; ``--quantity`` says what it claims to
-compute and ``--layout`` the data layout it takes (exact signatures in
+FUNCTION is ``package.module:function``, imported with the current folder on
+the import path; ``--quantity`` says what it claims to compute and
+``--layout`` the data layout it takes (exact signatures in
 docs/conformance.md). The check draws random compacted batches for every edge
 case (several segments per rollout, observation tokens inside responses,
-segments ending on observations, one-token and long segments, fixed and
-adaptive lambda, gamma below and at 1, micro-batch splits), compares the
-output with cxsim's float64 reference, and prints per case the largest
-difference; for a failure, a minimal example shrunk by hypothesis and the term
-of the equation that differs. Exits 1 when any case differs.
+segments ending on observations, one-token and long segments, rejected
+summary attempts, fixed and adaptive lambda in both scopes, gamma below and
+at 1, micro-batch splits), compares the output with cxsim's float64
+reference, and prints per case the largest difference; for a failure, an
+example shrunk by hypothesis (within ``--shrink-seconds`` per case) and the
+terms of the equation that differ. ``--claims``, ``--lambda-kind``,
+``--min-group`` and ``--no-rejected-attempts`` declare what the function
+implements: cases outside that are skipped, and the report says what was not
+checked.
+
+Exit status: 0 when every case run agrees, 1 when one differs, 2 for a usage
+or configuration error (a bad flag, a function that cannot be imported, a
+declaration that does not apply to the quantity, ``--only`` matching no case).
 
     cxsim conform cxsim.conformance.adapters:cross_segment_gae_rows \\
         --quantity cross-segment-gae --layout segment-rows
-    cxsim conform cxsim.conformance.variants:token_mean_of_micro_batch_means \\
-        --quantity loss-reduction --layout loss-matrix --mode token-mean
+    cxsim conform my_adapters:gae --quantity cross-segment-gae --layout samples \\
+        --claims segment-scope
+
+FUNCTION may also be an estimator of the trainer's registry (cxsim/estimators.py): a
+name it holds or an installed plug-in's, or ``my_module:my_gae`` naming an
+``Estimator`` (docs/training.md, "Your own estimator or loss mode"). It is then
+called as the trainer calls it, with one ``EstimatorInputs`` (layout ``estimator``);
+``--quantity`` defaults to the reference a registered estimator answers to:
+
+    cxsim conform my_module:my_gae --quantity stitched-gae
+    cxsim conform chain-split
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 import tyro
+
+from cxsim.estimators import ESTIMATORS
+from cxsim.loss_modes import LOSS_MODES
+
+USAGE_ERROR = 2
+"""Exit status of a usage, import or configuration error (1 means: the function differs)."""
 
 Quantity = Literal[
     "local-gae",
     "cross-segment-gae",
     "stitched-gae",
     "group-broadcast",
+    "chain-split",
     "adaptive-lambda",
     "loss-reduction",
 ]
-LayoutName = Literal["segment-rows", "rollout-rows", "samples", "loss-matrix"]
-Mode = Literal["token-mean", "segment-mean", "rollout-mean", "seq-mean-token-sum"]
+LayoutName = Literal["segment-rows", "rollout-rows", "samples", "loss-matrix", "estimator"]
+Mode = str
+"""A loss mode of the trainer's registry (cxsim/loss_modes.py), plug-ins included."""
+
+
+def _choices(names) -> str:
+    return "{" + ",".join(names) + "}"
+
+
+ScopeClaim = Literal["both", "segment-scope", "rollout-scope"]
+LambdaKind = Literal["both", "fixed", "adaptive"]
 
 # kept here (not imported) so that --help never imports torch; tests check they match
 LAYOUT_QUANTITIES: dict[str, tuple[str, ...]] = {
@@ -42,6 +76,7 @@ LAYOUT_QUANTITIES: dict[str, tuple[str, ...]] = {
         "cross-segment-gae",
         "stitched-gae",
         "group-broadcast",
+        "chain-split",
         "adaptive-lambda",
     ),
     "rollout-rows": ("local-gae", "cross-segment-gae", "stitched-gae"),
@@ -50,24 +85,55 @@ LAYOUT_QUANTITIES: dict[str, tuple[str, ...]] = {
         "cross-segment-gae",
         "stitched-gae",
         "group-broadcast",
+        "chain-split",
         "adaptive-lambda",
     ),
     "loss-matrix": ("loss-reduction",),
+    "estimator": (
+        "local-gae",
+        "cross-segment-gae",
+        "stitched-gae",
+        "group-broadcast",
+        "chain-split",
+    ),
 }
 
 
 @dataclass(frozen=True)
 class Config:
-    """Check a function against cxsim's reference on random compacted batches."""
+    """Check a function against cxsim's reference on random compacted batches. Exits 0 when
+    every case run agrees, 1 when one differs, 2 on a usage, import or configuration error."""
 
     function: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="FUNCTION")]
-    """The function under test, as package.module:function (importable from here)."""
-    quantity: Quantity
-    """What the function claims to compute."""
-    layout: LayoutName
-    """The data layout it takes (docs/conformance.md gives exact shapes)."""
-    mode: Mode | None = None
-    """The reduction mode (loss-reduction only; required there)."""
+    """The function under test, as package.module:function (the current folder is on the
+    import path); or an estimator: a name of cxsim/estimators.py or of an installed plug-in,
+    or package.module:name of an ``Estimator``."""
+    quantity: Annotated[
+        Quantity | None,
+        tyro.conf.arg(
+            metavar=_choices(get_args(Quantity)),
+            help_behavior_hint="(default: the reference of the estimator cxsim holds)",
+        ),
+    ] = None
+    """What the function claims to compute; required, but for an estimator cxsim holds."""
+    layout: Annotated[
+        LayoutName | None,
+        tyro.conf.arg(
+            metavar=_choices(get_args(LayoutName)),
+            help_behavior_hint="(default: estimator, for an estimator)",
+        ),
+    ] = None
+    """The data layout it takes (docs/conformance.md gives exact shapes); required for a
+    function."""
+    mode: Annotated[
+        Mode | None,
+        tyro.conf.arg(
+            metavar=_choices(LOSS_MODES) + "|MODULE:NAME",
+            help_behavior_hint="(default: none)",
+        ),
+    ] = None
+    """The reduction mode (loss-reduction only; required there): a loss mode of
+    cxsim/loss_modes.py, a plug-in's name or package.module:name."""
     examples: int = 25
     """Random batches per case (each failing case is then shrunk)."""
     seed: int = 0
@@ -79,42 +145,166 @@ class Config:
     rtol: float | None = None
     """Relative tolerance (default per quantity: 1e-3 for GAE, 1e-5 group broadcast, 1e-6 otherwise)."""
 
+    claims: ScopeClaim = "both"
+    """The adaptive-lambda scope the function implements: cases of the other scope are skipped
+    (and listed as not checked)."""
+    lambda_kind: LambdaKind = "both"
+    """The lambdas the function implements: fixed, adaptive or both; cases of the other kind
+    are skipped."""
+    min_group: int = 1
+    """Smallest group (rollouts) the function's group advantages are defined for
+    (group-broadcast): smaller groups are removed from each batch before the call, and counted."""
+    rejected_attempts: bool = True
+    """The function is given rejected summary attempts (rows without a trainable token) and
+    must keep them out of its advantages; --no-rejected-attempts skips those cases."""
+    shrink_seconds: float = 10.0
+    """Time each failing case may spend shrinking its example; the report says where it ran
+    out (the example is then not minimal)."""
+
     def __post_init__(self) -> None:
-        if ":" not in self.function:
+        if ":" not in self.function and self.function not in ESTIMATORS:
             raise ValueError(
-                f"function must be given as package.module:function, got {self.function!r}"
+                "FUNCTION must be package.module:function or an estimator's name (one of: "
+                f"{', '.join(ESTIMATORS.choices())}), got {self.function!r}"
             )
-        if self.quantity not in LAYOUT_QUANTITIES[self.layout]:
+        if (
+            self.layout is not None
+            and self.quantity is not None
+            and self.quantity not in LAYOUT_QUANTITIES[self.layout]
+        ):
             raise ValueError(
                 f"layout {self.layout} does not serve {self.quantity}; it serves "
                 f"{', '.join(LAYOUT_QUANTITIES[self.layout])}"
             )
-        if (self.quantity == "loss-reduction") != (self.mode is not None):
+        if self.mode is not None:
+            if self.quantity != "loss-reduction":
+                raise ValueError("--mode is required for loss-reduction and only there")
+            LOSS_MODES.check("--mode", self.mode)
+        elif self.quantity == "loss-reduction":
             raise ValueError("--mode is required for loss-reduction and only there")
         if self.examples < 1:
             raise ValueError(f"examples must be >= 1, got {self.examples}")
         if self.atol < 0 or (self.rtol is not None and self.rtol < 0):
             raise ValueError("atol and rtol must be >= 0")
+        if self.min_group < 1:
+            raise ValueError(f"--min-group must be >= 1, got {self.min_group}")
+        if not self.shrink_seconds > 0:
+            raise ValueError(f"--shrink-seconds must be > 0, got {self.shrink_seconds}")
+
+
+def _parse(argv: list[str] | None) -> Config:
+    """The config; a parse error exits with status 2 (through ``cxsim``, whose one-line
+    rewrite of tyro's message ends with the status 1 of a message, this restores the 2)."""
+    try:
+        return tyro.cli(Config, args=argv)
+    except SystemExit as stop:
+        if stop.code in (0, None):  # --help
+            raise
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+        raise SystemExit(USAGE_ERROR) from None
+
+
+def estimator_under_test(function: str):
+    """The :class:`~cxsim.estimators.Estimator` FUNCTION names (a registry name, or
+    package.module:name of an ``Estimator``), or None for a plain function."""
+    from cxsim.estimators import Estimator
+    from cxsim.user_modules import import_user_module
+
+    if ":" not in function:
+        return ESTIMATORS[function]
+    module, _, attribute = function.rpartition(":")
+    try:
+        found = getattr(import_user_module(module), attribute, None)
+    except Exception:  # a plain function's module: the check reports its import error
+        return None
+    return ESTIMATORS[function] if isinstance(found, Estimator) else None  # validated
+
+
+def settle(config: Config, estimator) -> tuple[str, str]:
+    """(quantity, layout) of the check: the flags, or an estimator's defaults."""
+    from cxsim.conformance.reference import ESTIMATOR_QUANTITIES
+
+    quantity, layout = config.quantity, config.layout
+    if estimator is not None:
+        if layout not in (None, "estimator"):
+            raise ValueError(
+                f"{config.function} is an Estimator: it takes the estimator layout; drop "
+                f"--layout {layout}"
+            )
+        layout = "estimator"
+    elif layout is None:
+        raise ValueError(
+            f"{config.function} is a function: say which data layout it takes with --layout "
+            f"({', '.join(LAYOUT_QUANTITIES)}; docs/conformance.md)"
+        )
+    if quantity is None:
+        quantity = ESTIMATOR_QUANTITIES.get(config.function)
+        if quantity is None:
+            raise ValueError(
+                f"say what {config.function} computes with --quantity (one of: "
+                f"{', '.join(LAYOUT_QUANTITIES[layout])})"
+            )
+    if quantity not in LAYOUT_QUANTITIES[layout]:
+        raise ValueError(
+            f"layout {layout} does not serve {quantity}; it serves "
+            f"{', '.join(LAYOUT_QUANTITIES[layout])}"
+        )
+    return quantity, layout
+
+
+def check_estimator(estimator, config: Config, quantity: str, claims) -> tuple[bool, str]:
+    """(passed, report) of ``estimator`` called as the trainer calls it (layout ``estimator``)."""
+    import time
+
+    from cxsim.conformance import Checker
+    from cxsim.conformance.check import format_report
+
+    start = time.perf_counter()
+
+    def advantages(inputs):
+        return estimator.advantages(inputs)
+
+    checker = Checker(
+        advantages, quantity, "estimator", None, config.atol, config.rtol, claims,
+        config.shrink_seconds,
+    )  # fmt: skip
+    results, skipped = checker.run_all(config.examples, config.seed, config.only)
+    report = format_report(
+        results, config.function, quantity, "estimator", None, skipped, claims,
+        config.shrink_seconds,
+    )  # fmt: skip
+    seconds = time.perf_counter() - start
+    return all(r.passed for r in results), report + f"\n({seconds:.1f} s)"
 
 
 def main(argv: list[str] | None = None) -> None:
-    config = tyro.cli(Config, args=argv)
-    from cxsim.conformance import conform
+    config = _parse(argv)
+    from cxsim.conformance import Claims, conform
 
+    claims = Claims(config.claims, config.lambda_kind, config.min_group, config.rejected_attempts)
     try:
-        passed, report, _ = conform(
-            config.function,
-            config.quantity,
-            config.layout,
-            config.mode,
-            examples=config.examples,
-            seed=config.seed,
-            atol=config.atol,
-            rtol=config.rtol,
-            only=config.only,
-        )
+        estimator = estimator_under_test(config.function)
+        quantity, layout = settle(config, estimator)
+        if estimator is not None:
+            passed, report = check_estimator(estimator, config, quantity, claims)
+        else:
+            passed, report, _ = conform(
+                config.function,
+                quantity,
+                layout,
+                config.mode,
+                examples=config.examples,
+                seed=config.seed,
+                atol=config.atol,
+                rtol=config.rtol,
+                only=config.only,
+                claims=claims,
+                shrink_seconds=config.shrink_seconds,
+            )
     except ValueError as err:
-        sys.exit(f"cxsim conform: {err}")
+        print(f"cxsim conform: error: {err}", file=sys.stderr)
+        sys.exit(USAGE_ERROR)
     print(report)
     if not passed:
         sys.exit(1)

@@ -106,7 +106,10 @@ def outcome_ceiling(records: list[Any]) -> dict[str, float]:
 
     success = torch.tensor([float(r.success) for r in records], dtype=torch.float64)
     kept = torch.tensor(
-        [bool(r.summary_recall) and all(r.summary_recall[-1].values()) for r in records]
+        [
+            bool(r.summary_recall and r.summary_recall[-1]) and all(r.summary_recall[-1].values())
+            for r in records
+        ]
     )
     out = {"success": float(success.mean()), "kept_share": float(kept.double().mean())}
     pred = torch.full_like(success, float(success.mean()))

@@ -62,6 +62,7 @@ class Config:
     """torch threads while sampling (1: fastest for tiny models; 0: torch's default)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "eval", self.eval.seeded(0))
         if (self.policy is None) == (self.agent is None):
             raise ValueError("pass exactly one of --policy PATH or --agent {oracle,random}")
         if self.policy is not None:

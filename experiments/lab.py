@@ -13,6 +13,10 @@ once the flags are parsed, so that ``--help`` does not wait for torch), the page
     cxsim lab                          # full, about 2 minutes on 2 cores, under runs/lab
     cxsim lab --out docs/results       # rewrites the committed page
     cxsim lab --preset smoke --out /tmp/lab
+    cxsim lab --estimators my_module:my_gae   # your own estimator beside cxsim's
+
+The estimators are the trainer's registry (cxsim/estimators.py): every estimator it
+holds or an installed plug-in declares, plus those ``--estimators`` names.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Annotated, Literal
 
 import tyro
 
+from cxsim.estimators import ESTIMATORS
 from cxsim.lab.process import ProcessSpec
 
 Preset = Literal["smoke", "full"]
@@ -33,7 +38,7 @@ Device = Literal["cpu", "cuda", "auto"]
 
 @dataclass(frozen=True)
 class Config:
-    """Estimator lab."""
+    """Estimator lab: the trainer's estimators (yours too) against exact ground truth."""
 
     preset: Preset = "full"
     """``smoke``: tiny samples, seconds (CI); ``full``: the committed page, about 2 minutes
@@ -48,6 +53,19 @@ class Config:
     """torch intra-op threads (1: on a shared 2-core machine more threads only contend)."""
     chunk_rollouts: int = 256
     """Rollouts per estimator call (cache-sized chunks of one large sample)."""
+    estimators: Annotated[
+        tuple[str, ...],
+        tyro.conf.arg(metavar="NAME|MODULE:NAME ...", help_behavior_hint="(default: none)"),
+    ] = ()
+    """More estimators to measure beside the registry's (cxsim/estimators.py, which are always
+    measured): ``my_module:my_gae`` for an ``Estimator`` of your own, or an installed plug-in's
+    name (docs/training.md). They appear in the by-segment and gap tables."""
+
+    def __post_init__(self) -> None:
+        for name in self.estimators:
+            ESTIMATORS.check("--estimators", name)
+        if self.threads < 1 or self.chunk_rollouts < 1:
+            raise ValueError("--threads and --chunk-rollouts must be >= 1")
 
     @property
     def rollouts(self) -> int:

@@ -44,7 +44,10 @@ def gap_table(xs, table) -> str:
 
 def render(cfg, theory, seg_exact, seg_noisy, gaps, bench, runtime, backend) -> str:
     labels = seg_exact[0]
-    argv = " ".join(shlex.quote(a) for a in sys.argv[1:]) or f"--preset {cfg.preset}"
+    args = sys.argv[1:]
+    if args[:1] == ["lab"]:  # run through the ``cxsim`` command: its own word, not a flag
+        args = args[1:]
+    argv = " ".join(shlex.quote(a) for a in args) or f"--preset {cfg.preset}"
     parts = [
         "# Estimator lab: advantage estimators against exact ground truth",
         "",

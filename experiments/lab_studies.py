@@ -15,6 +15,7 @@ import torch
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from cxsim.estimators import ESTIMATORS
 from cxsim.experiments.lab import Config
 from cxsim.experiments.lab_page import render
 from cxsim.lab import measure
@@ -22,7 +23,25 @@ from cxsim.lab.backend import array_module
 from cxsim.lab.process import Critic, ProcessSpec, build_layout, simulate
 from cxsim.tracking import say
 
-GAP_ESTIMATORS: tuple[measure.Estimator, ...] = ("local", "cross", "stitched", "group")
+PAGE_ESTIMATORS: tuple[str, ...] = ("local", "cross-segment", "stitched", "group-broadcast")
+"""The estimators the page's findings and throughput speak of, in its order (registry names)."""
+THEORY_ESTIMATORS: tuple[str, ...] = ("local", "cross-segment", "stitched")
+"""Those :func:`cxsim.lab.measure.predicted_bias` predicts (the theory check, by distance)."""
+
+
+def lab_estimators(cfg: Config) -> tuple[str, ...]:
+    """Every estimator the tables show: the page's, the rest of the registry (installed
+    plug-ins included), then ``cfg.estimators``; each once."""
+    names = tuple(dict.fromkeys((*PAGE_ESTIMATORS, *ESTIMATORS.choices(), *cfg.estimators)))
+    shown: dict[str, str] = {}
+    for name in names:
+        other = shown.setdefault(measure.label(name), name)
+        if other != name:
+            raise ValueError(
+                f"estimator {name!r} would appear on the lab's page as {other!r} does "
+                f"({measure.label(name)!r}); rename the plug-in"
+            )
+    return names
 
 
 @dataclass(frozen=True)
@@ -46,19 +65,21 @@ class Lab:
         self.cfg = cfg
         self.xp = array_module(cfg.device)
         self.next_seed = cfg.seed
+        self.estimators = lab_estimators(cfg)
 
     def sample(self, setting: Setting):
         self.next_seed += 1
         return simulate(setting.spec, self.cfg.rollouts, setting.critic, self.next_seed, self.xp)
 
-    def evaluate(self, setting: Setting, grouping, estimators=GAP_ESTIMATORS):
-        """{estimator: metrics dict (+ grad_cos)} and the group labels for one setting."""
+    def evaluate(self, setting: Setting, grouping, estimators: tuple[str, ...] | None = None):
+        """{estimator's page label: metrics dict (+ grad_cos)} and the group labels for one
+        setting; every estimator of the lab unless ``estimators`` names some."""
         sample = self.sample(setting)
         member, labels = grouping(sample)
         out = {}
-        for name in estimators:
+        for name in self.estimators if estimators is None else estimators:
             est = measure.run(sample, name, setting.lam, setting.mode, self.cfg.chunk_rollouts)
-            out[name] = {
+            out[measure.label(name)] = {
                 **measure.metrics(sample, est, member),
                 "grad_cos": measure.gradient_cosine(sample, est),
             }
@@ -85,9 +106,10 @@ def theory_check(lab: Lab) -> tuple[list[list[str]], dict]:
     for case, (title, spec, critic, lam) in enumerate(cases):
         sample = lab.sample(Setting(spec, critic, "fixed", lam))
         member, _ = measure.segment_groups(sample)
-        for name in ("local", "cross", "stitched"):
-            est = measure.run(sample, name, lam, "fixed")
-            pred = measure.predicted_bias(sample, name, lam, critic.bias)
+        for estimator in THEORY_ESTIMATORS:
+            name = measure.label(estimator)
+            est = measure.run(sample, estimator, lam, "fixed")
+            pred = measure.predicted_bias(sample, estimator, lam, critic.bias)
             raw = measure.metrics(sample, est, member)
             res = measure.metrics(sample, est - pred, member)
             z_raw = raw["bias"] / raw["bias_se"]
@@ -152,7 +174,7 @@ def by_distance(lab: Lab, path: Path) -> None:
     ]
     fig, axes = plt.subplots(len(settings), 3, figsize=(13, 3.4 * len(settings)), squeeze=False)
     for row, (title, setting) in enumerate(settings):
-        res, labels = lab.evaluate(setting, measure.distance_groups, ("local", "cross", "stitched"))
+        res, labels = lab.evaluate(setting, measure.distance_groups, THEORY_ESTIMATORS)
         x = np.arange(len(labels))
         for col, key in enumerate(("slope", "sd", "corr")):
             ax = axes[row, col]
@@ -224,7 +246,7 @@ def throughput(cfg: Config, xp) -> dict[str, float]:
     """Estimator tokens per second, simulation included (best of 3 repeats).
 
     Streams ``bench_rollouts`` rollouts in chunks of ``chunk_rollouts``: simulate a
-    chunk, hand it to torch, run the four estimators on it.
+    chunk, hand it to torch, run the page's four estimators on it (``PAGE_ESTIMATORS``).
     """
     spec = cfg.spec
     layout = build_layout(spec)
@@ -244,13 +266,13 @@ def throughput(cfg: Config, xp) -> dict[str, float]:
             )
             x = measure.inputs(sample)
             mid = time.perf_counter()
-            for name in measure.ESTIMATORS:
+            for name in PAGE_ESTIMATORS:
                 measure.estimate(x, name, spec.gamma, 0.99)
             est_time += time.perf_counter() - mid
         best_total = min(best_total, time.perf_counter() - start)
         best_est = min(best_est, est_time)
     trainable = sample.num_tokens * chunks
-    tokens = trainable * len(measure.ESTIMATORS)
+    tokens = trainable * len(PAGE_ESTIMATORS)
     return {
         "tokens": float(tokens),
         "trainable": float(trainable),

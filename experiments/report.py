@@ -1,17 +1,25 @@
 """``cxsim report RUN_DIR``: learning curves (PNG) and a Markdown report from a finished run.
 
-RUN_DIR is either a training run (``cxsim train``: ``results.json`` with a
-per-iteration ``history``) or a main-job run (``cxsim run``: ``results.json``
-with the evaluation ``table``, and one training run per preset and seed under
-``train/``). Reads the logs only; trains and evaluates nothing.
+RUN_DIR (positional, or ``--run-dir``) is either a training run (``cxsim train``:
+``results.json`` with a per-iteration ``history``) or a main-job run (``cxsim run``:
+``results.json`` with the evaluation ``table``, and one training run per preset and
+seed under ``train/``). Reads the files only; trains and evaluates nothing, so the
+same folder gives the same pages.
 
-Writes ``report.md`` and ``curves.png`` to ``--out-dir`` (default
-``RUN_DIR/report``): training success rate, losses, compactions, summary
-recall and omission (1 - recall), critic explained variance per iteration, and
-the final metrics (mean of the last five post-warm-up iterations, as
-``cxsim train`` computes them).
+Writes ``report.md`` and ``curves.png`` to ``--out-dir`` (default ``RUN_DIR/report``):
+training success rate, losses, compactions, summary recall and critic explained
+variance per iteration, and the final metrics (mean of the last five post-warm-up
+iterations, as ``cxsim train`` computes them). For a main job without ``--out-dir``,
+also the run's own page, ``RUN_DIR/report.md`` and ``RUN_DIR/learning_curves.png``,
+exactly as ``cxsim run`` wrote them (it calls this module).
+
+Every figure has one legend for all its panels and shades the value-only warm-up
+iterations (the actor is not updated); the success-rate panel draws chance (where the
+task defines one) and, for a main job, the base's Compacted Pass@1 and each preset's
+after training, with the gain (trained minus base, 95% interval) in the title.
 
     cxsim report runs/train
+    cxsim report --run-dir runs/main
     cxsim report runs/main --out-dir docs/results/main
 """
 
@@ -20,33 +28,45 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import tyro
 
-from cxsim.tables import markdown_table
+from cxsim.tables import Interval, Proportion, markdown_table, paired_difference
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 History = list[dict[str, Any]]
 
+SUCCESS, RECALL = "charts/success_rate", "compaction/summary_recall"
+BASE_LABEL = "base (SFT)"
+"""The base's row label in a main job's table (``cxsim run``)."""
+WARMUP_GREY = "0.88"
+"""The shading of value-only warm-up iterations."""
+
 CURVES: tuple[tuple[str, str], ...] = (
-    ("charts/success_rate", "training success rate"),
+    (SUCCESS, "training success rate"),
     ("losses/policy", "policy loss"),
     ("losses/value", "value loss"),
     ("losses/approx_kl", "approx. KL"),
     ("losses/entropy", "entropy (nats/token)"),
     ("compaction/compactions_mean", "compactions per rollout"),
-    ("compaction/summary_recall", "summary recall"),
-    ("omission", "summary omission (1 - recall)"),
+    (RECALL, "summary recall"),
     ("critic/explained_variance", "critic explained variance"),
 )
-"""(history key, panel title); ``omission`` is derived as 1 - summary recall."""
+"""(history key, panel title) of the full report's panels."""
 
-FRACTIONS: frozenset[str] = frozenset(
-    {"charts/success_rate", "compaction/summary_recall", "omission"}
+RUN_CURVES: tuple[tuple[str, str], ...] = (
+    (SUCCESS, "training success rate"),
+    (RECALL, "summary recall"),
 )
+"""The panels of a main job's own page (``learning_curves.png``)."""
+
+FRACTIONS: frozenset[str] = frozenset({SUCCESS, RECALL, "omission"})
 """Curves that are proportions: drawn on a fixed [0, 1] axis, so runs compare at a glance."""
 
 FINAL_KEYS: tuple[str, ...] = (
@@ -66,19 +86,110 @@ FINAL_KEYS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class Config:
-    """Plots and a Markdown report from a finished run directory."""
+    """Plots and a Markdown report from a finished run directory, given as RUN_DIR or as
+    --run-dir RUN_DIR."""
 
-    run_dir: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")]
+    run_dir: Annotated[str | None, tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")] = None
     """A ``cxsim train`` or ``cxsim run`` output folder (it holds results.json)."""
+    run_dir_flag: Annotated[str | None, tyro.conf.arg(name="run-dir", metavar="RUN_DIR")] = None
+    """The same folder, given as a flag (as ``cxsim run --run-dir`` names it)."""
     out_dir: str | None = None
-    """Where report.md and curves.png go (default: RUN_DIR/report)."""
+    """Where report.md and curves.png go (default: RUN_DIR/report; then a main job's own
+    report.md and learning_curves.png in RUN_DIR are rewritten too)."""
+
+    def __post_init__(self) -> None:
+        if (self.run_dir is None) == (self.run_dir_flag is None):
+            raise ValueError(
+                "pass the run folder once: `cxsim report RUN_DIR` or `cxsim report --run-dir "
+                "RUN_DIR`"
+            )
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.run_dir if self.run_dir is not None else str(self.run_dir_flag))
+
+
+@dataclass(frozen=True)
+class Evaluations:
+    """What a run's evaluations add to its learning curves (a main job's; a training run
+    has chance at most)."""
+
+    chance: float | None = None
+    """Pass@1 of a uniform guess, where the task defines one."""
+    base: dict[str, float] = field(default_factory=dict)
+    """The base's Compacted evaluation: history key (success rate, summary recall) -> value."""
+    trained: dict[str, dict[str, Interval]] = field(default_factory=dict)
+    """Preset -> history key -> its Compacted evaluation after training (pooled over seeds;
+    success with its 95% interval: Wilson over tasks for one seed, t over seeds from 2)."""
+    gains: dict[str, Interval] = field(default_factory=dict)
+    """Preset -> Compacted Pass@1 after training minus the base's, paired by seed
+    (:func:`cxsim.tables.paired_difference`: Newcombe for one seed, t over seeds from 2)."""
+
+
+def evaluations(results: dict[str, Any]) -> Evaluations:
+    """Chance, the base's and each preset's Compacted evaluation, and the gains, from a
+    run's results.json (a training run's: chance only)."""
+    from cxsim.experiments.run import chance_level
+
+    chance = chance_level(results["config"]["env"])
+    if "table" not in results:
+        return Evaluations(chance)
+    rows = [r for r in results["table"] if r["protocol"] == "compacted"]
+    base_row = next((r for r in rows if r["label"] == BASE_LABEL), None)
+    if base_row is None:  # no Compacted evaluation: nothing to compare
+        return Evaluations(chance)
+    base = {SUCCESS: base_row["pass_at_1"], RECALL: _nan(base_row["summary_recall"])}
+    base_tasks = compacted_proportion(results["base"])
+    trained: dict[str, dict[str, Interval]] = {}
+    gains: dict[str, Interval] = {}
+    for row in rows:
+        if row["label"] == BASE_LABEL:
+            continue
+        name, pooled_seeds = row["label"], row["seeds"] >= 2
+        low, high = (
+            (row["seed_ci95_low"], row["seed_ci95_high"])
+            if pooled_seeds
+            else (row["ci95_low"], row["ci95_high"])
+        )
+        success = Interval(
+            row["pass_at_1"], low, high, row["seeds"], "t" if pooled_seeds else "wilson"
+        )
+        recall = _nan(row["summary_recall"])
+        trained[name] = {SUCCESS: success, RECALL: Interval(recall, math.nan, math.nan, 0, "none")}
+        per_seed = [compacted_proportion(e) for e in results["evaluations"].get(name, [])]
+        if per_seed:
+            gains[name] = paired_difference(per_seed, [base_tasks] * len(per_seed))
+    return Evaluations(chance, base, trained, gains)
+
+
+def compacted_proportion(evaluation: dict[str, Any]) -> Proportion:
+    """An evaluation's Compacted successes over its tasks (each task's success averaged over
+    its repeats)."""
+    result = next(r for r in evaluation["results"] if r["protocol"] == "compacted")
+    per_task = result["per_task_success"]
+    return Proportion(float(sum(per_task)), len(per_task))
+
+
+def gain_text(name: str, gain: Interval, marks: Evaluations) -> str:
+    """``compactionrl: Compacted Pass@1 0.42 → 0.63, gain +0.20 (95% CI +0.05 to +0.35,
+    Newcombe over 64 tasks)``."""
+    how = {"t": f"t over {gain.n} seeds", "newcombe": f"Newcombe over {gain.n} tasks"}
+    interval = (
+        f"95% CI {gain.low:+.2f} to {gain.high:+.2f}, {how.get(gain.method, gain.method)}"
+        if not math.isnan(gain.low)
+        else "no interval"
+    )
+    before, after = marks.base[SUCCESS], marks.trained[name][SUCCESS].mean
+    return (
+        f"{name}: Compacted Pass@1 {before:.2f} → {after:.2f}, gain {gain.mean:+.2f} ({interval})"
+    )
 
 
 def series(history: History, key: str) -> tuple[list[float], list[float]]:
     """(iterations, values) of ``key``; ``omission`` is 1 - summary recall. Missing/NaN skipped."""
     xs, ys = [], []
     for h in history:
-        raw = h.get("compaction/summary_recall") if key == "omission" else h.get(key)
+        raw = h.get(RECALL) if key == "omission" else h.get(key)
         if raw is None or (isinstance(raw, float) and math.isnan(raw)):
             continue
         xs.append(h["iteration"])
@@ -86,22 +197,36 @@ def series(history: History, key: str) -> tuple[list[float], list[float]]:
     return xs, ys
 
 
-def plot_curves(
+def warmup_spans(runs: dict[str, Sequence[History]]) -> list[tuple[int, int]]:
+    """(first, last) iteration of each block of value-only warm-up iterations, over all runs."""
+    rows = [h for histories in runs.values() for history in histories for h in history]
+    warm = sorted({h["iteration"] for h in rows if h.get("warmup")})
+    spans: list[tuple[int, int]] = []
+    for i in warm:
+        if spans and i == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], i)
+        else:
+            spans.append((i, i))
+    return spans
+
+
+def curves_figure(
     runs: dict[str, Sequence[History]],
-    path: Path,
     curves: Sequence[tuple[str, str]] = CURVES,
     columns: int = 3,
-) -> list[str]:
-    """One panel per curve; one line per label (the mean over its runs, shaded min-max).
-
-    Panels with no data in any run are left out. Returns the keys plotted.
-    """
+    marks: Evaluations | None = None,
+) -> tuple[Figure, list[str]]:
+    """The learning-curve figure and the keys it plots: one panel per curve with data, one
+    line per label (the mean over its runs, shaded min-max), the warm-up shaded, chance and
+    the evaluations on the panels they measure, one legend, the gains in the title."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
+    marks = marks or Evaluations()
     present = [
         (key, title)
         for key, title in curves
@@ -109,39 +234,140 @@ def plot_curves(
     ]
     if not present:
         raise ValueError(f"no curve to plot: none of {[k for k, _ in curves]} is in the history")
+    columns = min(columns, len(present))
     rows = math.ceil(len(present) / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.0 * rows), squeeze=False)
+    title_lines = [gain_text(name, gain, marks) for name, gain in marks.gains.items()]
+    height = 3.0 * rows + 0.9 + 0.25 * len(title_lines)  # panels, legend, title
+    fig = plt.figure(figsize=(4.2 * columns, height), layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False)
     colors = {label: f"C{i % 10}" for i, label in enumerate(runs)}  # one colour per run everywhere
+    spans = warmup_spans(runs)
+    every = [h for histories in runs.values() for history in histories for h in history]
+    after_x = max(h["iteration"] for h in every) + 1  # evaluations: after the last update
+    legend: dict[str, Any] = {}  # one handle per label, in order of appearance
     for ax, (key, title) in zip(axes.flat, present, strict=False):
+        for first, final in spans:
+            ax.axvspan(first - 0.5, final + 0.5, color=WARMUP_GREY, zorder=0, lw=0, gid="warmup")
         for label, histories in runs.items():
-            per_run = [dict(zip(*series(h, key), strict=True)) for h in histories]
-            iters = sorted(set().union(*per_run))
-            if not iters:
-                continue
-            stack = [[r.get(i, math.nan) for i in iters] for r in per_run]
-            values = np.asarray(stack, dtype=float)
-            mean = np.nanmean(values, axis=0)
-            marker = "o" if len(iters) < 12 else None  # a few points: show them
-            ax.plot(iters, mean, label=label, color=colors[label], linewidth=1.3, marker=marker,
-                    markersize=3)  # fmt: skip
-            if len(histories) > 1:
-                low, high = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
-                ax.fill_between(iters, low, high, color=colors[label], alpha=0.15)
+            draw_runs(ax, key, label, histories, colors[label], legend)
+            after = marks.trained.get(label, {}).get(key)
+            if after is not None and not math.isnan(after.mean):
+                draw_evaluation(ax, after_x, after, label, colors[label], legend)
+        draw_references(ax, key, marks, legend)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("iteration")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.ticklabel_format(axis="y", useOffset=False)  # values as they are, not "1e-5 + 6.91"
         if key in FRACTIONS:
             ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(present) :]:
         ax.axis("off")
-    handles = [plt.Line2D([], [], color=c, label=label) for label, c in colors.items()]
-    axes.flat[0].legend(handles=handles, fontsize=7)
-    fig.tight_layout()
+    if spans:
+        legend["warmup"] = Patch(
+            color=WARMUP_GREY, label="value-only warm-up (the actor is not updated)"
+        )
+    fig.legend(
+        handles=list(legend.values()),
+        loc="outside lower center",
+        ncol=min(len(legend), 2 if columns < 3 else 3),
+        fontsize=8,
+        frameon=False,
+    )
+    if title_lines:
+        fig.suptitle("\n".join(title_lines), fontsize=10)
+    return fig, [key for key, _ in present]
+
+
+def draw_runs(
+    ax: Any, key: str, label: str, histories: Sequence[History], color: str, legend: dict[str, Any]
+) -> None:
+    """One label's curve of ``key``: the mean over its runs, shaded min-max when several."""
+    from matplotlib.lines import Line2D
+
+    per_run = [dict(zip(*series(h, key), strict=True)) for h in histories]
+    iters = sorted(set().union(*per_run))
+    if not iters:
+        return
+    values = np.asarray([[r.get(i, math.nan) for i in iters] for r in per_run], dtype=float)
+    marker = "o" if len(iters) < 12 else None  # a few points: show them
+    ax.plot(iters, np.nanmean(values, axis=0), color=color, lw=1.3, marker=marker, markersize=3)
+    if len(histories) > 1:
+        ax.fill_between(
+            iters, np.nanmin(values, axis=0), np.nanmax(values, axis=0), color=color, alpha=0.15
+        )
+    pooled = f"; mean of {len(histories)} runs, shaded min-max" if len(histories) > 1 else ""
+    text = f"{label}: training batches{pooled}"
+    legend.setdefault(label, Line2D([], [], color=color, label=text))
+
+
+def draw_evaluation(
+    ax: Any, x: float, value: Interval, label: str, color: str, legend: dict[str, Any]
+) -> None:
+    """A preset's evaluation after training, at ``x``, with its interval where it has one."""
+    from matplotlib.lines import Line2D
+
+    yerr = None
+    if not math.isnan(value.low):
+        yerr = [[value.mean - value.low], [value.high - value.mean]]
+    bars = ax.errorbar(
+        [x], [value.mean], yerr=yerr, color=color, marker="D", markersize=5, capsize=3, ls="none"
+    )
+    bars.lines[0].set_gid(f"trained:{label}")  # the point (its caps are lines too)
+    text = f"{label}: Compacted evaluation after training (95% CI)"
+    legend.setdefault(
+        f"trained:{label}", Line2D([], [], color=color, marker="D", ls="none", label=text)
+    )
+
+
+def draw_references(ax: Any, key: str, marks: Evaluations, legend: dict[str, Any]) -> None:
+    """Chance on the success panel, the base's evaluation on the panels it measures."""
+    from matplotlib.lines import Line2D
+
+    if key == SUCCESS and marks.chance is not None:
+        ax.axhline(marks.chance, color="0.35", ls="--", lw=1, gid="chance")
+        text = f"chance: {marks.chance:.2f} (a uniform guess)"
+        legend.setdefault("chance", Line2D([], [], color="0.35", ls="--", label=text))
+    base = marks.base.get(key)
+    if base is not None and not math.isnan(base):
+        ax.axhline(base, color="black", ls=":", lw=1.3, gid="base")
+        text = f"{BASE_LABEL}: Compacted evaluation"
+        legend.setdefault("base", Line2D([], [], color="black", ls=":", label=text))
+
+
+def plot_curves(
+    runs: dict[str, Sequence[History]],
+    path: Path,
+    curves: Sequence[tuple[str, str]] = CURVES,
+    columns: int = 3,
+    marks: Evaluations | None = None,
+) -> list[str]:
+    """:func:`curves_figure` saved as a PNG at ``path``; returns the keys plotted."""
+    import matplotlib.pyplot as plt
+
+    fig, plotted = curves_figure(runs, curves, columns, marks)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
-    return [key for key, _ in present]
+    return plotted
+
+
+def curves_caption(marks: Evaluations) -> str:
+    """What the figure's lines and shading are, in words, with the gains."""
+    said = [
+        "Training batches per iteration (one line per preset: the mean over its seeds, "
+        "shaded min-max); grey columns: value-only warm-up iterations (the actor is not updated)"
+    ]
+    if marks.chance is not None:
+        said.append(f"dashed: chance ({marks.chance:.3f})")
+    if marks.base:
+        said.append("dotted: the base's Compacted evaluation")
+    if marks.trained:
+        said.append("diamonds after the last iteration: each preset's Compacted evaluation after "
+                    "training, with its 95% interval")  # fmt: skip
+    text = "; ".join(said) + "."
+    gains = [gain_text(name, gain, marks) for name, gain in marks.gains.items()]
+    return text + ("".join(f"\n\n- {g}" for g in gains) if gains else "")
 
 
 def final_metrics_table(finals: dict[str, dict[str, float]]) -> str:
@@ -157,21 +383,33 @@ def final_metrics_table(finals: dict[str, dict[str, float]]) -> str:
 
 
 def train_runs(run_dir: Path, results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """label -> results.json of each training run a run directory holds."""
+    """label -> results.json of each training run a run directory holds: a training run
+    itself, or a main job's runs of its presets and seeds (``train/<preset>-s<seed>``)."""
     if "history" in results:
         return {results["config"]["preset"]: results}
     if "table" in results:
-        found = sorted((run_dir / "train").glob("*/results.json"))
-        return {p.parent.name: json.loads(p.read_text()) for p in found}
+        cfg = results["config"]
+        names = [f"{preset}-s{seed}" for preset in cfg["presets"] for seed in cfg["seeds"]]
+        found = [run_dir / "train" / name / "results.json" for name in names]
+        return {p.parent.name: json.loads(p.read_text()) for p in found if p.is_file()}
     raise ValueError(
         f"{run_dir / 'results.json'} is neither a `cxsim train` run (no 'history') nor a "
         "`cxsim run` job (no 'table'); pass the folder one of them wrote"
     )
 
 
+def by_preset(runs: dict[str, dict[str, Any]]) -> dict[str, list[History]]:
+    """Each preset's histories (one mean line and min-max band per preset)."""
+    grouped: dict[str, list[History]] = {}
+    for r in runs.values():
+        grouped.setdefault(r["config"]["preset"], []).append(r["history"])
+    return grouped
+
+
 def write_report(cfg: Config) -> Path:
-    """Writes curves.png and report.md; returns the report's path."""
-    run_dir = Path(cfg.run_dir)
+    """Writes curves.png and report.md (and a main job's own page, see the module's
+    docstring); returns the report's path."""
+    run_dir = cfg.folder
     path = run_dir / "results.json"
     if not path.is_file():
         raise FileNotFoundError(
@@ -181,6 +419,9 @@ def write_report(cfg: Config) -> Path:
     results = json.loads(path.read_text())
     out_dir = Path(cfg.out_dir) if cfg.out_dir else run_dir / "report"
     runs = train_runs(run_dir, results)
+    marks = evaluations(results)
+    if "table" in results and cfg.out_dir is None:
+        write_run_page(run_dir, results, runs, marks)
     sections = [f"# cxsim report: `{run_dir}`\n"]
     if "table" in results:
         rows = [r | {"summary_recall": _nan(r["summary_recall"])} for r in results["table"]]
@@ -188,10 +429,7 @@ def write_report(cfg: Config) -> Path:
 
         sections.append(f"## Evaluation\n\n{report_table(rows)}\n\n{report_notes(rows, results)}\n")
     if runs:
-        by_preset: dict[str, list[History]] = {}  # one mean line and min-max band per preset
-        for r in runs.values():
-            by_preset.setdefault(r["config"]["preset"], []).append(r["history"])
-        plotted = plot_curves(by_preset, out_dir / "curves.png")
+        plotted = plot_curves(by_preset(runs), out_dir / "curves.png", marks=marks)
         summary = [
             [label, str(r["iterations_done"]), f"{r['wall_time_s']:.0f}", r["config"]["preset"]]
             for label, r in runs.items()
@@ -201,8 +439,8 @@ def write_report(cfg: Config) -> Path:
             markdown_table(["run", "iterations", "wall time (s)", "preset"], summary) + "\n",
             "## Final metrics (mean of the last 5 post-warm-up iterations)\n",
             final_metrics_table({label: r["final"] for label, r in runs.items()}) + "\n",
-            f"## Learning curves\n\n![learning curves](curves.png)\n\nPanels: {', '.join(plotted)}; "
-            "one line per preset (the mean over its seeds, shaded min-max).\n",
+            "## Learning curves\n\n![learning curves](curves.png)\n\n"
+            f"Panels: {', '.join(plotted)}. {curves_caption(marks)}\n",
         ]
     out_dir.mkdir(parents=True, exist_ok=True)
     report = out_dir / "report.md"
@@ -210,13 +448,60 @@ def write_report(cfg: Config) -> Path:
     return report
 
 
+def write_run_page(
+    run_dir: Path, results: dict[str, Any], runs: dict[str, dict[str, Any]], marks: Evaluations
+) -> Path:
+    """A main job's own ``report.md`` and ``learning_curves.png``, from its results.json:
+    settings, the pooled table and its notes, the learning curves, one row per run, where
+    the trained policy is, and the timings. Returns the page's path."""
+    from cxsim.evaluation import format_table
+    from cxsim.experiments.run import report_notes, report_table
+
+    cfg = results["config"]
+    rows = [r | {"summary_recall": _nan(r["summary_recall"])} for r in results["table"]]
+    base_eval, evals, final = results["base"], results["evaluations"], results["final_policy"]
+    labelled = [(BASE_LABEL, base_eval)] + [
+        (f"{name} s{seed}", e)
+        for name, seed_evals in evals.items()
+        for seed, e in zip(cfg["seeds"], seed_evals, strict=True)
+    ]
+    per_run = format_table([(label, r) for label, e in labelled for r in e["results"]])
+    sized = base_eval["config"]["compaction"]  # the sizes the pre-flight derived and checked
+    timings = ", ".join(f"{k} {v:.0f}s" for k, v in results["timings_s"].items())
+    env, episodes = cfg["env"], cfg["eval"]
+    curves = ""
+    if runs:
+        plot_curves(by_preset(runs), run_dir / "learning_curves.png", RUN_CURVES, 2, marks)
+        curves = f"![learning curves](learning_curves.png)\n\n{curves_caption(marks)}\n\n"
+    page = run_dir / "report.md"
+    page.write_text(
+        "# cxsim run report\n\n"
+        f"Environment `{env['env_id']}` {env['kwargs'] or ''}; budget {sized['budget']}, "
+        f"threshold {sized['threshold']}, at most {sized['max_compactions']} compactions. "
+        f"Presets {', '.join(cfg['presets'])}; seeds {', '.join(map(str, cfg['seeds']))}; "
+        f"{episodes['episodes']} evaluation tasks x {episodes['repeats']} repeats per protocol.\n\n"
+        f"{report_table(rows)}\n\n{report_notes(rows, results)}\n\n"
+        f"{curves}"
+        "More plots (losses, compactions, summary recall, critic): "
+        "[report/report.md](report/report.md).\n\n"
+        f"Per run (Wilson interval over tasks):\n\n{per_run}\n\n"
+        f"Trained policy: `{final}` (`cxsim eval --policy {final}`).\n\n"
+        f"Wall time {results['wall_time_s']:.0f}s: {timings}\n"
+    )
+    return page
+
+
 def _nan(x: float | None) -> float:
     return math.nan if x is None else x
 
 
 def main(argv: list[str] | None = None) -> None:
-    report = write_report(tyro.cli(Config, args=argv))
-    print(f"report at {report}")
+    cfg = tyro.cli(Config, args=argv)
+    report = write_report(cfg)
+    results = json.loads((cfg.folder / "results.json").read_text())
+    if cfg.out_dir is None and "table" in results:  # a main job's own page, rewritten
+        print(f"run page at {(cfg.folder / 'report.md').absolute()}")
+    print(f"report at {report.absolute()}")
 
 
 if __name__ == "__main__":

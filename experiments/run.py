@@ -2,8 +2,10 @@
 
 Reads top to bottom:
 
-1. SFT: behaviour cloning of the scripted agent whose summarizer drops the key
-   with ``--sft.omission-rate`` (the imperfect base), saved under ``sft/``;
+1. SFT from the shipped starting checkpoint (``--policy pretrained``: the tiny model
+   that copies, cxsim/pretrained.py): behaviour cloning of the scripted agent whose
+   summarizer drops the key with ``--sft.omission-rate`` (the imperfect base), saved
+   under ``sft/``;
 2. evaluation of the base under the Single and Compacted protocols;
 3. for each preset (default: ``compactionrl``) and training seed: PPO from the
    base (``train/<preset>-s<seed>/``), then the same evaluation;
@@ -17,10 +19,13 @@ from their newest checkpoint, so re-running a killed job finishes it. The run
 folder records its settings (``settings.json``): a rerun with other settings
 stops before any work and names them (``--overwrite`` starts the folder anew);
 more ``--seeds`` or ``--presets`` in the same folder reuse what is there. The
-learning study in docs/results.md is this command with several seeds and
+seed of the SFT base and of the evaluation tasks default to the first training seed,
+so ``cxsim run --seeds N`` is an independent replicate (its own base, training seed and
+tasks). The learning study in docs/results.md is this command with several seeds and
 presets:
 
     cxsim run
+    cxsim run --seeds 3                          # an independent replicate
     cxsim run --seeds 0 1 2 --presets compactionrl no-summary-training --run-dir runs/study
     cxsim run --policy path/to/hf-model --device cuda --precision bf16   # SFT from that model
 """
@@ -28,6 +33,7 @@ presets:
 from __future__ import annotations
 
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -43,10 +49,11 @@ from cxsim.config import (
     EvalConfig,
     PPOConfig,
     SFTConfig,
-    check_policy_dir,
 )
 from cxsim.experiments.presets import PRESETS, PresetName
+from cxsim.experiments.sft import check_starting_policy
 from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
+from cxsim.pretrained import PRETRAINED
 from cxsim.tracking import claim_run_dir, log_evaluation, say, write_json
 
 if TYPE_CHECKING:  # the stages import torch; they are imported where they run (fast --help)
@@ -65,11 +72,13 @@ class Config:
     """PPO presets to train (experiments/presets.py); each applies its changes on top of --ppo.*."""
     seeds: tuple[int, ...] = (0,)
     """Training seeds (each preset is trained once per seed from the same SFT base)."""
-    sft_seed: int = 0
-    """Seed of the SFT base."""
-    policy: str | None = None
-    """A local Hugging Face causal-LM directory the SFT base starts from (model, tokenizer and
-    chat template from it); None: a fresh ``--sft.model`` preset over the word tokenizer."""
+    sft_seed: int | None = None
+    """Seed of the SFT base; None: the first of ``--seeds``."""
+    policy: str | None = PRETRAINED
+    """What the SFT base starts from: ``pretrained`` (the shipped starting checkpoint, the
+    tiny model that copies), a local Hugging Face causal-LM directory (model, tokenizer and
+    chat template from it), or None: a fresh ``--sft.model`` preset over the word tokenizer
+    (give it ``--sft.epochs 12`` or more)."""
     chat: ChatOptions = field(default_factory=ChatOptions)
     """How the policy's chat template renders turns (``--policy`` with a template only)."""
     device: str = "auto"
@@ -103,8 +112,10 @@ class Config:
                 raise ValueError(f"unknown preset {name!r}; choose from: {', '.join(PRESETS)}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"--seeds has duplicates: {self.seeds}")
-        if self.policy is not None:
-            check_policy_dir(self.policy)
+        check_starting_policy(self.policy, self.sft)
+        if self.sft_seed is None:
+            object.__setattr__(self, "sft_seed", self.seeds[0])
+        object.__setattr__(self, "eval", self.eval.seeded(self.seeds[0]))
         check_device_name(self.device)
         check_precision(self.precision)
         # build every stage's config now, so that a bad combination fails before any work
@@ -313,21 +324,11 @@ def report_notes(rows: list[dict[str, Any]], results: dict[str, Any]) -> str:
         f"[{first}] Mean number of compactions per episode: times the window filled and the "
         "policy summarised its history into a fresh window.",
         f"[{first + 1}] Fraction of the facts the task needs later (the key's current value) "
-        "that the summaries kept, over all summaries written; - where none were written.",
+        "that the summaries kept, over all summaries written and the facts shown before "
+        "each was written (a fact not shown yet counts for no summary); - where none were "
+        "written.",
     ]
     return "\n\n".join(notes)
-
-
-def plot_curves(curves: dict[str, list[list[dict[str, Any]]]], path: Path) -> None:
-    """Training success rate and summary recall per iteration: per preset, the mean over
-    its seeds with a min-max band."""
-    from cxsim.experiments.report import plot_curves as plot_panels
-
-    keys = (
-        ("charts/success_rate", "training success rate"),
-        ("compaction/summary_recall", "summary recall"),
-    )
-    plot_panels(curves, path, keys, columns=2)
 
 
 def run(cfg: Config) -> dict[str, Any]:
@@ -369,7 +370,6 @@ def run(cfg: Config) -> dict[str, Any]:
 
     # 3. PPO per preset and seed, each evaluated
     evals: dict[str, list[dict[str, Any]]] = {}
-    curves: dict[str, list[list[dict[str, Any]]]] = {}
     policies: list[str] = []
     for name in cfg.presets:
         for seed in cfg.seeds:
@@ -377,7 +377,6 @@ def run(cfg: Config) -> dict[str, Any]:
             announce(f"training {name} seed {seed}")
             trained = train_entry.train(train_config(cfg, str(base_policy), name, seed))
             timings[f"train_{name}_s{seed}_s"] = time.perf_counter() - tick
-            curves.setdefault(name, []).append(trained["history"])
             policies.append(trained["policy"])
             tick = time.perf_counter()
             announce(f"evaluating {name} seed {seed}")
@@ -396,7 +395,6 @@ def run(cfg: Config) -> dict[str, Any]:
     for name, seed_evals in evals.items():
         rows += [pooled(name, seed_evals, p) for p in cfg.eval.protocols]
     table = report_table(rows)
-    plot_curves(curves, run_dir / "learning_curves.png")
     final = run_dir / "final" / "policy"  # the first preset's first seed, ready for `cxsim eval`
     shutil.rmtree(final, ignore_errors=True)
     shutil.copytree(policies[0], final)
@@ -412,44 +410,18 @@ def run(cfg: Config) -> dict[str, Any]:
     }
     write_json(run_dir / "results.json", results)
     notes = report_notes(rows, {"config": to_dict(cfg), "base": to_dict(base_eval)})
-    write_run_report(cfg, results, f"{table}\n\n{notes}")
+    # report.md, learning_curves.png and report/ from results.json, as `cxsim report` does
     full_report = write_report(ReportConfig(run_dir=str(run_dir)))
+    where = run_dir.absolute()  # the hints work from any folder
+    tensorboard = Path(sys.executable).parent / "tensorboard"  # this environment's, if any
     say(f"{table}\n\n{notes}\n")
     say(f"[run] done in {wall:.0f}s")
-    say(f"[run] report: {run_dir / 'report.md'} (plots: {run_dir / 'learning_curves.png'})")
-    say(f"[run] full report: {full_report} (plots: {full_report.parent / 'curves.png'})")
-    say(f"[run] trained policy: {final}")
-    say(f"[run] TensorBoard: .venv/bin/tensorboard --logdir {run_dir}")
+    say(f"[run] report: {where / 'report.md'} (plots: {where / 'learning_curves.png'})")
+    say(f"[run] full report: {full_report.absolute()} (plots: {where / 'report' / 'curves.png'})")
+    say(f"[run] trained policy: {final.absolute()}")
+    tensorboard_command = tensorboard if tensorboard.is_file() else "tensorboard"
+    say(f"[run] TensorBoard: {tensorboard_command} --logdir {where}")
     return results
-
-
-def write_run_report(cfg: Config, results: dict[str, Any], table_and_notes: str) -> None:
-    """``report.md`` of a finished run: settings, the pooled table and its notes, the
-    learning curves, one row per run, where the trained policy is, and the timings."""
-    from cxsim.evaluation import format_table
-
-    base_eval, evals, final = results["base"], results["evaluations"], results["final_policy"]
-    labelled = [("base (SFT)", base_eval)] + [
-        (f"{name} s{seed}", e)
-        for name, seed_evals in evals.items()
-        for seed, e in zip(cfg.seeds, seed_evals, strict=True)
-    ]
-    per_run = format_table([(label, r) for label, e in labelled for r in e["results"]])
-    sized = base_eval["config"].compaction  # the sizes the pre-flight derived and checked
-    timings = ", ".join(f"{k} {v:.0f}s" for k, v in results["timings_s"].items())
-    (Path(cfg.run_dir) / "report.md").write_text(
-        "# cxsim run report\n\n"
-        f"Environment `{cfg.env.env_id}` {cfg.env.kwargs or ''}; budget {sized.budget}, "
-        f"threshold {sized.threshold}, at most {sized.max_compactions} "
-        f"compactions. Presets {', '.join(cfg.presets)}; seeds {', '.join(map(str, cfg.seeds))}; "
-        f"{cfg.eval.episodes} evaluation tasks x {cfg.eval.repeats} repeats per protocol.\n\n"
-        f"{table_and_notes}\n\n"
-        "![learning curves](learning_curves.png)\n\n"
-        "More plots (losses, compactions, omission, critic): [report/report.md](report/report.md).\n\n"
-        f"Per run (Wilson interval over tasks):\n\n{per_run}\n\n"
-        f"Trained policy: `{final}` (`cxsim eval --policy {final}`).\n\n"
-        f"Wall time {results['wall_time_s']:.0f}s: {timings}\n"
-    )
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """``cxsim sft``: behaviour cloning from scripted rollouts under compaction (the "base" model).
 
-Reads top to bottom: seed; build the word tokenizer and a fresh policy (or load
-``--policy DIR``, any local Hugging Face causal LM with its tokenizer and chat
-template); collect
+Reads top to bottom: seed; load the starting policy (by default the shipped starting
+checkpoint, ``--policy pretrained``: the tiny word-level model that copies,
+cxsim/pretrained.py; ``--policy DIR``: any local Hugging Face causal LM with its
+tokenizer and chat template; ``--policy None``: a fresh ``--sft.model`` preset over the
+word tokenizer); collect
 demonstrations with the scripted agent (oracle executor, scripted summarizer
 that drops each needed fact with ``--sft.omission-rate``) through the same
 compaction runtime the policy will run in; cross-entropy on the trainable
@@ -10,6 +12,7 @@ tokens (the oracle's actions and summaries), token-mean per step; held-out
 loss by role; save the policy with its tokenizer.
 
     cxsim sft --run-dir runs/sft --sft.omission-rate 0.5
+    cxsim sft --policy None --sft.epochs 12          # from a fresh tiny model
     cxsim sft --policy path/to/hf-model --device cuda --precision bf16
 """
 
@@ -23,9 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cxsim.compaction import CompactionConfig
-from cxsim.config import DEFAULT_COMPACTION, EnvConfig, SFTConfig
+from cxsim.config import DEFAULT_COMPACTION, EnvConfig, SFTConfig, check_policy_dir
 from cxsim.evaluation import EVAL_SEED_OFFSET
 from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
+from cxsim.pretrained import PRETRAINED
 from cxsim.tracking import write_json
 
 if TYPE_CHECKING:  # torch-heavy; imported where used, so that --help is fast
@@ -48,9 +52,10 @@ class Config:
     compaction: CompactionConfig = field(default_factory=lambda: DEFAULT_COMPACTION)
     """Context budget and compaction of the demonstrations (keep it as in training)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
-    policy: str | None = None
-    """A local Hugging Face causal-LM directory to start from (model, tokenizer and chat
-    template from it); None: a fresh ``--sft.model`` preset over the word tokenizer."""
+    policy: str | None = PRETRAINED
+    """What SFT starts from: ``pretrained`` (the shipped starting checkpoint, the tiny model
+    that copies), a local Hugging Face causal-LM directory (model, tokenizer and chat
+    template from it), or None: a fresh ``--sft.model`` preset over the word tokenizer."""
     chat: ChatOptions = field(default_factory=ChatOptions)
     """How the policy's chat template renders turns (``--policy`` with a template only)."""
     device: str = "auto"
@@ -76,6 +81,20 @@ class Config:
             raise ValueError("micro_batch_rows must be >= 1")
         check_device_name(self.device)
         check_precision(self.precision)
+        check_starting_policy(self.policy, self.sft)
+
+
+def check_starting_policy(policy: str | None, sft: SFTConfig) -> None:
+    """``--policy`` names a saved model (or None), and ``--sft.model`` is used only with
+    None: a saved model brings its own size."""
+    if policy is None:
+        return
+    check_policy_dir(policy)
+    if sft.model != SFTConfig().model:
+        raise ValueError(
+            f"--sft.model {sft.model} builds a fresh model, but --policy {policy} starts from a "
+            "saved one: add --policy None to start from a fresh model of that size"
+        )
 
 
 def demonstrations(cfg: Config, chat: ChatFormat, seeds: list[int]) -> RolloutBatch:
@@ -159,7 +178,15 @@ def run_sft(cfg: Config) -> dict[str, Any]:
     from cxsim.evaluation import rollout_metrics
     from cxsim.preflight import preflight
     from cxsim.sft import epoch_batches, sft_eval, sft_step
-    from cxsim.tracking import log_config, log_scalars, log_transcripts, open_writer, progress, say
+    from cxsim.tracking import (
+        advance,
+        log_config,
+        log_scalars,
+        log_transcripts,
+        open_writer,
+        progress,
+        say,
+    )
 
     began = time.perf_counter()
     if cfg.threads:
@@ -203,8 +230,7 @@ def run_sft(cfg: Config) -> dict[str, Any]:
             schedule.step()
             log_scalars(writer, metrics, step)
             step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{metrics['losses/sft']:.3f}")
+            advance(bar, loss=f"{metrics['losses/sft']:.3f}")
         heldout_metrics = sft_eval(policy, heldout_batch, cfg.micro_batch_rows, cfg.precision)
         log_scalars(writer, heldout_metrics, step)
         history.append({"epoch": epoch, **metrics, **heldout_metrics})

@@ -53,6 +53,7 @@ from cxsim.evaluation import rollout_metrics
 from cxsim.preflight import preflight
 from cxsim.runtime import RolloutBatch, RolloutRecord, collect_rollouts
 from cxsim.tracking import (
+    advance,
     log_config,
     log_scalars,
     log_transcripts,
@@ -151,8 +152,7 @@ class TrainingRun:
                 log_transcripts(self.writer, [r.transcript for r in records[:2]], iteration)
         self.state.history.append({"iteration": iteration, "warmup": float(warmup), **metrics})
         self.iteration = iteration + 1
-        self.bar.update(1)
-        self.bar.set_postfix(success=f"{metrics['charts/success_rate']:.2f}", warmup=warmup)
+        advance(self.bar, success=f"{metrics['charts/success_rate']:.2f}", warmup=warmup)
 
     # -- checkpoints and the time limit -----------------------------------------
     def checkpoint(self) -> bool:

@@ -95,12 +95,17 @@ class CreditSetting:
 
 @dataclass(frozen=True)
 class Config:
-    """Verdicts on the paper's claims: K independent seeds, paired intervals, one page."""
+    """Verdicts on the paper's claims: K independent seeds, paired intervals, one page.
+
+    The defaults shown are those of the --preset given (smoke when none is):
+    ``cxsim verdicts --preset full --help`` shows the full preset's, with its stage-0
+    ``--pretrain.*`` flags."""
 
     preset: BudgetName = "smoke"
-    """Budget preset, resolved first (other flags override it): ``smoke`` (a short task
-    and tiny budgets, 2 seeds: checks the pipeline, its numbers mean nothing) or ``full``
-    (the committed page: the main job's settings, 8 seeds two at a time)."""
+    """Budget preset, resolved first (it sets every default; other flags override them):
+    ``smoke`` (a short task and tiny budgets, 2 seeds: checks the pipeline, its numbers
+    mean nothing) or ``full`` (the committed page: the main job's settings, 8 seeds two
+    at a time)."""
     seeds: int = 2
     """K: independent seeds (0..K-1), each with its own SFT base and evaluation tasks."""
     out_dir: Annotated[str, tyro.conf.arg(aliases=("--out",))] = "runs/verdicts/page"
@@ -114,11 +119,12 @@ class Config:
     """PPO settings every arm starts from; each arm's preset applies its changes on top."""
     eval: EvalConfig = field(default_factory=lambda: EvalConfig(episodes=256))
     """Evaluation (``--eval.seed`` is replaced by each training seed)."""
-    pretrain: SFTConfig | None = None
+    pretrain: Annotated[SFTConfig | None, tyro.conf.AvoidSubcommands] = None
     """Stage 0, the shared starting checkpoint (the analog of the pretrained LLM every
     user of the paper's recipe starts from): SFT of a fresh model on demonstrations of
     tasks no seed uses, with these settings; every seed's own SFT then starts from it.
-    None: each seed's SFT starts from a fresh model."""
+    None: each seed's SFT starts from a fresh model. Set by the preset (full: on, with
+    ``--pretrain.*`` flags; smoke: none)."""
     pretrain_seeds: tuple[int, ...] = tuple(range(1000, 1008))
     """Stage 0's candidate seeds, tried in turn until one learns to copy (its held-out
     execution loss at most ``copy_loss``); the page names the one used and the others."""
@@ -188,7 +194,9 @@ class Config:
 
 CREDIT_KWARGS = {"obs_words_mean": 8.0, "obs_words_std": 2.0, "num_values": 4}
 """The credit settings' KeyRecallActive: the main job's corridor text and key values."""
-CREDIT_SFT = SFTConfig(epochs=4, bucket_by_length=True, omission_rate=0.0, skip_rate=0.5)
+CREDIT_SFT = SFTConfig(
+    episodes=512, epochs=4, bucket_by_length=True, omission_rate=0.0, skip_rate=0.5
+)
 """The credit settings' SFT: the base opens the box about half the time, forgets nothing."""
 
 BUDGETS: dict[str, Config] = {
@@ -215,8 +223,8 @@ BUDGETS: dict[str, Config] = {
     ),
     "full": Config(
         preset="full", seeds=8, jobs=2,
-        pretrain=SFTConfig(omission_rate=0.0, epochs=8, bucket_by_length=True),
-        sft=SFTConfig(epochs=4, bucket_by_length=True),
+        pretrain=SFTConfig(episodes=512, omission_rate=0.0, epochs=8, bucket_by_length=True),
+        sft=SFTConfig(episodes=512, epochs=4, bucket_by_length=True),
         ppo=PPOConfig(iterations=8, micro_batch_rows=16),
         credit=(
             CreditSetting(

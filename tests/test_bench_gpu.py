@@ -10,6 +10,7 @@ import torch
 from cxsim.experiments.bench_gpu import Config, bpe_tokenizer, env_corpus, main, run
 
 
+@pytest.mark.slow
 def test_small_mode_on_cpu_reports_rates_ratio_and_no_peak_memory(capsys, tmp_path):
     out = tmp_path / "figures" / "bench_gpu.json"
     main(["--small", "--device", "cpu", "--tiny-iterations", "1", "--out", str(out)])

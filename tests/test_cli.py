@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,11 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (("train", "--policy", "no/such/policy"), "holds no policy checkpoint"),
-        (("eval", "--agent", "oracle", "--bogus-flag", "1"), "Unrecognized options: --bogus-flag"),
+        (("report", "no/such/run"), "no/such/run/results.json not found"),  # raised at run time
+        (
+            ("eval", "--agent", "oracle", "--bogus-flag", "1"),
+            "unrecognized options --bogus-flag, 1",
+        ),
     ],
 )
 def test_user_errors_are_one_line_without_traceback(args: tuple[str, ...], says: str):
@@ -87,3 +91,80 @@ def test_help_does_not_import_torch(command: str):
 
     _, torch_loaded = best_time([command, "--help"], repeats=1)
     assert not torch_loaded
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["run", "--presets", "nope"],
+         "cxsim run: error: invalid choice 'nope' for --presets; choose from compactionrl, "
+         "ppo-single, "),
+        (["run", "--seeds", "1", "1"],
+         "cxsim run: error: --seeds has duplicates: (1, 1); see `cxsim run --help`"),
+        (["run", "--sft.epochs", "x"],
+         "cxsim run: error: --sft.epochs: 'x' is not an integer (usage: --sft.epochs INT); see "),
+        (["run", "--sft.epoch", "3"],
+         "cxsim run: error: unrecognized options --sft.epoch, 3 (did you mean --sft.epochs INT?)"),
+        (["report"], "cxsim report: error: pass the run folder once: `cxsim report RUN_DIR`"),
+        (["train", "--preset", "nope"], "cxsim train: error: unknown preset 'nope'; choose one of: "),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("drawing", ["utf-8 box", "plain"])
+def test_each_error_says_its_kind_once_after_one_prefix(
+    args: list[str], says: str, drawing: str, request
+):
+    if drawing == "plain":  # captured stdout is not UTF-8 to tyro: it draws dashes, no borders
+        request.getfixturevalue("capsys")
+    with pytest.raises(SystemExit) as info:
+        cxsim(args)
+    message = str(info.value.code)
+    assert message.startswith(says), message
+    assert "\n" not in message and message.count("error") == 1
+    for repeated in ("Invalid choice", "Value error", "Error parsing", "helptext", "For full"):
+        assert repeated not in message, message
+
+
+def test_a_missing_value_is_named_once():
+    import tyro
+
+    from cxsim.cli import _one_line_parse_errors
+
+    @dataclass(frozen=True)
+    class Needs:
+        folder: str
+        """Where it goes."""
+
+    with _one_line_parse_errors("cxsim x"), pytest.raises(SystemExit) as info:
+        tyro.cli(Needs, args=[])
+    assert str(info.value.code) == "cxsim x: error: missing --folder STR; see `cxsim x --help`"
+
+
+def test_verdicts_help_shows_no_union_and_says_defaults_follow_the_preset(capsys):
+    with pytest.raises(SystemExit) as info:
+        cxsim(["verdicts", "--help"])
+    assert info.value.code == 0
+    smoke = " ".join(capsys.readouterr().out.split())
+    assert "pretrain:" not in smoke and "{pretrain" not in smoke  # no sub-command union
+    assert "The defaults shown are those of the --preset given (smoke when none is)" in smoke
+    with pytest.raises(SystemExit):
+        cxsim(["verdicts", "--preset", "full", "--help"])
+    full = " ".join(capsys.readouterr().out.split())
+    assert "--pretrain.epochs INT" in full and "pretrain:" not in full
+    assert "--seeds INT" in full and "(default: 8)" in full  # the full preset's seeds
+
+
+def test_flags_named_in_the_method_page_exist():
+    """docs/method.md's table of choices names flags a user will type."""
+    import re
+    from dataclasses import fields
+
+    from cxsim.compaction import CompactionConfig
+    from cxsim.config import PPOConfig
+
+    page = (Path(__file__).parents[1] / "docs" / "method.md").read_text()
+    named = set(re.findall(r"--(ppo|compaction)\.([a-z-]+)", page))
+    assert len(named) >= 10
+    known = {"ppo": PPOConfig, "compaction": CompactionConfig}
+    for group, flag in sorted(named):
+        names = {f.name for f in fields(known[group])}
+        assert flag.replace("-", "_").removeprefix("no_") in names, f"--{group}.{flag}"

@@ -34,9 +34,46 @@ def test_resolve_device_without_cuda(cuda_untouchable):
             resolve_device(name)
     with pytest.raises(ValueError, match="auto, cpu, cuda or cuda:N"):
         resolve_device("gpu")
-    check_device_name("cuda:3")  # the form alone is checked at config time
+    check_device_name("cpu")
+    check_device_name("auto")
+    for name in ("cuda", "cuda:3"):  # config time asks whether CUDA is there, and nothing more
+        with pytest.raises(ValueError, match="CUDA is not available: use --device cpu"):
+            check_device_name(name)
     with pytest.raises(ValueError, match="auto, cpu, cuda or cuda:N"):
         check_device_name("cuda:x")
+
+
+@NO_CUDA
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "--policy", "None"],
+        ["sft", "--policy", "None"],
+        ["train"],
+        ["eval", "--agent", "oracle"],
+        ["tables", "--policy", "None"],
+    ],
+)
+def test_a_missing_gpu_stops_each_command_before_any_stage(command, tmp_path, capsys):
+    """``--device cuda`` without CUDA: one line saying what to change, before anything is
+    printed or written (no settings.json, no stage line)."""
+    from cxsim.cli import main as cxsim
+
+    where = str(tmp_path / "out")
+    places = {  # every output flag of each command, inside tmp_path
+        "run": ["--run-dir", where], "sft": ["--run-dir", where], "train": ["--run-dir", where],
+        "eval": ["--out", str(tmp_path / "out" / "eval.json")],
+        "tables": ["--out-dir", where, "--runs-dir", str(tmp_path / "runs")],
+    }  # fmt: skip
+    with pytest.raises(SystemExit) as info:
+        cxsim([*command, *places[command[0]], "--device", "cuda"])
+    assert str(info.value.code) == (
+        f"cxsim {command[0]}: error: device 'cuda' asked for, but CUDA is not available: use "
+        f"--device cpu; see `cxsim {command[0]} --help`"
+    )
+    said = capsys.readouterr()
+    assert said.out == "" and said.err == ""
+    assert not any(tmp_path.iterdir())
 
 
 @NO_CUDA
@@ -51,6 +88,17 @@ def test_distributed_helpers_never_raise_without_cuda(cuda_untouchable, monkeypa
         assert distributed._device(local_rank, "auto") == torch.device("cpu")
         with pytest.raises(ValueError, match="CUDA is not available"):
             distributed._device(local_rank, "cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_names_are_checked_against_the_gpus_present():
+    count = torch.cuda.device_count()
+    check_device_name("cuda")
+    check_device_name(f"cuda:{count - 1}")
+    assert resolve_device(f"cuda:{count - 1}") == torch.device("cuda", count - 1)
+    with pytest.raises(ValueError, match=f"this machine has {count} GPU"):
+        check_device_name(f"cuda:{count}")
 
 
 @pytest.mark.gpu

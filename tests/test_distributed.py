@@ -297,6 +297,7 @@ def test_rank_seeds_differ():
 # -- the benchmark ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bench_distributed_smoke(capsys):
     import tyro
 
@@ -308,6 +309,7 @@ def test_bench_distributed_smoke(capsys):
     assert "cpu x2: 2 rollouts" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_torchrun_trains_two_processes_and_resumes(tmp_path):
     """`torchrun --nproc-per-node 2 cxsim train` runs end to end, then resumes from rank 0's
     checkpoint and finishes the remaining iterations."""

@@ -186,6 +186,7 @@ def test_tables_smoke_on_cpu(tmp_path: Path):
     assert json.loads(sft.read_text())["config"]["device"] == "cpu"
 
 
+@pytest.mark.slow
 def test_run_and_tables_start_sft_from_a_policy_dir(tmp_path: Path, capsys):
     from local_hf_models import save_hf_policy
 

@@ -36,6 +36,7 @@ def test_wilson_interval_known_values():
         wilson_interval(11, 10)
 
 
+@pytest.mark.slow
 def test_wilson_interval_covers_at_the_nominal_rate():
     rng = np.random.default_rng(0)
     p, n, trials = 0.3, 40, 4000

@@ -1,5 +1,6 @@
 """Sampling and the shared row cache: masked holes, resets, re-packing, sliding-window layers,
-refused architectures, the cache argument's name; the rollout benchmark's output."""
+refused architectures, the cache argument's name; the rollout benchmark's output. Every
+architecture transformers builds: tests/test_architecture_sweep.py."""
 
 from __future__ import annotations
 
@@ -254,6 +255,29 @@ def test_attention_layouts_and_refusals():
         attention_layout(no_window)
 
 
+def test_alibi_and_local_window_layouts():
+    """ALiBi from a 2D mask is served through the key mask; ALiBi or a local window counted
+    in cache columns is refused (the architecture sweep checks both against a clean forward)."""
+    from transformers import BloomConfig, FalconConfig, GPTNeoConfig, MptConfig
+
+    assert attention_layout(BloomConfig(n_layer=2)).key_mask
+    assert attention_layout(FalconConfig(num_hidden_layers=2, alibi=True)).key_mask
+    assert not attention_layout(FalconConfig(num_hidden_layers=2)).key_mask
+    with pytest.raises(ValueError, match="ALiBi biases count the cache's columns"):
+        attention_layout(MptConfig(n_layers=2))
+    local = GPTNeoConfig(num_layers=2, attention_types=[[["global", "local"], 1]])
+    with pytest.raises(ValueError, match="local-attention layers"):
+        attention_layout(local)
+    with pytest.raises(ValueError, match="a multimodal model"):
+        from transformers import Gemma3Config
+
+        attention_layout(Gemma3Config())
+
+
+class StateCache:
+    """A recurrent state of a model's own, in place of a KV cache."""
+
+
 def test_cache_argument_follows_the_forward_signature():
     class OldStyle(torch.nn.Module):
         def forward(self, input_ids, past_key_values=None): ...
@@ -261,10 +285,15 @@ def test_cache_argument_follows_the_forward_signature():
     class NoCache(torch.nn.Module):
         def forward(self, input_ids): ...
 
+    class OwnState(torch.nn.Module):
+        def forward(self, input_ids, cache: StateCache | None = None): ...
+
     assert cache_argument(model()) in ("cache", "past_key_values")
     assert cache_argument(OldStyle()) == "past_key_values"
     with pytest.raises(ValueError, match="neither `cache` nor `past_key_values`"):
         cache_argument(NoCache())
+    with pytest.raises(ValueError, match=r"its own state \(StateCache\)"):
+        cache_argument(OwnState())
 
 
 @pytest.mark.gpu

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from local_hf_models import gemma_style_tokenizer, save_hf_policy
+from local_hf_models import bpe_chatml_tokenizer, gemma_style_tokenizer, save_hf_policy, tiny_config
 
 from cxsim.cli import main as cxsim
 from cxsim.config import DEFAULT_COMPACTION
@@ -112,3 +112,18 @@ def test_tokenizer_flag_needs_a_scripted_agent_and_a_tokenizer(gemma_dir: Path, 
     save_hf_policy("gpt2", tmp_path / "base")
     said = refusal(["eval", "--policy", str(tmp_path / "base"), "--tokenizer", str(gemma_dir)])
     assert "--tokenizer is for --agent" in said
+
+
+@pytest.mark.parametrize(
+    ("model_type", "reason"),
+    [("bert", "attends both ways"), ("mpt", "ALiBi"), ("gpt_neo", "local-attention")],
+)
+def test_a_model_the_cache_would_serve_wrong_is_refused_at_load(model_type, reason, tmp_path):
+    """Saved with save_pretrained as a user would; `--policy` refuses it in one line, why
+    included (the architecture sweep, tests/test_architecture_sweep.py, covers the rest)."""
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_config(tiny_config(model_type)).save_pretrained(tmp_path)
+    bpe_chatml_tokenizer().save_pretrained(tmp_path)
+    said = refusal(["eval", "--policy", str(tmp_path), *CPU, "--eval.episodes", "1"])
+    assert reason in said and model_type in said

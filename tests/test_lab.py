@@ -96,7 +96,7 @@ def _loop_reference(sample, lam: float) -> dict[str, np.ndarray]:
         run_st = d_st + gamma * lam * run_st
         local[:, t], stitched[:, t] = run_loc, run_st
     cross = local * (gamma * lam) ** lay.after
-    return {"local": local, "cross": cross, "stitched": stitched}
+    return {"local": local, "cross-segment": cross, "stitched": stitched}
 
 
 @pytest.mark.parametrize("gamma,lam", [(1.0, 0.9), (0.97, 0.95)])
@@ -109,6 +109,30 @@ def test_estimators_match_loop_reference(gamma, lam):
     for name, expected in ref.items():
         got = measure.run(sample, name, lam)
         np.testing.assert_allclose(got, expected, atol=2e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("gamma,lam", [(1.0, "rollout"), (0.999, 0.99)])
+def test_registry_estimators_are_the_direct_calls_bit_for_bit(gamma, lam):
+    """The lab runs the trainer's registry (cxsim/estimators.py); on its samples (terminal
+    rewards only, step rewards 0) each of the page's estimators returns exactly what the
+    direct call of cxsim.advantages returns, so the page's numbers do not depend on the route."""
+    from cxsim import advantages
+
+    spec = ProcessSpec(**{**SMALL.__dict__, "gamma": gamma})
+    x = measure.inputs(simulate(spec, 96, Critic(bias=0.05, noise=0.2), seed=6))
+    if isinstance(lam, str):
+        lam = advantages.adaptive_lambda(x.trainable, x.rollout_id, lam)
+    v, m, r, rid, seg = x.values, x.trainable, x.rewards, x.rollout_id, x.segment_index
+    direct = {
+        "local": advantages.segment_gae(v, m, r, gamma, lam),
+        "cross-segment": advantages.cross_segment_gae(v, m, r, rid, seg, gamma, lam),
+        "stitched": advantages.stitched_gae(v, m, r, rid, seg, gamma, lam),
+        "group-broadcast": advantages.group_broadcast(r, m, rid, x.group_id),
+    }
+    for name, expected in direct.items():
+        got = measure.estimate(x, name, gamma, lam)
+        assert torch.equal(got, expected), (name, float((got - expected).abs().max()))
+    assert measure.label("cross-segment") == "cross" and measure.label("stitched") == "stitched"
 
 
 def test_torch_views_share_memory():
@@ -130,7 +154,7 @@ def test_exact_critic_gamma_lambda_one_stitched_unbiased_local_identical():
     m = measure.metrics(sample, st, member)
     assert np.all(np.abs(z_scores(m)) < 3), z_scores(m)
     assert np.all(np.abs(m["slope"] - 1) < 3 * m["slope_se"]), m["slope"]
-    for name in ("local", "cross"):
+    for name in ("local", "cross-segment"):
         np.testing.assert_allclose(measure.run(sample, name, 1.0), st, atol=1e-5)
         assert np.all(measure.predicted_bias(sample, name, 1.0, 0.0) == 0)
     v = sample.per_token(sample.values)
@@ -162,7 +186,7 @@ def test_cross_segment_scales_true_advantage_by_q_pow_tokens_after():
     after = sample.layout.after
     predicted = lam ** np.array([after[member[:, g]][0] for g in range(member.shape[1])])
     assert predicted[0] < 0.1
-    for name, expect in (("cross", predicted), ("local", 1.0), ("stitched", 1.0)):
+    for name, expect in (("cross-segment", predicted), ("local", 1.0), ("stitched", 1.0)):
         m = measure.metrics(sample, measure.run(sample, name, lam), member)
         tol = 3 * m["slope_se"] + 1e-3
         assert np.all(np.abs(m["slope"] - expect) < tol), (name, m["slope"], expect)
@@ -172,7 +196,7 @@ def test_critic_offset_bias_matches_theory():
     b, lam = 0.2, 0.95
     sample = simulate(SMALL, 3000, Critic(bias=b, noise=0.05), seed=14)
     member, _ = measure.segment_groups(sample)
-    for name in ("local", "cross", "stitched"):
+    for name in ("local", "cross-segment", "stitched"):
         est = measure.run(sample, name, lam)
         pred = measure.predicted_bias(sample, name, lam, b)
         raw = measure.metrics(sample, est, member)
@@ -220,6 +244,8 @@ def test_lab_smoke_writes_page_and_plots(tmp_path):
     ):
         assert section in page
     assert "| exact critic, gamma = lam = 1 | stitched |" in page
+    # every estimator of the registry is measured: the one the page's findings do not name too
+    assert "| adaptive (rollout) | chain-split |" in page
     for png in ("estimators_distance.png", "estimators_gap.png"):
         assert (tmp_path / png).stat().st_size > 10_000
 

@@ -102,3 +102,24 @@ def test_sampling_and_scoring_at_other_temperatures_stops_the_update(policy):
     assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters(), strict=True))
     stats = one_iteration(policy, batch, replace(cfg, temperature=0.5))  # the same: ratio 1
     assert stats["losses/first_log_ratio_max"] < 1e-3
+
+
+def test_a_registered_estimator_is_in_the_lab_and_conform(monkeypatch, capsys):
+    """One table per concept: the lab measures every registered estimator and conform checks
+    one by its name, in the layout the trainer calls it with."""
+    from cxsim.experiments import conform
+    from cxsim.experiments.lab import Config as LabConfig
+    from cxsim.experiments.lab_studies import lab_estimators
+
+    def split_evenly(x):  # chain-split written again: R over the rollout's chains
+        from cxsim.scans import per_group_sum
+
+        chains = per_group_sum(x.mask.any(dim=1).to(x.rewards.dtype), x.rollout_id)
+        return torch.where(x.mask, (x.rewards / chains.clamp(min=1))[:, None], 0.0)
+
+    monkeypatch.setitem(ESTIMATORS, "split-evenly", Estimator(split_evenly, False, "R/K"))
+    assert lab_estimators(LabConfig())[-1] == "split-evenly"
+    conform.main(["split-evenly", "--quantity", "chain-split", "--examples", "3"])
+    report = capsys.readouterr().out
+    assert report.startswith("conformance of split-evenly: chain-split, layout estimator")
+    assert "cases run agree with the reference" in report

@@ -78,3 +78,58 @@ def test_oracle_acts_from_info_alone(env_id: str) -> None:
                 break
         wins += info["success"]
     assert wins == 30
+
+
+def test_summary_recall_counts_only_facts_shown_before_the_summary() -> None:
+    info = {
+        "key_facts": {"location": "a.py:3", "patch": "p2"},
+        "needed_facts": ["location", "patch"],
+        "fact_shown_step": {"location": 2, "patch": -1},  # -1: not shown yet
+        "step": 2,
+    }
+    assert summary_recall("the bug is at a.py:3 .", info) == {"location": True}
+    assert summary_recall("the fix is p2 .", info) == {"location": False}
+    later = info | {"fact_shown_step": {"location": 2, "patch": 3}}  # shown after step 2
+    assert summary_recall("the fix is p2 .", later) == {"location": False}
+    shown = later | {"step": 3}
+    assert summary_recall("the fix is p2 .", shown) == {"location": False, "patch": True}
+
+
+# budget / threshold / response cap / summary cap: the word sizes of docs/environments.md
+WORD_SIZES = {"cxsim/SimRepo-v0": (221, 120, 5, 36), "cxsim/KeyRecall-v0": (200, 72, 8, 32)}
+
+
+def _oracle_recalls(env_id: str, omission: float, episodes: int) -> list[dict[str, bool]]:
+    """Every summary's recall dict over ``episodes`` scripted-oracle rollouts under the
+    runtime, at the id's default kwargs and published word sizes."""
+    from cxsim.agents import WordChatFormat, default_tokenizer
+    from cxsim.agents.scripted import ScriptedAgent
+    from cxsim.compaction import CompactionConfig
+    from cxsim.envs.defaults import default_kwargs
+    from cxsim.runtime import collect_rollouts
+
+    chat = WordChatFormat(default_tokenizer())
+    budget, threshold, response, summary = WORD_SIZES[env_id]
+    sizes = CompactionConfig(budget=budget, threshold=threshold, max_response_tokens=response,
+                             max_summary_tokens=summary)  # fmt: skip
+    agent = ScriptedAgent(env_id, chat, omission, seed=0)
+    kwargs = default_kwargs(env_id)
+    batch = collect_rollouts(env_id, kwargs, agent, sizes, list(range(episodes)), chat)
+    assert omission > 0 or all(r.success for r in batch.records)
+    return [recall for r in batch.records for recall in r.summary_recall]
+
+
+def test_sim_repo_oracle_at_omission_zero_has_recall_one() -> None:
+    """SimRepo shows the patch only when the oracle asks for ``patches``: a summary written
+    before that cannot hold it, and no longer counts it as missing (it was 0.67 when every
+    needed fact counted)."""
+    recalls = _oracle_recalls("cxsim/SimRepo-v0", 0.0, 16)
+    kept = [ok for recall in recalls for ok in recall.values()]
+    assert kept and all(kept)
+    assert any(set(recall) != {"location", "patch"} for recall in recalls)  # before the patch
+
+
+def test_key_recall_shows_its_key_at_step_zero_so_every_summary_counts_it() -> None:
+    recalls = _oracle_recalls("cxsim/KeyRecall-v0", 0.5, 16)
+    assert recalls and all(set(recall) == {"key"} for recall in recalls)
+    assert 0 < sum(r["key"] for r in recalls) < len(recalls)  # omission 0.5 drops some

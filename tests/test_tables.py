@@ -151,6 +151,7 @@ def smoke(tmp_path_factory) -> tuple[Path, Path]:
     return out, runs
 
 
+@pytest.mark.slow
 def test_smoke_writes_the_page_and_plots(smoke: tuple[Path, Path]):
     out, _ = smoke
     page = (out / "tables.md").read_text()
@@ -167,6 +168,7 @@ def test_smoke_writes_the_page_and_plots(smoke: tuple[Path, Path]):
     assert len(re.findall(r"^- \*\*", findings, flags=re.M)) == 5
 
 
+@pytest.mark.slow
 def test_smoke_numbers_are_what_the_agents_guarantee(smoke: tuple[Path, Path]):
     page = (smoke[0] / "tables.md").read_text()
     # Table 1: the scripted summarizer keeps every fact at omission 0 and none at 1, and the
@@ -192,6 +194,7 @@ def test_smoke_numbers_are_what_the_agents_guarantee(smoke: tuple[Path, Path]):
         assert cells(page, label if label != "stitched GAE" else "stitched GAE (not in the paper)")
 
 
+@pytest.mark.slow
 def test_rerun_reuses_the_cache_and_runs_new_seeds_in_parallel(smoke: tuple[Path, Path], tmp_path):
     _, runs = smoke
     (cache,) = runs.iterdir()

@@ -1,12 +1,15 @@
-"""Word tokenizer: exact roundtrip, unknown words, fixed special ids, save/load."""
+"""Word tokenizer: exact roundtrip, unknown words (an error where a policy reads text), fixed
+special ids, save/load, the compaction instructions' words."""
 
 import pytest
 
 from cxsim.agents.tokenizer import (
     SPECIAL_TOKENS,
     build_tokenizer,
+    compaction_words,
     default_tokenizer,
     load_tokenizer,
+    unknown_words_error,
 )
 
 WORDS = ["set", "key", "=", "alpha", "beta", "7", "done", "don't", "x.y", "##z"]
@@ -77,3 +80,39 @@ def test_default_tokenizer_covers_env_vocabulary():
     ids = tokenizer.encode(" ".join(words), add_special_tokens=False)
     assert tokenizer.unk_token_id not in ids
     assert tokenizer.decode(ids) == " ".join(words)
+
+
+def test_compaction_words_are_the_words_of_both_instructions():
+    from cxsim.compaction import CompactionConfig
+
+    config = CompactionConfig()
+    text = f"{config.summary_instruction} {config.resume_instruction}"
+    assert compaction_words() == sorted(set(text.split()))
+    assert compaction_words("keep the key", "go on") == ["go", "keep", "key", "on", "the"]
+    assert not set(compaction_words()) - set(default_tokenizer().get_vocab())
+
+
+def test_a_word_the_tokenizer_lacks_is_an_error_naming_it_in_the_chat_format(tokenizer):
+    from cxsim.agents.chat import WordChatFormat
+
+    chat = WordChatFormat(tokenizer)
+    assert chat.encode("set key = beta") == tokenizer.encode(
+        "set key = beta", add_special_tokens=False
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"lacks 2 word\(s\) of the text 'set gamma key delta': 'delta', 'gamma'; .*build_tokenizer",
+    ):
+        chat.encode("set gamma key delta")
+    with pytest.raises(ValueError, match=r"lacks 1 word\(s\) of the env: 'omega';"):
+        chat.check_words(["set", "omega", "key"], "the env")
+    # a sampled <unk> never comes back: decoding drops it, so the text re-encodes cleanly
+    assert chat.encode(chat.decode([tokenizer.unk_token_id, *chat.encode("key")])) == chat.encode(
+        "key"
+    )
+
+
+def test_the_error_lists_twenty_words_at_most():
+    error = unknown_words_error([f"w{i:02d}" for i in range(25)] + ["w00"], "the env")
+    assert "lacks 25 word(s) of the env: 'w00', 'w01'," in str(error)
+    assert "'w19', ...;" in str(error) and "'w20'" not in str(error)

@@ -1,14 +1,26 @@
-"""Run tracking: the settings record of a run folder, log-friendly progress, --quiet."""
+"""Run tracking: the settings record of a run folder, log-friendly progress (showing the
+step just finished), --quiet."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
+from cxsim.checkpoint import TrainingState
 from cxsim.config import SFTConfig
-from cxsim.tracking import LineProgress, SettingsMismatch, claim_run_dir, flat_settings
+from cxsim.distributed import DistContext
+from cxsim.runtime import RolloutRecord
+from cxsim.tracking import (
+    LineProgress,
+    SettingsMismatch,
+    advance,
+    claim_run_dir,
+    flat_settings,
+)
 
 
 def test_flat_settings_names_nested_fields():
@@ -43,3 +55,51 @@ def test_line_progress_prints_summary_lines_not_a_bar(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "[train] 4/4 in" in err and "success=0.50" in err
     assert "\r" not in err
+
+
+def test_advance_writes_each_line_with_the_step_just_finished(capsys):
+    bar = LineProgress(total=3, desc="sft", every_s=0.0)  # a line at every step
+    for loss in ("0.30", "0.20", "0.10"):
+        advance(bar, loss=loss)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split("; ")[-1] for line in lines] == ["loss=0.30", "loss=0.20", "loss=0.10"]
+    assert [line.split(" in ")[0] for line in lines] == ["[sft] 1/3", "[sft] 2/3", "[sft] 3/3"]
+
+
+def record(rollout_id: int, success: bool) -> RolloutRecord:
+    return RolloutRecord(
+        rollout_id=rollout_id, seed=rollout_id, success=success, reward=float(success),
+        terminated=True, truncated=False, end_reason="terminated", turns=6, compactions=2,
+        summaries=[], summary_recall=[], tokens_generated=40, tokens_prefilled=90,
+        tokens_summarised=10, peak_context=150,
+    )  # fmt: skip
+
+
+def test_training_progress_line_shows_the_iteration_just_finished(capsys):
+    """``cxsim train``'s log line after iteration i carries iteration i's success rate and
+    warm-up flag (it once showed iteration i-1's: a warm-up flag after the warm-up ended)."""
+    from cxsim.experiments.training_run import TrainingRun
+
+    run = object.__new__(TrainingRun)  # the logging half of a run, without models
+    run.cfg = SimpleNamespace(transcripts_every=1)
+    run.ctx = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    run.writer, run.meter = None, None
+    run.state = TrainingState(0, {}, {}, [], {})
+    run.bar = LineProgress(total=3, desc="train", every_s=0.0)
+    batches = [  # (warm-up, successes of 4 rollouts): 0.25, 0.50, 1.00
+        (True, [True, False, False, False]),
+        (False, [True, True, False, False]),
+        (False, [True, True, True, True]),
+    ]
+    for iteration, (warmup, successes) in enumerate(batches):
+        records = [record(i, ok) for i, ok in enumerate(successes)]
+        run.log(iteration, warmup, {"losses/value": 0.1}, records)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3 and lines[-1].startswith("[train] 3/3 in")
+    assert [line.split("; ")[-1] for line in lines] == [
+        "success=0.25, warmup=True",
+        "success=0.50, warmup=False",
+        "success=1.00, warmup=False",
+    ]
+    assert [h["charts/success_rate"] for h in run.state.history] == [0.25, 0.5, 1.0]
+    assert run.iteration == 3

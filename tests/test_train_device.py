@@ -31,7 +31,7 @@ def base(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("sft")
     cli_main(
         ["sft", "--run-dir", str(run), "--device", "cpu", *TINY_ENV, "--sft.episodes", "24",
-         "--sft.heldout-episodes", "2", "--sft.epochs", "12", "--no-progress-bar"]
+         "--sft.heldout-episodes", "2", "--sft.epochs", "2", "--no-progress-bar"]
     )  # fmt: skip
     return run / "policy"
 

@@ -204,6 +204,7 @@ def test_smoke_run_writes_the_page(tmp_path: Path, monkeypatch):
     assert "KeyRecallActive" in sft and '"skip_rate": 0.5' in sft
 
 
+@pytest.mark.slow
 def test_stage_zero_takes_the_first_seed_that_copies_and_stops_when_none_does(tmp_path: Path):
     from dataclasses import replace
 

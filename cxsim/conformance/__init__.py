@@ -2,11 +2,24 @@
 against cxsim's float64 references, on random compacted batches (docs/conformance.md).
 
 ``conform(function_path, quantity, layout, mode)`` runs the check and returns
-(passed, report, seconds); ``cxsim conform`` is its command line.
+(passed, report, seconds); ``cxsim conform`` is its command line. ``Claims``
+declares what the function implements (lambda scope and kind, smallest group,
+rejected summary attempts); ``cxsim.conformance.rules`` holds the credit rules
+in use as named references.
 """
 
-from cxsim.conformance.check import CaseResult, Checker, conform, load_function
+from cxsim.conformance.check import CaseResult, Checker, Skipped, conform, load_function
+from cxsim.conformance.claims import Claims
 from cxsim.conformance.layouts import LAYOUTS
 from cxsim.conformance.reference import QUANTITIES
 
-__all__ = ["LAYOUTS", "QUANTITIES", "CaseResult", "Checker", "conform", "load_function"]
+__all__ = [
+    "LAYOUTS",
+    "QUANTITIES",
+    "CaseResult",
+    "Checker",
+    "Claims",
+    "Skipped",
+    "conform",
+    "load_function",
+]

@@ -22,6 +22,7 @@ from cxsim.advantages import (
     segment_gae,
     stitched_gae,
 )
+from cxsim.estimators import split_over_chains
 from cxsim.losses import aggregate, rollout_token_counts
 
 Lam = float | torch.Tensor
@@ -63,6 +64,12 @@ def group_broadcast_rows(
     rewards, response_mask, attention_mask, rollout_id, group_id, eps
 ) -> torch.Tensor:
     return group_broadcast(rewards, response_mask, rollout_id, group_id, eps=eps)
+
+
+def chain_split_rows(
+    rewards, response_mask, attention_mask, rollout_id, segment_index
+) -> torch.Tensor:
+    return split_over_chains(rewards, response_mask, rollout_id)
 
 
 def adaptive_lambda_rows(
@@ -162,6 +169,16 @@ def group_broadcast_samples(
         torch.tensor(rollout_ids),
         torch.tensor(group_ids),
         eps=eps,
+    )
+    return _unpad(out, response_lengths)
+
+
+def chain_split_samples(
+    rewards, loss_masks, response_lengths, rollout_ids, segment_indices
+) -> list[torch.Tensor]:
+    mask = _pad(loss_masks, torch.bool)
+    out = split_over_chains(
+        torch.tensor(rewards, dtype=torch.float64), mask, torch.tensor(rollout_ids)
     )
     return _unpad(out, response_lengths)
 

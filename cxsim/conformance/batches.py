@@ -11,12 +11,16 @@ come from a drawn seed with a drawn scale that shrinks to 0 (all-zero values
 make the advantages plain powers of ``gamma * lam``). Pinned cases are the
 small hand-built examples in which the known pitfalls show their textbook
 numbers (docs/conformance.md).
+
+A rejected summary attempt (a summary that failed and is kept as an untrained
+branch) is a row whose response tokens are all untrainable: its mask is 0, so
+a correct function never lets it into the advantages.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from hypothesis import strategies as st
@@ -64,6 +68,39 @@ class Batch:
     def num_rows(self) -> int:
         return self.values.shape[0]
 
+    @property
+    def rejected(self) -> torch.Tensor:
+        """(S,) bool: rows with response tokens but no trainable one (rejected summary attempts)."""
+        return self.response.any(dim=1) & ~self.trainable.any(dim=1)
+
+
+def select_rows(batch: Batch, keep: torch.Tensor) -> Batch:
+    """The batch restricted to the rows where ``keep`` (S,) is True, in their order.
+
+    Micro-batch sizes shrink with their rows (empty micro-batches vanish); the
+    padded width is cut to the longest row kept.
+    """
+    rows = keep.nonzero().flatten()
+    sizes, start = [], 0
+    for size in batch.micro_batches:
+        kept = int(keep[start : start + size].sum())
+        if kept:
+            sizes.append(kept)
+        start += size
+    width = max(int(batch.response[rows].sum(dim=1).max()), 1) if len(rows) else 1
+    return replace(
+        batch,
+        values=batch.values[rows, :width],
+        trainable=batch.trainable[rows, :width],
+        response=batch.response[rows, :width],
+        rewards=batch.rewards[rows],
+        rollout_id=batch.rollout_id[rows],
+        segment_index=batch.segment_index[rows],
+        group_id=batch.group_id[rows],
+        loss=batch.loss[rows, :width],
+        micro_batches=tuple(sizes),
+    )
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -71,6 +108,8 @@ class Segment:
 
     runs: tuple[int, ...]
     """Run lengths, each >= 1, starting with a trainable run; an even count ends on observations."""
+    rejected: bool = False
+    """A rejected summary attempt: ``runs`` is one run of generated tokens, none of them trainable."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +121,15 @@ class Case:
     """One line: which edge case the batches cover."""
     strategy: st.SearchStrategy[Batch]
     pinned: bool = False
+    lam_kind: str | None = None
+    """"fixed" or "adaptive" lambda; None where the quantity has no lambda."""
+    scope: str | None = None
+    """The adaptive-lambda scope the case exercises ("segment" or "rollout"); None when the
+    scope cannot change the result (fixed lambda, one segment per rollout, no lambda)."""
+    rejected: bool = False
+    """Its batches hold rejected summary attempts."""
+    example: Batch | None = None
+    """A pinned case's batch."""
 
 
 # --------------------------------------------------------------------------- building
@@ -119,7 +167,7 @@ def build_batch(
     for row, (_, _, seg) in enumerate(segs):
         pos = 0
         for j, run in enumerate(seg.runs):
-            trainable[row, pos : pos + run] = j % 2 == 0
+            trainable[row, pos : pos + run] = j % 2 == 0 and not seg.rejected
             pos += run
         response[row, :pos] = True
     drawn_values = torch.rand(num_rows, width, generator=gen, dtype=torch.float64) * 2 - 1
@@ -192,8 +240,14 @@ def _batch(
     lam_kind: str,
     alphas: Sequence[float] = (1.5, 1.0, 0.75, 2.0),
     micro: bool = True,
+    scope: str | None = None,
+    min_group: int = 1,
 ) -> st.SearchStrategy[Batch]:
-    """Batches over drawn rollouts; ``lam_kind`` "fixed" or "adaptive"."""
+    """Batches over drawn rollouts; ``lam_kind`` "fixed" or "adaptive".
+
+    ``scope`` fixes the adaptive-lambda scope (drawn when None); groups hold
+    ``min_group`` to ``min_group + 2`` consecutive rollouts (the last one may hold fewer).
+    """
 
     @st.composite
     def build(draw) -> Batch:
@@ -202,9 +256,9 @@ def _batch(
         gamma = draw(st.sampled_from((1.0, 0.99, 0.9)))
         lam = draw(st.sampled_from((0.9, 1.0, 0.8, 0.95))) if lam_kind == "fixed" else None
         alpha = draw(st.sampled_from(tuple(alphas)))
-        scope = draw(st.sampled_from(("segment", "rollout")))
+        lam_scope = scope or draw(st.sampled_from(("segment", "rollout")))
         rewards = [draw(st.sampled_from((1.0, 0.0, -0.5, 2.0))) for _ in structure]
-        group_size = draw(st.integers(1, 3))
+        group_size = draw(st.integers(min_group, min_group + 2))
         groups = [r // group_size for r in range(len(structure))]
         order = draw(st.permutations(range(num_rows)))
         # rows in rollout order shrink first: permutations shrink towards the identity
@@ -220,7 +274,7 @@ def _batch(
             gamma=gamma,
             lam=lam,
             alpha=alpha,
-            scope=scope,
+            scope=lam_scope,
             rewards=rewards,
             groups=groups,
             value_scale=draw(st.sampled_from((0.0, 1.0))),
@@ -234,83 +288,145 @@ def _batch(
 
 
 def _rollouts(
-    segment: st.SearchStrategy[Segment], max_rollouts: int, max_segments: int
+    segment: st.SearchStrategy[Segment], max_rollouts: int, max_segments: int, min_rollouts: int = 1
 ) -> st.SearchStrategy[list[list[Segment]]]:
     return st.lists(
-        st.lists(segment, min_size=1, max_size=max_segments), min_size=1, max_size=max_rollouts
+        st.lists(segment, min_size=1, max_size=max_segments),
+        min_size=min_rollouts,
+        max_size=max(max_rollouts, min_rollouts + 2),
     )
 
 
-def _long_rollouts() -> st.SearchStrategy[list[list[Segment]]]:
+def _long_rollouts(min_rollouts: int = 1) -> st.SearchStrategy[list[list[Segment]]]:
     """One long segment followed by 1-2 long ones: exponents in the thousands."""
 
     @st.composite
     def build(draw) -> list[list[Segment]]:
-        first = Segment((draw(st.integers(600, 1200)),))
-        later = [Segment((draw(st.integers(500, 1500)),)) for _ in range(draw(st.integers(1, 2)))]
-        return [[first, *later]]
+        rollouts = []
+        for _ in range(min_rollouts):
+            first = Segment((draw(st.integers(600, 1200)),))
+            count = draw(st.integers(1, 2))
+            later = [Segment((draw(st.integers(500, 1500)),)) for _ in range(count)]
+            rollouts.append([first, *later])
+        return rollouts
 
     return build()
 
 
-def _mixed_lengths() -> st.SearchStrategy[list[list[Segment]]]:
+def _mixed_lengths(min_rollouts: int = 1) -> st.SearchStrategy[list[list[Segment]]]:
     """A rollout whose segments range from 1-3 tokens to 50-200 tokens."""
     short = _segment(st.integers(1, 3), st.integers(1, 3), 1, None)
     long = _segment(st.integers(50, 200), st.integers(1, 20), 2, None)
     return st.lists(
-        st.lists(st.one_of(short, long), min_size=2, max_size=4), min_size=1, max_size=2
+        st.lists(st.one_of(short, long), min_size=2, max_size=4),
+        min_size=min_rollouts,
+        max_size=max(2, min_rollouts),
     )
 
 
-def random_cases(lam_kinds: Sequence[str] = ("fixed", "adaptive")) -> list[Case]:
+def _with_rejected(
+    accepted: st.SearchStrategy[Segment], min_rollouts: int = 1
+) -> st.SearchStrategy[list[list[Segment]]]:
+    """Rollouts of 1-3 accepted segments with a rejected summary attempt of 1-4 tokens
+    anywhere among them (last too: a rollout that ended on a failed summary)."""
+
+    @st.composite
+    def build(draw) -> list[list[Segment]]:
+        rollouts = []
+        for _ in range(draw(st.integers(min_rollouts, max(2, min_rollouts)))):
+            segments = draw(st.lists(accepted, min_size=1, max_size=3))
+            attempt = Segment((draw(st.integers(1, 4)),), rejected=True)
+            segments.insert(draw(st.integers(0, len(segments))), attempt)
+            rollouts.append(segments)
+        return rollouts
+
+    return build()
+
+
+def random_cases(
+    lam_kinds: Sequence[str] = ("fixed", "adaptive"), min_group: int = 1
+) -> list[Case]:
     """The random edge-case families, each under each lambda kind.
 
-    Kinds: "fixed", "adaptive", or "none" for quantities without a lambda (names
-    then carry no kind).
+    Kinds: "fixed", "adaptive" (one case per scope: ``NAME/adaptive-segment`` and
+    ``NAME/adaptive-rollout``), or "none" for quantities without a lambda (names
+    then carry no kind). ``min_group`` > 1 draws at least that many rollouts per
+    batch, in groups of ``min_group`` to ``min_group + 2`` (for implementations that
+    declare a smallest group; docs/conformance.md).
     """
     plain = _segment(st.integers(1, 6), st.integers(1, 4), 1, False)
     with_obs = _segment(st.integers(1, 6), st.integers(1, 4), 3, False)
     ends_obs = _segment(st.integers(1, 6), st.integers(1, 4), 2, True)
     one_token = _segment(st.just(1), st.integers(1, 3), 1, None)
-    families: list[tuple[str, str, Callable[[str], st.SearchStrategy[Batch]]]] = [
+    n = min_group
+    families: list[tuple[str, str, Callable[..., st.SearchStrategy[Batch]]]] = [
         (
             "segments",
             "several rollouts of 1-4 plain segments",
-            lambda k: _batch(_rollouts(plain, 3, 4), k),
+            lambda k, **kw: _batch(_rollouts(plain, 3, 4, n), k, min_group=n, **kw),
         ),
         (
             "observations",
             "observation tokens inside responses",
-            lambda k: _batch(_rollouts(with_obs, 3, 3), k),
+            lambda k, **kw: _batch(_rollouts(with_obs, 3, 3, n), k, min_group=n, **kw),
         ),
         (
             "ends-on-observation",
             "every segment ends on observation tokens",
-            lambda k: _batch(_rollouts(ends_obs, 2, 3), k),
+            lambda k, **kw: _batch(_rollouts(ends_obs, 2, 3, n), k, min_group=n, **kw),
         ),
         (
             "one-token",
             "one-token segments, alpha below and above 1",
-            lambda k: _batch(_rollouts(one_token, 2, 4), k, alphas=(1.5, 0.5, 0.9)),
+            lambda k, **kw: _batch(
+                _rollouts(one_token, 2, 4, n), k, alphas=(1.5, 0.5, 0.9), min_group=n, **kw
+            ),
         ),
         (
             "mixed-lengths",
             "segments of 1-3 and of 50-200 tokens in one rollout",
-            lambda k: _batch(_mixed_lengths(), k),
+            lambda k, **kw: _batch(_mixed_lengths(n), k, min_group=n, **kw),
         ),
         (
             "long",
             "a 600-1200-token segment followed by 500-3000 more",
-            lambda k: _batch(_long_rollouts(), k),
+            lambda k, **kw: _batch(_long_rollouts(n), k, min_group=n, **kw),
+        ),
+        (
+            "rejected-summaries",
+            "rejected summary attempts (untrained rows) among a rollout's segments",
+            lambda k, **kw: _batch(_with_rejected(with_obs, n), k, min_group=n, **kw),
         ),
     ]
-    return [
-        Case(f"{name}/{kind}", f"{what}, {kind} lambda", make(kind))
-        if kind != "none"
-        else Case(name, what, make("fixed"))
-        for name, what, make in families
-        for kind in lam_kinds
-    ]
+    cases = []
+    for name, what, make in families:
+        rejected = name == "rejected-summaries"
+        for kind in lam_kinds:
+            if kind == "none":
+                cases.append(Case(name, what, make("fixed"), rejected=rejected))
+            elif kind == "fixed":
+                cases.append(
+                    Case(
+                        f"{name}/fixed",
+                        f"{what}, fixed lambda",
+                        make(kind),
+                        lam_kind=kind,
+                        rejected=rejected,
+                    )
+                )
+            else:
+                cases += [
+                    Case(
+                        f"{name}/adaptive-{scope}",
+                        f"{what}, adaptive lambda over the {scope}",
+                        make(kind, scope=scope),
+                        lam_kind=kind,
+                        scope=scope,
+                        rejected=rejected,
+                    )
+                    for scope in ("segment", "rollout")
+                ]
+    return cases
 
 
 # --------------------------------------------------------------------------- pinned cases
@@ -364,5 +480,66 @@ def pinned_cases() -> list[Case]:
                 micro_batches=(1, 1),
             ),
         ),
+        (
+            "pinned/rejected-summary",
+            "segments of 2, 1 and 1 trainable tokens with a rejected 3-token summary attempt "
+            "after the first, gamma 1, lambda 0.5: the first segment gets (0.125, 0.25)",
+            build_batch(
+                [[Segment((2,)), Segment((3,), rejected=True), Segment((1,)), Segment((1,))]],
+                gamma=1.0,
+                lam=0.5,
+            ),
+        ),
+        (
+            "pinned/traces",
+            "a group of two rollouts, one of 3 segments with reward 1 and one of 1 segment with "
+            "reward 0: every token of the first gets +0.7071, of the second -0.7071",
+            build_batch(
+                [[Segment((2,)), Segment((1,)), Segment((1,))], [Segment((2,))]],
+                gamma=1.0,
+                lam=0.9,
+                rewards=[1.0, 0.0],
+                groups=[0, 0],
+            ),
+        ),
+        (
+            "pinned/three-chains",
+            "a rollout of 3 chains with reward 1 and one of 1 chain with reward 0.5: "
+            "each chain of the first gets 1/3, the second 0.5",
+            build_batch(
+                [[Segment((2,)), Segment((1,)), Segment((1,))], [Segment((1,))]],
+                gamma=1.0,
+                lam=0.9,
+                rewards=[1.0, 0.5],
+            ),
+        ),
+        (
+            "pinned/rollout-denominators",
+            "rollout 0: segments of loss (1) and (0, 0, 0) split over two micro-batches; "
+            "rollout 1: loss (2, 4): rollout-mean (1/4 + 3) / 2 = 1.625",
+            build_batch(
+                [[Segment((1,)), Segment((3,))], [Segment((2,))]],
+                gamma=1.0,
+                lam=0.9,
+                losses=[[1.0], [0.0, 0.0, 0.0], [2.0, 4.0]],
+                micro_batches=(1, 2),
+            ),
+        ),
     ]
-    return [Case(name, what, st.just(batch), pinned=True) for name, what, batch in examples]
+    return [_pinned(name, what, batch) for name, what, batch in examples]
+
+
+def _pinned(name: str, what: str, batch: Batch) -> Case:
+    """A pinned case, with the lambda kind and scope its batch exercises."""
+    several = bool((batch.rollout_id.bincount() > 1).any())
+    kind = "fixed" if batch.lam is not None else "adaptive"
+    return Case(
+        name,
+        what,
+        st.just(batch),
+        pinned=True,
+        lam_kind=kind,
+        scope=batch.scope if kind == "adaptive" and several else None,
+        rejected=bool(batch.rejected.any()),
+        example=batch,
+    )

@@ -1,14 +1,20 @@
 """Runs a user's function over the cases of its quantity and reports, per case, the largest difference.
 
 For each random case hypothesis draws ``examples`` batches; the first failing
-batch is shrunk by hypothesis to a minimal one, which the report prints as
-small tensors with the term that differs (:mod:`cxsim.conformance.terms`).
-Pinned cases run once each.
+batch is shrunk by hypothesis to a minimal one, within a time budget per case
+(``shrink_seconds``: when it is spent, the smallest failing batch found so far
+is reported, and the report says so), which the report prints as small
+tensors with the terms that differ (:mod:`cxsim.conformance.terms`). Pinned
+cases run once each. Cases outside the function's declared claims
+(:mod:`cxsim.conformance.claims`) are skipped, and the report says what was not
+checked.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -20,12 +26,14 @@ from hypothesis import seed as hypothesis_seed
 
 from cxsim.conformance import layouts
 from cxsim.conformance.batches import Batch, Case, pinned_cases, random_cases
+from cxsim.conformance.claims import Claims
 from cxsim.conformance.reference import GAE_QUANTITIES, compared_positions, reference
 from cxsim.conformance.terms import explain
 
 DEFAULT_RTOL: dict[str, float] = {
     **dict.fromkeys(GAE_QUANTITIES, 1e-3),
     "group-broadcast": 1e-5,
+    "chain-split": 1e-6,
     "adaptive-lambda": 1e-6,
     "loss-reduction": 1e-6,
 }
@@ -34,11 +42,13 @@ DEFAULT_RTOL: dict[str, float] = {
 3000 turns into 1e-4 relative; every pitfall of docs/conformance.md is off by more
 than 10%."""
 DEFAULT_ATOL = 1e-6
+DEFAULT_SHRINK_SECONDS = 10.0
+"""Time each failing case may spend shrinking its example."""
 
 
 @dataclass(frozen=True)
 class Failure:
-    """A failing example: the (shrunk) batch, both outputs, and the differing term."""
+    """A failing example: the (shrunk) batch, both outputs, and the differing terms."""
 
     batch: Batch
     expected: torch.Tensor
@@ -46,18 +56,38 @@ class Failure:
     error: str | None
     term: str
     form: str
+    parts: tuple[tuple[str, str], ...] = ()
+    """(term, form) of each wrong term; several for a mixed error."""
 
 
 @dataclass(frozen=True)
 class CaseResult:
     case: Case
     examples: int
+    """Batches drawn until the first failure (all of them when none fails)."""
     max_diff: float
     failure: Failure | None
+    shrink_steps: int = 0
+    """Batches tried while shrinking the failure."""
+    shrink_seconds: float = 0.0
+    shrink_stopped: bool = False
+    """Shrinking ran out of its time budget: the example is not minimal."""
+    groups_removed: int = 0
+    """Groups below the claimed smallest size, removed from the drawn batches."""
+    batches_restricted: int = 0
+    """Drawn batches that had such a group."""
 
     @property
     def passed(self) -> bool:
         return self.failure is None
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A case outside the function's claims, and what it would have checked."""
+
+    case: Case
+    reason: str
 
 
 class _Mismatch(Exception):
@@ -66,36 +96,72 @@ class _Mismatch(Exception):
         self.failure = failure
 
 
+class _ShrinkBudgetSpent(BaseException):
+    """Ends shrinking: raised inside the hypothesis test, not an ``Exception``, so that
+    hypothesis does not take it for a failure of the function and lets it through."""
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def load_function(path: str) -> Callable[..., Any]:
-    """The function at ``package.module:function``."""
+    """The function at ``package.module:function``, imported with the current folder on
+    the import path (as ``python -m`` has it), so that an adapter module next to the
+    user is found."""
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"function must be given as package.module:function, got {path!r}")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     try:
         module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ValueError(f"cannot import {module_name!r} (from {path!r}): {err}") from err
+    except Exception as err:  # whatever the user's module raises while it is imported
+        raise ValueError(
+            f"cannot import {module_name!r} (from {path!r}, searched from {here}): "
+            f"{type(err).__name__}: {_first_line(err)}"
+        ) from err
     function = getattr(module, attr, None)
     if not callable(function):
         raise ValueError(f"{module_name} has no function {attr!r}")
     return function
 
 
-def cases_for(quantity: str) -> list[Case]:
-    """The random and pinned cases a quantity is checked on."""
+_PINS: dict[str, tuple[str, ...]] = {
+    "local-gae": (
+        "pinned/observations-5",
+        "pinned/4+4",
+        "pinned/1000+2000",
+        "pinned/ends-on-observation",
+        "pinned/one-token-alpha-0.5",
+    ),
+    "group-broadcast": ("pinned/traces",),
+    "chain-split": ("pinned/three-chains",),
+    "adaptive-lambda": ("pinned/4+4", "pinned/1000+2000", "pinned/one-token-alpha-0.5"),
+    "loss-reduction": ("pinned/two-micro-batches", "pinned/rollout-denominators"),
+}
+_PINS["cross-segment-gae"] = (*_PINS["local-gae"], "pinned/rejected-summary")
+_PINS["stitched-gae"] = _PINS["cross-segment-gae"]
+
+
+def cases_for(quantity: str, min_group: int = 1) -> list[Case]:
+    """The random and pinned cases a quantity is checked on (``min_group``: the smallest
+    group the random batches are drawn with, for group quantities)."""
     if quantity == "loss-reduction":
-        randoms = [c for c in random_cases(("none",)) if c.name != "long"]
-        pins = ["pinned/two-micro-batches"]
+        skip = ("long", "rejected-summaries")
+        randoms = [c for c in random_cases(("none",)) if c.name not in skip]
     elif quantity == "group-broadcast":
+        randoms = random_cases(("none",), min_group=min_group)
+    elif quantity == "chain-split":
         randoms = random_cases(("none",))
-        pins = []
     elif quantity == "adaptive-lambda":
         randoms = random_cases(("adaptive",))
-        pins = ["pinned/4+4", "pinned/1000+2000", "pinned/one-token-alpha-0.5"]
     else:
         randoms = random_cases()
-        pins = [c.name for c in pinned_cases() if c.name != "pinned/two-micro-batches"]
-    return [*randoms, *(c for c in pinned_cases() if c.name in pins)]
+    pins = {c.name: c for c in pinned_cases()}
+    return [*randoms, *(pins[name] for name in _PINS[quantity])]
 
 
 class Checker:
@@ -109,10 +175,17 @@ class Checker:
         mode: str | None = None,
         atol: float = DEFAULT_ATOL,
         rtol: float | None = None,
+        claims: Claims | None = None,
+        shrink_seconds: float = DEFAULT_SHRINK_SECONDS,
     ) -> None:
         self.function, self.quantity, self.layout, self.mode = function, quantity, layout, mode
         self.atol = atol
         self.rtol = DEFAULT_RTOL[quantity] if rtol is None else rtol
+        self.claims = claims or Claims()
+        self.claims.check_applies(quantity)
+        if not shrink_seconds > 0:
+            raise ValueError(f"--shrink-seconds must be > 0, got {shrink_seconds}")
+        self.shrink_seconds = shrink_seconds
 
     def close(self, a: torch.Tensor, b: torch.Tensor) -> bool:
         """``|a - b| <= atol + rtol * max|b|`` everywhere: relative to the output's scale,
@@ -148,11 +221,11 @@ class Checker:
         return largest, Failure(batch, expected, got, None, "", "")
 
     def explain(self, failure: Failure) -> Failure:
-        """The failure with its differing term filled in (run once, on the shrunk example)."""
+        """The failure with its differing terms filled in (run once, on the shrunk example)."""
         if failure.got is None:
             return failure
         where = compared_positions(failure.batch, self.quantity)
-        term, form = explain(
+        diagnosis = explain(
             failure.batch,
             self.quantity,
             self.mode,
@@ -161,11 +234,15 @@ class Checker:
             where,
             self.close,
         )
-        return replace(failure, term=term, form=form)
+        return replace(failure, term=diagnosis.term, form=diagnosis.form, parts=diagnosis.parts)
 
     def run_case(self, case: Case, examples: int, seed: int) -> CaseResult:
-        """Draws ``examples`` batches (1 if pinned); a failure is shrunk by hypothesis."""
-        seen = {"count": 0, "max": 0.0}
+        """Draws ``examples`` batches (1 if pinned); a failure is shrunk by hypothesis for at
+        most ``shrink_seconds``."""
+        state: dict[str, Any] = {
+            "count": 0, "max": 0.0, "first": None, "steps": 0, "best": None, "size": None,
+            "removed": 0, "restricted": 0, "stopped": False,
+        }  # fmt: skip
 
         @hypothesis_seed(seed)
         @settings(
@@ -180,26 +257,85 @@ class Checker:
         )
         @given(case.strategy)
         def prop(batch: Batch) -> None:
-            largest, failure = self.compare(batch)
-            seen["count"] += 1
-            seen["max"] = max(seen["max"], largest)
+            shrinking = state["first"] is not None
+            if shrinking:
+                if time.perf_counter() - state["first"] > self.shrink_seconds:
+                    state["stopped"] = True
+                    raise _ShrinkBudgetSpent
+                state["steps"] += 1
+            kept, removed = self.claims.restrict(batch, self.quantity)
+            if not shrinking:
+                state["count"] += 1
+                state["removed"] += removed
+                state["restricted"] += removed > 0
+            if kept.num_rows == 0:
+                return
+            largest, failure = self.compare(kept)
+            state["max"] = max(state["max"], largest)
             if failure is not None:
+                if not shrinking:
+                    state["first"] = time.perf_counter()
+                size = (kept.num_rows, int(kept.response.sum()))
+                if state["best"] is None or size <= state["size"]:  # what the budget leaves
+                    state["best"], state["size"] = failure, size
                 raise _Mismatch(failure)
 
+        failure: Failure | None
         try:
             prop()
+            failure = None
         except _Mismatch as mismatch:
-            count = 1 if case.pinned else seen["count"]
-            return CaseResult(case, count, seen["max"], self.explain(mismatch.failure))
-        return CaseResult(case, seen["count"], seen["max"], None)
+            failure = mismatch.failure
+        except _ShrinkBudgetSpent:
+            failure = state["best"]
+        shrink_time = 0.0 if state["first"] is None else time.perf_counter() - state["first"]
+        return CaseResult(
+            case,
+            1 if case.pinned else state["count"],
+            state["max"],
+            None if failure is None else self.explain(failure),
+            shrink_steps=state["steps"],
+            shrink_seconds=shrink_time,
+            shrink_stopped=state["stopped"],
+            groups_removed=state["removed"],
+            batches_restricted=state["restricted"],
+        )
+
+    def select(self, only: Sequence[str] = ()) -> tuple[list[Case], list[Skipped]]:
+        """The cases to run (those whose names start with one of ``only``, if given) and
+        those skipped as outside the claims; ValueError when nothing is left to run."""
+        everything = cases_for(self.quantity, self.claims.min_group)
+        cases = [c for c in everything if not only or c.name.startswith(tuple(only))]
+        if not cases:
+            names = ", ".join(c.name for c in everything)
+            raise ValueError(
+                f"--only {' '.join(only)} matches no case of {self.quantity}; cases: {names}"
+            )
+        run, skipped = [], []
+        for case in cases:
+            reason = self.claims.excludes(case, self.quantity)
+            if reason is None:
+                run.append(case)
+            else:
+                skipped.append(Skipped(case, reason))
+        if not run:
+            raise ValueError(
+                f"every selected case of {self.quantity} lies outside the claims "
+                f"({'; '.join(sorted({s.reason for s in skipped}))}): nothing to check"
+            )
+        return run, skipped
 
     def run(self, examples: int = 25, seed: int = 0, only: Sequence[str] = ()) -> list[CaseResult]:
-        """Every case of the quantity, or those whose names start with one of ``only``."""
-        cases = [c for c in cases_for(self.quantity) if not only or c.name.startswith(tuple(only))]
-        if not cases:
-            names = ", ".join(c.name for c in cases_for(self.quantity))
-            raise ValueError(f"no case matches {list(only)}; cases: {names}")
-        return [self.run_case(case, examples, seed) for case in cases]
+        """Every case of the quantity inside the claims, or those whose names start with one
+        of ``only``."""
+        return self.run_all(examples, seed, only)[0]
+
+    def run_all(
+        self, examples: int = 25, seed: int = 0, only: Sequence[str] = ()
+    ) -> tuple[list[CaseResult], list[Skipped]]:
+        """(results of the cases run, the cases skipped as outside the claims)."""
+        cases, skipped = self.select(only)
+        return [self.run_case(case, examples, seed) for case in cases], skipped
 
 
 # --------------------------------------------------------------------------- report
@@ -229,18 +365,25 @@ def format_batch(failure: Failure, quantity: str, mode: str | None) -> list[str]
         "loss-reduction": f"mode={mode}, micro-batch sizes (rows) {list(b.micro_batches)}",
         "adaptive-lambda": f"alpha={b.alpha} scope={b.scope}",
         "group-broadcast": "eps=1e-06",
+        "chain-split": "each rollout's reward over its chains",
     }
     lines = ["    " + header.get(quantity, f"gamma={b.gamma} {lam}")]
-    lines.append("    mask: T trainable, o observation inside the response")
+    legend = "    mask: T trainable, o observation inside the response"
+    rejected = b.rejected
+    if bool(rejected.any()):
+        legend += ", x token of a rejected summary attempt (untrained)"
+    lines.append(legend)
     per_row = quantity not in ("adaptive-lambda", "loss-reduction")
     for r in range(b.num_rows):
         n = int(b.response[r].sum())
-        flags = ["T" if bool(b.trainable[r, t]) else "o" for t in range(n)]
+        flags = [
+            "T" if bool(b.trainable[r, t]) else "x" if bool(rejected[r]) else "o" for t in range(n)
+        ]
         head = (
             f"    row {r}: rollout {int(b.rollout_id[r])} segment {int(b.segment_index[r])} "
             f"group {int(b.group_id[r])} reward {_num(float(b.rewards[r]))}"
         )
-        lines.append(head)
+        lines.append(head + (" (rejected summary attempt)" if bool(rejected[r]) else ""))
         if n <= 16:
             lines.append("      mask     " + " ".join(f"{f:>7}" for f in flags))
             if quantity in ("loss-reduction", *GAE_QUANTITIES):
@@ -271,36 +414,95 @@ def format_batch(failure: Failure, quantity: str, mode: str | None) -> list[str]
     return lines
 
 
+def _batches(r: CaseResult) -> str:
+    text = f"{r.examples} batch" + ("" if r.examples == 1 else "es")
+    if r.failure is not None and not r.case.pinned:
+        text += f"; shrunk in {r.shrink_steps} steps, {r.shrink_seconds:.1f} s"
+        if r.shrink_stopped:
+            text += ", stopped at the budget"
+    return text
+
+
+def _not_checked(
+    results: list[CaseResult], skipped: Sequence[Skipped], claims: Claims | None
+) -> list[str]:
+    """What the claims left out: skipped cases by reason, removed groups."""
+    lines = []
+    by_reason: dict[str, list[str]] = {}
+    for s in skipped:
+        by_reason.setdefault(s.reason, []).append(s.case.name)
+    for reason, names in by_reason.items():
+        count = f"{len(names)} case" + ("s" if len(names) > 1 else "")
+        lines.append(f"  {reason}: {count} skipped: {', '.join(names)}")
+    removed = sum(r.groups_removed for r in results)
+    if claims is not None and claims.min_group > 1:
+        drawn = sum(r.examples for r in results)
+        restricted = sum(r.batches_restricted for r in results)
+        lines.append(
+            f"  {claims.group_text()}: {removed} groups removed from {restricted} of "
+            f"{drawn} batches before the call"
+        )
+    return ["", "not checked (outside the claims):", *lines] if lines else []
+
+
 def format_report(
-    results: list[CaseResult], function: str, quantity: str, layout: str, mode: str | None
+    results: list[CaseResult],
+    function: str,
+    quantity: str,
+    layout: str,
+    mode: str | None,
+    skipped: Sequence[Skipped] = (),
+    claims: Claims | None = None,
+    shrink_seconds: float = DEFAULT_SHRINK_SECONDS,
 ) -> str:
-    """The per-case table, then each failure with its minimal example and the differing term."""
+    """The per-case table, then each failure with its minimal example and the differing
+    terms, what the claims left out, and the shrinking budget."""
     what = quantity + (f" ({mode})" if mode else "")
-    lines = [f"conformance of {function}: {what}, layout {layout}", ""]
+    lines = [f"conformance of {function}: {what}, layout {layout}"]
+    if claims is not None and claims.describe():
+        lines.append(claims.describe())
+    lines.append("")
     width = max(len(r.case.name) for r in results)
     for r in results:
         status = "ok  " if r.passed else "FAIL"
         lines.append(
             f"  {status} {r.case.name.ljust(width)}  largest difference {_num(r.max_diff):>9}"
-            f"  ({r.examples} batches)"
+            f"  ({_batches(r)})"
         )
     failures = [r for r in results if not r.passed]
     lines.append("")
+    unchecked = f"; {len(skipped)} not checked (below)" if skipped else ""
     if not failures:
-        lines.append(f"all {len(results)} cases agree with the reference")
-        return "\n".join(lines)
-    lines.append(f"{len(failures)} of {len(results)} cases differ from the reference")
+        lines.append(f"all {len(results)} cases run agree with the reference{unchecked}")
+    else:
+        lines.append(
+            f"{len(failures)} of {len(results)} cases run differ from the reference{unchecked}"
+        )
     for r in failures:
         f = r.failure
         assert f is not None
         kind = "example" if r.case.pinned else "minimal example (shrunk)"
+        if r.shrink_stopped:
+            kind = "smallest example found before the shrinking budget ran out"
         lines += ["", f"{r.case.name}: {r.case.what}", f"  {kind}:"]
         lines += format_batch(f, quantity, mode)
         if f.error is not None:
             lines.append(f"  the function raised {f.error}")
+        elif len(f.parts) > 1:
+            lines.append(
+                f"  differing terms ({len(f.parts)} errors together, each explains its part):"
+            )
+            lines += [f"    {term}: {form}" for term, form in f.parts]
         else:
             lines.append(f"  differing term: {f.term}: {f.form}")
-    return "\n".join(lines)
+    lines += _not_checked(results, skipped, claims)
+    stopped = [r.case.name for r in results if r.shrink_stopped]
+    budget = f"shrinking: at most {shrink_seconds:g} s per failing case (--shrink-seconds)"
+    if stopped:
+        budget += f"; stopped at the budget, examples not minimal: {', '.join(stopped)}"
+    elif failures:
+        budget += f"; the longest took {max(r.shrink_seconds for r in failures):.1f} s"
+    return "\n".join([*lines, "", budget])
 
 
 def conform(
@@ -313,11 +515,22 @@ def conform(
     atol: float = DEFAULT_ATOL,
     rtol: float | None = None,
     only: Sequence[str] = (),
+    claims: Claims | None = None,
+    shrink_seconds: float = DEFAULT_SHRINK_SECONDS,
 ) -> tuple[bool, str, float]:
-    """Checks ``function`` (``package.module:function``); returns (passed, report, seconds)."""
+    """Checks ``function`` (``package.module:function``); returns (passed, report, seconds).
+
+    ValueError (before any case runs) for a function that cannot be imported, a
+    declaration that does not apply to ``quantity``, or an ``only`` that leaves no case.
+    """
     start = time.perf_counter()
-    checker = Checker(load_function(function), quantity, layout, mode, atol, rtol)
-    results = checker.run(examples, seed, only)
+    claims = claims or Claims()
+    checker = Checker(
+        load_function(function), quantity, layout, mode, atol, rtol, claims, shrink_seconds
+    )
+    results, skipped = checker.run_all(examples, seed, only)
     seconds = time.perf_counter() - start
-    report = format_report(results, function, quantity, layout, mode)
+    report = format_report(
+        results, function, quantity, layout, mode, skipped, claims, shrink_seconds
+    )
     return all(r.passed for r in results), report + f"\n({seconds:.1f} s)", seconds

@@ -11,6 +11,8 @@ form of the reference: (S, T) advantages, (S,) lambdas, or a (1,) loss.
 - ``samples`` (slime style): lists of 1-D response-only tensors with per-sample lengths and
   metadata (trainable counts, tokens after).
 - ``loss-matrix``: a per-token loss and mask split into micro-batches, for reductions.
+- ``estimator``: one :class:`~cxsim.estimators.EstimatorInputs`, what the trainer hands an
+  estimator of its registry (``cxsim conform`` checks a registered or plug-in estimator so).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from typing import Any
 import torch
 
 from cxsim.conformance.batches import Batch
-from cxsim.conformance.reference import GAE_QUANTITIES
+from cxsim.conformance.reference import GAE_QUANTITIES, lambda_rows
 from cxsim.conformance.reference import GROUP_EPS as _EPS
+from cxsim.estimators import EstimatorInputs
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,13 @@ def _segment_rows_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[
             "rollout_id": batch.rollout_id.clone(),
             "group_id": batch.group_id.clone(),
             "eps": _EPS,
+        }
+    if quantity == "chain-split":
+        return {
+            "rewards": batch.rewards.clone(),
+            **masks,
+            "rollout_id": batch.rollout_id.clone(),
+            "segment_index": batch.segment_index.clone(),
         }
     return {
         "values": batch.values.clone(),
@@ -214,6 +224,13 @@ def _samples_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, 
             "group_ids": batch.group_id.tolist(),
             "eps": _EPS,
         }
+    if quantity == "chain-split":
+        return {
+            "rewards": batch.rewards.tolist(),
+            "loss_masks": loss_masks,
+            **meta,
+            "segment_indices": batch.segment_index.tolist(),
+        }
     return {
         "values": [batch.values[r, :n].clone() for r, n in enumerate(lengths)],
         "loss_masks": loss_masks,
@@ -257,11 +274,36 @@ def _loss_matrix_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
     return _shaped(out, (), "the loss").reshape(1)
 
 
+# --------------------------------------------------------------------------- estimator
+
+
+def _estimator_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, Any]:
+    """``inputs``: the batch as the trainer gives it to an estimator (the trainable tokens as
+    the policy mask, no step rewards, the float64 lambda of each row when adaptive)."""
+    return {
+        "inputs": EstimatorInputs(
+            values=batch.values.clone(),
+            mask=batch.trainable.clone(),
+            rewards=batch.rewards.clone(),
+            step_rewards=torch.zeros_like(batch.values),
+            rollout_id=batch.rollout_id.clone(),
+            segment_index=batch.segment_index.clone(),
+            group_id=batch.group_id.clone(),
+            gamma=batch.gamma,
+            lam=batch.lam if batch.lam is not None else lambda_rows(batch),
+        )
+    }
+
+
+def _estimator_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
+    return _shaped(out, tuple(batch.values.shape), "advantages")
+
+
 LAYOUTS: dict[str, Layout] = {
     "segment-rows": Layout(
         "segment-rows",
         "one padded row per segment with a response mask (verl style)",
-        (*GAE_QUANTITIES, "group-broadcast", "adaptive-lambda"),
+        (*GAE_QUANTITIES, "group-broadcast", "chain-split", "adaptive-lambda"),
         _segment_rows_inputs,
         _segment_rows_output,
     ),
@@ -275,7 +317,7 @@ LAYOUTS: dict[str, Layout] = {
     "samples": Layout(
         "samples",
         "response-only 1-D tensors with per-sample lengths and metadata (slime style)",
-        (*GAE_QUANTITIES, "group-broadcast", "adaptive-lambda"),
+        (*GAE_QUANTITIES, "group-broadcast", "chain-split", "adaptive-lambda"),
         _samples_inputs,
         _samples_output,
     ),
@@ -285,6 +327,13 @@ LAYOUTS: dict[str, Layout] = {
         ("loss-reduction",),
         _loss_matrix_inputs,
         _loss_matrix_output,
+    ),
+    "estimator": Layout(
+        "estimator",
+        "one EstimatorInputs, as the trainer calls an estimator of its registry",
+        (*GAE_QUANTITIES, "group-broadcast", "chain-split"),
+        _estimator_inputs,
+        _estimator_output,
     ),
 }
 

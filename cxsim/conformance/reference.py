@@ -1,7 +1,9 @@
 """The reference each quantity is compared with: cxsim's own estimators and reduction in float64.
 
 Every reference is a call into ``cxsim.advantages`` / ``cxsim.losses`` on a
-canonical :class:`~cxsim.conformance.batches.Batch`. The one piece computed
+canonical :class:`~cxsim.conformance.batches.Batch`, except ``chain-split``, the
+credit rule of :func:`cxsim.conformance.rules.chain_split` (its estimator in
+:mod:`cxsim.estimators` is tested against it). The one piece computed
 here is the length-adaptive lambda fed to the GAE references: the same
 formula as :func:`cxsim.advantages.adaptive_lambda` (``1 - 1/(alpha l)``, ``l``
 trainable tokens only, clamped at 0) but in float64, because
@@ -32,9 +34,19 @@ GAE_QUANTITIES: tuple[str, ...] = ("local-gae", "cross-segment-gae", "stitched-g
 QUANTITIES: tuple[str, ...] = (
     *GAE_QUANTITIES,
     "group-broadcast",
+    "chain-split",
     "adaptive-lambda",
     "loss-reduction",
 )
+ESTIMATOR_QUANTITIES: dict[str, str] = {
+    "local": "local-gae",
+    "cross-segment": "cross-segment-gae",
+    "stitched": "stitched-gae",
+    "group-broadcast": "group-broadcast",
+    "chain-split": "chain-split",
+}
+"""The quantity whose reference each estimator of cxsim's registry (cxsim/estimators.py)
+answers to (``cxsim conform NAME``); a plug-in says its own with ``--quantity``."""
 GROUP_EPS = 1e-6
 """``eps`` of the group-broadcast reference (``(R - mean) / (std + eps)``)."""
 
@@ -93,6 +105,12 @@ def _broadcast(batch: Batch) -> torch.Tensor:
     )
 
 
+def _chain_split(batch: Batch) -> torch.Tensor:
+    from cxsim.conformance.rules import chain_split
+
+    return chain_split(batch.rewards, batch.trainable, batch.rollout_id)
+
+
 def _lambda(batch: Batch) -> torch.Tensor:
     # the float64 form of adaptive_lambda (its float32 output agrees to 6e-8; tested)
     return lambda_rows(replace(batch, lam=None))
@@ -103,6 +121,7 @@ _REFERENCES: dict[str, Callable[[Batch], torch.Tensor]] = {
     "cross-segment-gae": _segmented(cross_segment_gae),
     "stitched-gae": _segmented(stitched_gae),
     "group-broadcast": _broadcast,
+    "chain-split": _chain_split,
     "adaptive-lambda": _lambda,
 }
 
@@ -118,8 +137,8 @@ def reference(batch: Batch, quantity: str, mode: str | None = None) -> torch.Ten
 
 def compared_positions(batch: Batch, quantity: str) -> torch.Tensor:
     """Bool mask of the output entries that are compared (the ones a loss ever reads)."""
-    if quantity == "adaptive-lambda":
-        return torch.ones(batch.num_rows, dtype=torch.bool)
+    if quantity == "adaptive-lambda":  # a row without a trainable token has no lambda to use
+        return batch.trainable.any(dim=1)
     if quantity == "loss-reduction":
         return torch.ones(1, dtype=torch.bool)
     return batch.trainable

@@ -1,42 +1,111 @@
-"""Which term of the equation a failing function gets wrong.
+"""Which terms of the equation a failing function gets wrong.
 
-For a failing example, the output is compared with the reference recomputed
-with one term replaced by a known wrong form (the pitfalls of
-docs/conformance.md): the lambda used, the exponent (which tokens count as
-steps or as tokens after), where the reward sits, the group statistics, the
-denominator of a reduction. The first form that reproduces the output names
-the term. The GAE forms come from :func:`gae_model`, a plain float64 loop over
-the equations whose default terms equal cxsim's estimators (tested).
+Each quantity has a model: a plain float64 computation whose keyword settings
+choose one form of each term (which tokens are GAE steps, where the reward
+sits, what ``N_after`` counts, the lambda used, the group statistics, the
+split over chains, the denominator of a reduction, whether rejected summary
+attempts enter); its default settings give the reference (tested). A
+:class:`Choice` is one known wrong form of one term (the pitfalls of
+docs/conformance.md). For a failing example, the output is compared with the
+model under each choice; when none reproduces it, under each pair and then
+each triple of choices that change different terms, so that a mixed error
+(for example, observation tokens stepped over inside a segment but ``N_after``
+counted right, and a capped lambda) is reported as the terms that explain
+each part.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 
-from cxsim.conformance.batches import REDUCTION_MODES, Batch
+from cxsim.conformance.batches import Batch, select_rows
 from cxsim.conformance.reference import GAE_QUANTITIES, GROUP_EPS, lambda_rows
 from cxsim.losses import aggregate
 
+MAX_TERMS = 3
+"""The most wrong terms tried together."""
+
 
 @dataclass(frozen=True)
-class Explanation:
-    """A wrong form of one term and the output it gives."""
+class Choice:
+    """A known wrong form of one term, as settings of the quantity's model."""
 
     term: str
-    """The term: "the lambda used", "the exponent", "where the reward sits", ..."""
+    """The term: "the exponent", "the lambda used", "where the reward sits", ..."""
     form: str
     """What the function does instead, in one line."""
-    output: torch.Tensor
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Keyword settings of the model; two choices combine when their keys differ."""
 
 
-# --------------------------------------------------------------------------- GAE model
+@dataclass(frozen=True)
+class Diagnosis:
+    """The wrong forms that together reproduce a function's output (empty: unidentified)."""
+
+    parts: tuple[tuple[str, str], ...]
+    """(term, form) of each wrong term."""
+    note: str = ""
+    """Other reproductions of the same example, or where the largest difference sits."""
+
+    @property
+    def term(self) -> str:
+        return " + ".join(t for t, _ in self.parts) if self.parts else "unidentified"
+
+    @property
+    def form(self) -> str:
+        if not self.parts:
+            return self.note
+        if len(self.parts) == 1:
+            text = self.parts[0][1]
+        else:
+            text = f"{len(self.parts)} errors together, each explaining its part: " + "; ".join(
+                f"({i}) {t}: {f}" for i, (t, f) in enumerate(self.parts, 1)
+            )
+        return text + (f" (this example is also reproduced by: {self.note})" if self.note else "")
+
+
+# --------------------------------------------------------------------------- shared
+
+
+def including_rejected(batch: Batch) -> Batch:
+    """The batch with each rejected summary attempt's tokens made trainable: the attempt
+    included in the computation as if it were an accepted segment."""
+    if not bool(batch.rejected.any()):
+        return batch
+    trainable = batch.trainable | (batch.rejected[:, None] & batch.response)
+    return replace(batch, trainable=trainable)
 
 
 def _mask(batch: Batch, which: str) -> torch.Tensor:
     return batch.trainable if which == "trainable" else batch.response
+
+
+def _last(flags: list[bool]) -> int:
+    return max((i for i, f in enumerate(flags) if f), default=-1)
+
+
+def _tokens_after(batch: Batch, counts: torch.Tensor) -> torch.Tensor:
+    """(S,) float64: the sum of ``counts`` over the later segments of each row's rollout."""
+    return torch.tensor(
+        [
+            float(
+                counts[
+                    (batch.rollout_id == batch.rollout_id[r])
+                    & (batch.segment_index > batch.segment_index[r])
+                ].sum()
+            )
+            for r in range(batch.num_rows)
+        ],
+        dtype=torch.float64,
+    )
+
+
+# --------------------------------------------------------------------------- GAE model
 
 
 def _gae_over(
@@ -65,10 +134,6 @@ def _gae_over(
     return out
 
 
-def _last(flags: list[bool]) -> int:
-    return max((i for i, f in enumerate(flags) if f), default=-1)
-
-
 def gae_model(
     batch: Batch,
     quantity: str,
@@ -76,36 +141,45 @@ def gae_model(
     steps: str = "trainable",
     reward_at: str = "trainable",
     after: str = "trainable",
+    lam_form: dict[str, Any] | None = None,
+    include_rejected: bool = False,
 ) -> torch.Tensor:
     """GAE of ``quantity`` with chosen terms; (S, T), nonzero only on trainable tokens.
 
     Args:
         batch: canonical batch.
         quantity: "local-gae", "cross-segment-gae" or "stitched-gae".
-        lam: (S,) lambda per segment (default: the reference's).
+        lam: (S,) lambda per segment (default: the reference's, or ``lam_form``'s).
         steps: tokens the recursion runs over, "trainable" (right) or "response"
             (observation tokens become GAE steps).
         reward_at: the reward sits on the last "trainable" token (right) or the last
             "response" token (dropped when that is an observation and ``steps`` is trainable).
-        after: tokens counted in the cross-segment exponent ``N_after``.
+        after: tokens counted in the cross-segment exponent ``N_after`` ("trainable",
+            "response"), or "none" for no correction.
+        lam_form: keyword arguments of :func:`~cxsim.conformance.reference.lambda_rows`
+            (a wrong lambda), applied to the batch the model computes on.
+        include_rejected: rejected summary attempts enter as if accepted (then masked).
     """
-    lam_rows = lambda_rows(batch) if lam is None else lam
-    step_mask, reward_mask, after_mask = (_mask(batch, w) for w in (steps, reward_at, after))
-    out = torch.zeros_like(batch.values)
-    rows = range(batch.num_rows)
+    full = including_rejected(batch) if include_rejected else batch
+    if lam is None:
+        lam = lambda_rows(full, **(lam_form or {}))
+    lam_rows = lam
+    step_mask, reward_mask = _mask(full, steps), _mask(full, reward_at)
+    out = torch.zeros_like(full.values)
+    rows = range(full.num_rows)
+    width = full.values.shape[1]
     if quantity == "stitched-gae":
-        for rid in batch.rollout_id.unique().tolist():
+        for rid in full.rollout_id.unique().tolist():
             members = sorted(
-                (r for r in rows if batch.rollout_id[r] == rid),
-                key=lambda r: int(batch.segment_index[r]),
+                (r for r in rows if full.rollout_id[r] == rid),
+                key=lambda r: int(full.segment_index[r]),
             )
-            width = batch.values.shape[1]
             result = _gae_over(
-                batch.values[members].flatten().tolist(),
+                full.values[members].flatten().tolist(),
                 step_mask[members].flatten().tolist(),
                 _last(reward_mask[members].flatten().tolist()),
-                float(batch.rewards[members[-1]]),
-                batch.gamma,
+                float(full.rewards[members[-1]]),
+                full.gamma,
                 lam_rows[members].repeat_interleave(width).tolist(),
             )
             out[members] = torch.tensor(result, dtype=torch.float64).reshape(len(members), width)
@@ -113,134 +187,221 @@ def gae_model(
     for r in rows:
         out[r] = torch.tensor(
             _gae_over(
-                batch.values[r].tolist(),
+                full.values[r].tolist(),
                 step_mask[r].tolist(),
                 _last(reward_mask[r].tolist()),
-                float(batch.rewards[r]),
-                batch.gamma,
-                [float(lam_rows[r])] * batch.values.shape[1],
+                float(full.rewards[r]),
+                full.gamma,
+                [float(lam_rows[r])] * width,
             ),
             dtype=torch.float64,
         )
-    if quantity == "cross-segment-gae":
-        counts = after_mask.sum(dim=1)
-        later = torch.tensor(
-            [
-                int(
-                    counts[
-                        (batch.rollout_id == batch.rollout_id[r])
-                        & (batch.segment_index > batch.segment_index[r])
-                    ].sum()
-                )
-                for r in rows
-            ],
-            dtype=torch.float64,
-        )
-        out = torch.pow(batch.gamma * lam_rows, later)[:, None] * out
+    if quantity == "cross-segment-gae" and after != "none":
+        later = _tokens_after(full, _mask(full, after).sum(dim=1))
+        out = torch.pow(full.gamma * lam_rows, later)[:, None] * out
     return torch.where(batch.trainable, out, 0.0)
 
 
-# --------------------------------------------------------------------------- wrong forms
-
-
-def _lambda_forms(batch: Batch) -> list[tuple[str, torch.Tensor]]:
-    """(form, (S,) lambda) for the adaptive-lambda pitfalls; none under a fixed lambda."""
+def _lambda_choices(batch: Batch) -> list[Choice]:
+    """The adaptive-lambda pitfalls; none under a fixed lambda."""
     if batch.lam is not None:
         return []
     other = "rollout" if batch.scope == "segment" else "segment"
-    return [
+    forms: list[tuple[str, dict[str, Any]]] = [
         (
             "lambda from lengths that include observation tokens (l = response length)",
-            lambda_rows(batch, lengths="response"),
+            {"lengths": "response"},
         ),
-        ("lambda capped at 0.999", lambda_rows(batch, cap=0.999)),
+        ("lambda capped at 0.999", {"cap": 0.999}),
         (
-            "lambda not clamped at 0: 1 - 1/(alpha l) < 0 when alpha l < 1 (sign-flipped correction)",
-            lambda_rows(batch, clamp=False),
+            "lambda not clamped at 0: 1 - 1/(alpha l) < 0 when alpha l < 1 "
+            "(sign-flipped correction)",
+            {"clamp": False},
         ),
-        (f"lambda over the {other} instead of the {batch.scope}", lambda_rows(batch, scope=other)),
+        (f"lambda over the {other} instead of the {batch.scope}", {"scope": other}),
     ]
+    return [Choice("the lambda used", form, {"lam_form": kw}) for form, kw in forms]
 
 
-def _gae_forms(batch: Batch, quantity: str) -> list[Explanation]:
-    forms = [
-        Explanation(
+def _rejected_choice(batch: Batch, form: str) -> list[Choice]:
+    if not bool(batch.rejected.any()):
+        return []
+    return [Choice("the rejected summary attempts", form, {"include_rejected": True})]
+
+
+def _gae_choices(batch: Batch, quantity: str) -> list[Choice]:
+    choices = _rejected_choice(
+        batch,
+        "a rejected summary attempt is included in the advantage computation "
+        "(its tokens counted as if trained, then masked) instead of dropped before it",
+    )
+    choices += [
+        Choice(
             "the exponent",
             "observation tokens inside a response are stepped over as GAE steps "
             "(their values and extra discount factors enter; reward on the last response token)",
-            gae_model(batch, quantity, steps="response", reward_at="response", after="response"),
+            {"steps": "response", "reward_at": "response", "after": "response"},
         ),
-        Explanation(
+        Choice(
             "the exponent",
             "observation tokens inside a response are stepped over as GAE steps",
-            gae_model(batch, quantity, steps="response", after="response"),
+            {"steps": "response", "after": "response"},
         ),
-        Explanation(
+        Choice(
             "where the reward sits",
             "the reward is put on the segment's last response token, so it is dropped "
             "when the segment ends on observation tokens",
-            gae_model(batch, quantity, reward_at="response"),
+            {"reward_at": "response"},
         ),
     ]
     if quantity == "cross-segment-gae":
-        forms += [
-            Explanation(
+        choices += [
+            Choice(
                 "the exponent",
                 "N_after counts the observation tokens of later segments",
-                gae_model(batch, quantity, after="response"),
+                {"after": "response"},
             ),
-            Explanation(
+            Choice(
                 "the exponent",
                 "no cross-segment correction (exponent 0: the local GAE)",
-                gae_model(batch, "local-gae"),
+                {"after": "none"},
+            ),
+            Choice(
+                "the exponent",
+                "observation tokens inside each segment are stepped over as GAE steps "
+                "(N_after counts trainable tokens only)",
+                {"steps": "response"},
             ),
         ]
-    forms += [
-        Explanation("the lambda used", form, gae_model(batch, quantity, lam=lam))
-        for form, lam in _lambda_forms(batch)
-    ]
-    return forms
+    return choices + _lambda_choices(batch)
 
 
-def _group_stats(batch: Batch, per_segment: bool, ddof: int, divide: bool) -> torch.Tensor:
-    out = torch.zeros_like(batch.values)
-    for gid in batch.group_id.unique().tolist():
-        rows = (batch.group_id == gid).nonzero().flatten().tolist()
-        if not per_segment:
-            seen: dict[int, int] = {}
-            for r in rows:
-                seen.setdefault(int(batch.rollout_id[r]), r)
-            voters = list(seen.values())
+# --------------------------------------------------------------------------- group broadcast
+
+
+def broadcast_model(
+    batch: Batch,
+    voters: str = "rollouts",
+    ddof: int = 1,
+    divide: bool = True,
+    last_only: bool = False,
+    include_rejected: bool = False,
+) -> torch.Tensor:
+    """Group-normalised outcome on trainable tokens with chosen terms; (S, T).
+
+    Args:
+        voters: statistics over "rollouts" (each once; right) or "segments" (each physical
+            trace a sample: the broadcast applied per segment).
+        ddof: 1 (Bessel, right) or 0 (population std).
+        divide: divide by ``std + eps`` (right) or only centre.
+        last_only: the outcome only on each rollout's last trace.
+        include_rejected: rejected summary attempts count as traces.
+    """
+    kept = torch.ones(batch.num_rows, dtype=torch.bool)
+    if not include_rejected:
+        kept = ~batch.rejected
+    b = select_rows(batch, kept)
+    advantage = torch.zeros(b.num_rows, dtype=torch.float64)
+    for gid in b.group_id.unique().tolist():
+        rows = (b.group_id == gid).nonzero().flatten().tolist()
+        if voters == "segments":
+            sample_rows = rows
         else:
-            voters = rows
-        rewards = batch.rewards[voters]
+            first: dict[int, int] = {}
+            for r in rows:
+                first.setdefault(int(b.rollout_id[r]), r)
+            sample_rows = list(first.values())
+        rewards = b.rewards[sample_rows]
+        count = len(sample_rows)
         mean = rewards.mean()
-        count = len(voters)
         std = ((rewards - mean) ** 2).sum().div(max(count - ddof, 1)).sqrt() if count > 1 else 0.0
         for r in rows:
-            centred = batch.rewards[r] - mean
-            out[r] = centred / (std + GROUP_EPS) if divide else centred
+            advantage[r] = (
+                (b.rewards[r] - mean) / (std + GROUP_EPS) if divide else b.rewards[r] - mean
+            )
+    if last_only:
+        for rid in b.rollout_id.unique().tolist():
+            rows = (b.rollout_id == rid) & b.trainable.any(dim=1)
+            last = int(b.segment_index[rows].max())
+            advantage[rows & (b.segment_index != last)] = 0.0
+    out = torch.zeros_like(batch.values)
+    out[kept, : b.values.shape[1]] = advantage[:, None].expand(-1, b.values.shape[1])
     return torch.where(batch.trainable, out, 0.0)
 
 
-def _broadcast_forms(batch: Batch) -> list[Explanation]:
+def _broadcast_choices(batch: Batch) -> list[Choice]:
     return [
-        Explanation(
+        Choice(
             "the group statistics",
-            "mean and std over segments (a rollout counted once per segment)",
-            _group_stats(batch, per_segment=True, ddof=1, divide=True),
+            "the broadcast applied per segment: mean and std over physical traces, each "
+            "counted as a sample, which overweights rollouts with more segments",
+            {"voters": "segments"},
         ),
-        Explanation(
-            "the group statistics",
-            "population std (divides by n, not n - 1)",
-            _group_stats(batch, per_segment=False, ddof=0, divide=True),
+        Choice("the group statistics", "population std (divides by n, not n - 1)", {"ddof": 0}),
+        Choice("the group statistics", "no division by the group std", {"divide": False}),
+        Choice(
+            "where the outcome sits",
+            "the outcome only on each rollout's last trace (earlier traces get 0)",
+            {"last_only": True},
         ),
-        Explanation(
-            "the group statistics",
-            "no division by the group std",
-            _group_stats(batch, per_segment=False, ddof=1, divide=False),
+        *_rejected_choice(
+            batch,
+            "a rejected summary attempt is included in the advantage computation "
+            "(counted as a trace) instead of dropped before it",
         ),
     ]
+
+
+# --------------------------------------------------------------------------- chain split
+
+
+def chain_model(
+    batch: Batch, split: bool = True, last_only: bool = False, include_rejected: bool = False
+) -> torch.Tensor:
+    """The reward over a rollout's chains with chosen terms; (S, T).
+
+    Args:
+        split: ``R / K`` on each chain (right) or ``R`` on each.
+        last_only: the (split) reward only on the rollout's last chain.
+        include_rejected: rejected summary attempts count as chains.
+    """
+    full = including_rejected(batch) if include_rejected else batch
+    chains = full.trainable.any(dim=1)
+    out = torch.zeros_like(batch.values)
+    for rid in full.rollout_id.unique().tolist():
+        rows = (full.rollout_id == rid) & chains
+        count = int(rows.sum())
+        share = full.rewards[rows] / (count if split else 1)
+        if last_only:
+            share = torch.where(
+                full.segment_index[rows] == full.segment_index[rows].max(), share, 0
+            )
+        out[rows] = share[:, None].expand(-1, out.shape[1])
+    return torch.where(batch.trainable, out, 0.0)
+
+
+def _chain_choices(batch: Batch) -> list[Choice]:
+    return [
+        Choice(
+            "the split",
+            "the reward not split: R on every chain (a rollout with K chains gets K times "
+            "the credit)",
+            {"split": False},
+        ),
+        Choice(
+            "the split",
+            "the reward only on the rollout's last chain (earlier chains get 0)",
+            {"last_only": True},
+        ),
+        *_rejected_choice(
+            batch,
+            "a rejected summary attempt is counted as a chain (R / (K + 1)) instead of "
+            "dropped before the split",
+        ),
+    ]
+
+
+# --------------------------------------------------------------------------- reductions
 
 
 def _chunks(batch: Batch) -> list[slice]:
@@ -251,48 +412,150 @@ def _chunks(batch: Batch) -> list[slice]:
     return out
 
 
-def _reduction_forms(batch: Batch, mode: str) -> list[Explanation]:
-    def per_chunk(m: str) -> list[torch.Tensor]:
-        return [
-            aggregate(batch.loss[c], batch.trainable[c], m, batch.rollout_id[c])
+def reduction_model(
+    batch: Batch,
+    mode: str,
+    chunks: str = "global",
+    mode_used: str | None = None,
+    rollout_count: str = "rollouts",
+    rollout_tokens: str = "global",
+) -> torch.Tensor:
+    """The reduction with chosen terms; (1,).
+
+    Args:
+        chunks: "global" denominators (right), or each micro-batch reduced by its own
+            count and the results averaged ("mean") or summed ("sum").
+        mode_used: the mode computed (default ``mode``).
+        rollout_count: rollout-mean's denominator counts "rollouts" (right) or "segments".
+        rollout_tokens: rollout-mean divides each rollout's token sum by its tokens over the
+            whole batch ("global", right) or within each micro-batch ("local").
+    """
+    used = mode_used or mode
+    if chunks != "global":
+        parts = [
+            aggregate(batch.loss[c], batch.trainable[c], used, batch.rollout_id[c])
             for c in _chunks(batch)
         ]
+        total = torch.stack(parts)
+        return (total.mean() if chunks == "mean" else total.sum()).reshape(1)
+    if used != "rollout-mean":
+        return aggregate(batch.loss, batch.trainable, used, batch.rollout_id).reshape(1)
+    masked = torch.where(batch.trainable, batch.loss, 0.0)
+    row_sum, row_tokens = masked.sum(dim=1), batch.trainable.sum(dim=1)
+    voting = batch.trainable.any(dim=1)
+    count = (
+        len(batch.rollout_id[voting].unique()) if rollout_count == "rollouts" else int(voting.sum())
+    )
+    total = torch.zeros((), dtype=torch.float64)
+    for c in _chunks(batch) if rollout_tokens == "local" else [slice(0, batch.num_rows)]:
+        ids = batch.rollout_id[c]
+        for rid in ids.unique().tolist():
+            tokens = int(row_tokens[c][ids == rid].sum())
+            if tokens:
+                total = total + row_sum[c][ids == rid].sum() / tokens
+    return (total / max(count, 1)).reshape(1)
 
-    forms = [
-        Explanation(
+
+def _reduction_choices(batch: Batch, mode: str) -> list[Choice]:
+    from cxsim.conformance.batches import REDUCTION_MODES
+
+    choices = [
+        Choice(
             "the denominator",
             "mean of micro-batch means (each micro-batch divided by its own count, "
             "then averaged over micro-batches)",
-            torch.stack(per_chunk(mode)).mean().reshape(1),
+            {"chunks": "mean"},
         ),
-        Explanation(
+        Choice(
             "the denominator",
             "sum of micro-batch means (each micro-batch divided by its own count)",
-            torch.stack(per_chunk(mode)).sum().reshape(1),
+            {"chunks": "sum"},
         ),
     ]
-    forms += [
-        Explanation(
-            "the denominator",
-            f"computes {other} instead of {mode}",
-            aggregate(batch.loss, batch.trainable, other, batch.rollout_id).reshape(1),
-        )
+    if mode == "rollout-mean":
+        choices += [
+            Choice(
+                "the denominator",
+                "rollouts counted as segments: the rollout means summed, then divided by the "
+                "number of segments instead of rollouts",
+                {"rollout_count": "segments"},
+            ),
+            Choice(
+                "the denominator",
+                "a rollout split over micro-batches averaged over its tokens in each "
+                "micro-batch (each part votes as a whole rollout)",
+                {"rollout_tokens": "local"},
+            ),
+        ]
+    choices += [
+        Choice("the denominator", f"computes {other} instead of {mode}", {"mode_used": other})
         for other in REDUCTION_MODES
         if other != mode
     ]
-    return forms
+    return choices
 
 
-def _adaptive_forms(batch: Batch) -> list[Explanation]:
-    return [Explanation("the lambda used", form, lam) for form, lam in _lambda_forms(batch)]
+# --------------------------------------------------------------------------- adaptive lambda
 
 
-_FORMS: dict[str, Callable[[Batch, str, str | None], list[Explanation]]] = {
-    **{q: (lambda b, q, m: _gae_forms(b, q)) for q in GAE_QUANTITIES},
-    "group-broadcast": lambda b, q, m: _broadcast_forms(b),
-    "adaptive-lambda": lambda b, q, m: _adaptive_forms(b),
-    "loss-reduction": lambda b, q, m: _reduction_forms(b, m or "token-mean"),
+def lambda_model(
+    batch: Batch, lam_form: dict[str, Any] | None = None, include_rejected: bool = False
+) -> torch.Tensor:
+    """(S,) float64 adaptive lambda with chosen terms."""
+    full = including_rejected(batch) if include_rejected else batch
+    return lambda_rows(replace(full, lam=None), **(lam_form or {}))
+
+
+def _adaptive_choices(batch: Batch) -> list[Choice]:
+    return [
+        *_rejected_choice(
+            batch,
+            "a rejected summary attempt's tokens are counted in l instead of dropped before it",
+        ),
+        *_lambda_choices(replace(batch, lam=None)),
+    ]
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+def model(batch: Batch, quantity: str, mode: str | None, settings: dict[str, Any]) -> torch.Tensor:
+    """The output of ``quantity``'s model under ``settings`` (canonical form)."""
+    if quantity in GAE_QUANTITIES:
+        return gae_model(batch, quantity, **settings)
+    if quantity == "group-broadcast":
+        return broadcast_model(batch, **settings)
+    if quantity == "chain-split":
+        return chain_model(batch, **settings)
+    if quantity == "adaptive-lambda":
+        return lambda_model(batch, **settings)
+    if quantity == "loss-reduction":
+        return reduction_model(batch, mode or "token-mean", **settings)
+    raise ValueError(f"no model for quantity {quantity!r}")
+
+
+_CHOICES: dict[str, Callable[[Batch, str, str | None], list[Choice]]] = {
+    **{q: (lambda b, q, m: _gae_choices(b, q)) for q in GAE_QUANTITIES},
+    "group-broadcast": lambda b, q, m: _broadcast_choices(b),
+    "chain-split": lambda b, q, m: _chain_choices(b),
+    "adaptive-lambda": lambda b, q, m: _adaptive_choices(b),
+    "loss-reduction": lambda b, q, m: _reduction_choices(b, m or "token-mean"),
 }
+
+
+def choices(batch: Batch, quantity: str, mode: str | None = None) -> list[Choice]:
+    """The known wrong forms of ``quantity``'s terms on ``batch``, in order of preference."""
+    return _CHOICES[quantity](batch, quantity, mode)
+
+
+def _combinations(options: list[Choice], size: int) -> list[tuple[Choice, ...]]:
+    """Tuples of ``size`` choices whose settings change different terms."""
+    out = []
+    for combo in itertools.combinations(options, size):
+        keys = [set(c.settings) for c in combo]
+        if all(a.isdisjoint(b) for a, b in itertools.combinations(keys, 2)):
+            out.append(combo)
+    return out
 
 
 def explain(
@@ -303,26 +566,33 @@ def explain(
     expected: torch.Tensor,
     where: torch.Tensor,
     close: Callable[[torch.Tensor, torch.Tensor], bool],
-) -> tuple[str, str]:
-    """(term, form) naming what differs: the first wrong form that reproduces ``got``.
+) -> Diagnosis:
+    """The wrong forms that reproduce ``got``: one choice, else the fewest that together do.
 
-    ``where`` masks the compared entries; ``close(a, b)`` is the pass criterion.
-    With no matching form, locates the largest difference instead. ``where`` is
-    nonempty for every quantity (batches have at least one trainable token).
+    ``where`` masks the compared entries; ``close(a, b)`` is the pass criterion. With
+    no matching set of forms (up to :data:`MAX_TERMS`), locates the largest difference
+    instead. ``where`` is nonempty for every quantity (batches have a trainable token).
     """
-    matches = [
-        (float((form.output[where] - got[where]).abs().max()), i, form)
-        for i, form in enumerate(_FORMS[quantity](batch, quantity, mode))
-        if not close(form.output[where], expected[where]) and close(form.output[where], got[where])
-    ]
-    if matches:  # the closest reproduction wins; on a small example several forms can agree
-        ranked = sorted(matches, key=lambda m: (m[0], m[1]))
-        tie = ranked[0][0] + 1e-9 * (1.0 + float(got[where].abs().max()))
-        others = [f"{f.term}: {f.form}" for d, _, f in ranked[1:] if d <= tie]
-        ranked = [form for _, _, form in ranked]
-        also = f" (this example is also reproduced by: {'; '.join(others)})" if others else ""
-        return ranked[0].term, ranked[0].form + also
-    return "unidentified", _locate(batch, quantity, got, expected, where)
+    options = choices(batch, quantity, mode)
+    for size in range(1, MAX_TERMS + 1):
+        matches = []
+        for index, combo in enumerate(_combinations(options, size)):
+            settings = {k: v for c in combo for k, v in c.settings.items()}
+            output = model(batch, quantity, mode, settings)
+            if close(output[where], expected[where]) or not close(output[where], got[where]):
+                continue
+            matches.append((float((output[where] - got[where]).abs().max()), index, combo))
+        if matches:  # the closest reproduction wins; on a small example several can agree
+            ranked = sorted(matches, key=lambda m: (m[0], m[1]))
+            tie = ranked[0][0] + 1e-9 * (1.0 + float(got[where].abs().max()))
+            others = [
+                " + ".join(f"{c.term}: {c.form}" for c in combo)
+                for d, _, combo in ranked[1:]
+                if d <= tie
+            ]
+            parts = tuple((c.term, c.form) for c in ranked[0][2])
+            return Diagnosis(parts, "; ".join(others))
+    return Diagnosis((), _locate(batch, quantity, got, expected, where))
 
 
 def _locate(

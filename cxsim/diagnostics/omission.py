@@ -2,8 +2,9 @@
 
 Input per rollout (``cxsim.runtime.RolloutRecord`` or a dict with these keys):
 ``summary_recall: list[dict[str, bool]]``, one dict per summary in time order,
-mapping each needed fact to whether the summary kept its current value; and
-``success: bool``.
+mapping each needed fact already shown when the summary was written to whether the
+summary kept its current value (``cxsim.envs.scripted.summary_recall``: a fact not
+shown yet is in no summary's dict); and ``success: bool``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def summary_omission(records: Sequence[RecallRecord | Mapping]) -> dict[str, flo
     """Omission rates of summaries, by compaction index, and success given omission.
 
     With ``m_j`` the needed facts missing from summary ``j`` and ``f_j`` the
-    needed facts it should carry (summaries with ``f_j = 0`` count nowhere):
+    needed facts it should carry, those shown before it was written (summaries with
+    ``f_j = 0`` count nowhere):
 
     - ``omission/overall`` = ``sum_j m_j / sum_j f_j`` (pooled over facts), with
       ``omission/overall_se`` = ``sqrt(p (1 - p) / sum_j f_j)``, the binomial

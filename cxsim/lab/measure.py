@@ -1,5 +1,8 @@
 """Estimators on lab samples, their errors against the truth, and the theory's predictions.
 
+The estimators are the trainer's: :data:`cxsim.estimators.ESTIMATORS` by name, so a name
+registered there, an installed plug-in's name or a ``module:name`` plug-in runs here too.
+
 Metrics of an estimate ``A_hat`` against the true advantage ``A`` over a group
 of tokens (a segment, a distance bin, ...). Rollouts are the independent
 units: standard errors come from per-rollout sums, never from tokens, which
@@ -18,8 +21,7 @@ share the rollout's reward.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import ModuleType
 from typing import Any, Literal
 
@@ -27,12 +29,20 @@ import numpy as np
 import torch
 
 from cxsim import advantages
+from cxsim.estimators import ESTIMATORS, EstimatorInputs
 from cxsim.lab.backend import from_torch, to_torch
 from cxsim.lab.process import Sample
 
-Estimator = Literal["local", "cross", "stitched", "group"]
 LambdaMode = Literal["fixed", "segment", "rollout"]
-ESTIMATORS: tuple[Estimator, ...] = ("local", "cross", "stitched", "group")
+
+PAGE_LABELS: dict[str, str] = {"cross-segment": "cross", "group-broadcast": "group"}
+"""Short names the lab's page gives two of the registry's estimators; every other estimator
+(a plug-in's ``module:name`` included) appears under its registry name."""
+
+
+def label(estimator: str) -> str:
+    """The name ``estimator`` (a name of :data:`cxsim.estimators.ESTIMATORS`) has on the page."""
+    return PAGE_LABELS.get(estimator, estimator)
 
 
 @dataclass(frozen=True)
@@ -45,31 +55,36 @@ class Inputs:
     rollout_id: torch.Tensor
     segment_index: torch.Tensor
     group_id: torch.Tensor
+    step_rewards: torch.Tensor
+    """(S, W) zeros: the lab's rollouts have only their terminal reward."""
 
 
 def inputs(sample: Sample) -> Inputs:
+    values = to_torch(sample.values)
     return Inputs(
-        values=to_torch(sample.values),
+        values=values,
         trainable=to_torch(sample.trainable),
         rewards=to_torch(sample.rewards),
         rollout_id=to_torch(sample.rollout_id),
         segment_index=to_torch(sample.segment_index),
         group_id=to_torch(sample.group_id),
+        step_rewards=torch.zeros_like(values),
     )
 
 
-_CALL: dict[Estimator, Callable[[Inputs, float, float | torch.Tensor], torch.Tensor]] = {
-    "local": lambda x, g, lam: advantages.segment_gae(x.values, x.trainable, x.rewards, g, lam),
-    "cross": lambda x, g, lam: advantages.cross_segment_gae(
-        x.values, x.trainable, x.rewards, x.rollout_id, x.segment_index, g, lam
-    ),
-    "stitched": lambda x, g, lam: advantages.stitched_gae(
-        x.values, x.trainable, x.rewards, x.rollout_id, x.segment_index, g, lam
-    ),
-    "group": lambda x, g, lam: advantages.group_broadcast(
-        x.rewards, x.trainable, x.rollout_id, x.group_id
-    ),
-}
+def estimator_inputs(x: Inputs, gamma: float, lam: float | torch.Tensor) -> EstimatorInputs:
+    """What an estimator of the registry reads, with the trainable tokens as the policy mask."""
+    return EstimatorInputs(
+        values=x.values,
+        mask=x.trainable,
+        rewards=x.rewards,
+        step_rewards=x.step_rewards,
+        rollout_id=x.rollout_id,
+        segment_index=x.segment_index,
+        group_id=x.group_id,
+        gamma=gamma,
+        lam=lam,
+    )
 
 
 def lambda_for(x: Inputs, mode: LambdaMode, lam: float) -> float | torch.Tensor:
@@ -79,26 +94,20 @@ def lambda_for(x: Inputs, mode: LambdaMode, lam: float) -> float | torch.Tensor:
     return advantages.adaptive_lambda(x.trainable, x.rollout_id, mode)
 
 
-def estimate(
-    x: Inputs, estimator: Estimator, gamma: float, lam: float | torch.Tensor
-) -> torch.Tensor:
-    """(S, W) advantages from one of the estimators of cxsim.advantages."""
-    return _CALL[estimator](x, gamma, lam)
+def estimate(x: Inputs, estimator: str, gamma: float, lam: float | torch.Tensor) -> torch.Tensor:
+    """(S, W) advantages from ``ESTIMATORS[estimator]`` (cxsim/estimators.py): a name the
+    registry holds, an installed plug-in's, or ``module:name``."""
+    return ESTIMATORS[estimator].advantages(estimator_inputs(x, gamma, lam))
 
 
 def rows(x: Inputs, lo: int, hi: int) -> Inputs:
     """Rows ``lo:hi`` of every tensor (views, no copy)."""
-    return Inputs(
-        *(
-            t[lo:hi]
-            for t in (x.values, x.trainable, x.rewards, x.rollout_id, x.segment_index, x.group_id)
-        )
-    )
+    return Inputs(*(getattr(x, f.name)[lo:hi] for f in fields(Inputs)))
 
 
 def run(
     sample: Sample,
-    estimator: Estimator,
+    estimator: str,
     lam: float = 1.0,
     mode: LambdaMode = "fixed",
     chunk_rollouts: int = 256,
@@ -240,7 +249,7 @@ def gradient_cosine(sample: Sample, est: Any) -> float:
 # ---------------------------------------------------------------- theory
 
 
-def predicted_bias(sample: Sample, estimator: Estimator, lam: float, critic_bias: float) -> Any:
+def predicted_bias(sample: Sample, estimator: str, lam: float, critic_bias: float) -> Any:
     """(B, N) ``E[A_hat - A | x_t, a_t]`` for a fixed lambda and a critic ``V + b`` (+ noise).
 
     With ``q = gamma lam``, ``D_t`` the distance to the end, ``e - t`` the distance to the
@@ -249,7 +258,7 @@ def predicted_bias(sample: Sample, estimator: Estimator, lam: float, critic_bias
     - stitched: ``beta_t = (gamma - 1) b (1 - q^{D_t}) / (1 - q) - q^{D_t} b`` (0 for an exact critic);
     - local: ``beta_t + q^{e-t} [(1 - gamma^{N_{>s}}) u_t - gamma b - q beta_{e+1}]``: the copied
       reward misses the discount of the later ``N_{>s}`` tokens, the boundary bootstraps 0;
-    - cross: ``(q^{N_{>s}} - 1) A_t + q^{N_{>s}} (bias of local)``: the correction discounts
+    - cross-segment: ``(q^{N_{>s}} - 1) A_t + q^{N_{>s}} (bias of local)``: the correction discounts
       the whole local advantage, the true advantage included.
 
     With ``gamma = lam = 1`` all three vanish for an exact critic: local, cross and
@@ -279,7 +288,7 @@ def predicted_bias(sample: Sample, estimator: Estimator, lam: float, critic_bias
     local = const + reward_gap * sample.value_after
     if estimator == "local":
         return local
-    if estimator == "cross":
+    if estimator == "cross-segment":
         shrink = xp.asarray(q ** lay.after.astype(np.float64), dtype=f32)
         return (shrink - 1) * sample.true_adv + shrink * local
     raise ValueError(f"no prediction for estimator {estimator!r}")

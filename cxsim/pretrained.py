@@ -1,0 +1,40 @@
+"""The shipped starting checkpoint: the tiny word-level model's "pretrained weights".
+
+A fresh tiny model learns to copy the key into its summaries and answers only on some
+seeds (docs/results.md, "Independent seeds"), so a base cloned from a fresh model is a
+coin toss. Every user of the paper's recipe starts from one pretrained LLM; cxsim's
+analog is this checkpoint, shipped in the package (about 1 MB): the tiny preset over the
+word tokenizer of every cxsim environment, cloned from omission-0 demonstrations of
+KeyRecall on tasks no run uses, so that it copies what it saw. ``cxsim pretrain``
+regenerates it (experiments/pretrain.py, the settings in its ``manifest.json``).
+
+``--policy pretrained`` (the default of ``cxsim run`` and ``cxsim sft``) names it;
+``--policy None`` starts from a fresh ``--sft.model`` preset instead.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+PRETRAINED = "pretrained"
+"""The ``--policy`` value that names the shipped starting checkpoint."""
+
+PRETRAINED_DIR = Path(__file__).resolve().parent / "weights" / "tiny-pretrained"
+"""Where the package keeps it: a policy folder as ``cxsim sft`` saves one."""
+
+MANIFEST = "manifest.json"
+"""Beside the weights: how they were made (``cxsim pretrain`` writes it)."""
+
+
+def policy_path(policy: str | Path) -> Path:
+    """The folder a ``--policy`` value names: the shipped checkpoint for ``pretrained``,
+    else the path itself."""
+    return PRETRAINED_DIR if str(policy) == PRETRAINED else Path(policy)
+
+
+def manifest(path: str | Path = PRETRAINED_DIR) -> dict[str, Any]:
+    """The settings and held-out losses a starting checkpoint was made with ({} if none)."""
+    file = Path(path) / MANIFEST
+    return json.loads(file.read_text()) if file.is_file() else {}

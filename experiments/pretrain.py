@@ -1,0 +1,152 @@
+"""``cxsim pretrain``: regenerate the shipped starting checkpoint (cxsim/pretrained.py).
+
+Reads top to bottom. For each candidate seed in turn, two SFT stages of a fresh tiny
+model over the word tokenizer, both on omission-0 demonstrations (``cxsim sft``; tasks
+``seed * 512 + i`` for seeds from 1000 on, which no run uses):
+
+1. **copy**: KeyRecall with 32 key values (``--copy-env``), 8 epochs. With 4 values a
+   model that guesses the key loses little, and whether it ever learns to copy is a coin
+   toss; with 32 the copy is worth 8 times more and is learned mid-stage;
+2. **polish**: the main job's KeyRecall (``--env``), 4 epochs from stage 1.
+
+The first candidate whose held-out execution loss after stage 2 is at most
+``--copy-loss`` (it copies the key it saw) is written to ``--out`` with a
+``manifest.json`` of the settings, the losses of every candidate tried, and the command.
+
+    cxsim pretrain                                      # into runs/pretrain/policy
+    cxsim pretrain --out cxsim/weights/tiny-pretrained  # replace the shipped checkpoint
+
+Candidates differ only in their seed; which of them learns to copy depends on the
+floating-point results of the machine, so another machine may take another candidate.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cxsim.config import EnvConfig, SFTConfig
+from cxsim.pretrained import MANIFEST
+from cxsim.tracking import say, to_jsonable
+
+COPY_ENV = EnvConfig(kwargs={"obs_words_mean": 8.0, "obs_words_std": 2.0, "num_values": 32})
+"""Stage 1's task: the main job's KeyRecall with 32 key values instead of 4."""
+COPY_SFT = SFTConfig(episodes=512, omission_rate=0.0, epochs=8)
+"""Stage 1: 512 demonstrations that keep every fact, 8 epochs, length-bucketed."""
+POLISH_SFT = SFTConfig(episodes=512, omission_rate=0.0, epochs=4)
+"""Stage 2: the same on the main job's task, 4 epochs."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Regenerate the starting checkpoint: the first candidate seed whose model copies."""
+
+    out: str = "runs/pretrain/policy"
+    """Where the checkpoint goes (``cxsim/weights/tiny-pretrained`` replaces the shipped one)."""
+    runs_dir: str = "runs/pretrain"
+    """Where each candidate's SFT runs go (``c<seed>/copy``, ``c<seed>/polish``)."""
+    seeds: tuple[int, ...] = (1001, 1002, 1003, 1004, 1005)
+    """Candidate seeds, tried in turn."""
+    copy_loss: float = 0.01
+    """Held-out execution loss (nats per token) at or below which a candidate copies."""
+    copy_env: EnvConfig = field(default_factory=lambda: COPY_ENV)
+    """Stage 1's task."""
+    copy_sft: SFTConfig = field(default_factory=lambda: COPY_SFT)
+    """Stage 1's SFT settings."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """Stage 2's task (the main job's)."""
+    sft: SFTConfig = field(default_factory=lambda: POLISH_SFT)
+    """Stage 2's SFT settings."""
+    device: str = "cpu"
+    """Device of the SFT runs (the shipped checkpoint was made on the CPU)."""
+    progress_bar: bool = True
+    """Show each stage's progress."""
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            raise ValueError("--seeds is empty: pass at least one candidate seed")
+        if self.copy_loss <= 0:
+            raise ValueError(f"--copy-loss {self.copy_loss} must be positive")
+
+
+def pretrain(cfg: Config) -> dict[str, Any]:
+    """Candidates in turn until one copies; that one is saved to ``cfg.out``."""
+    began = time.perf_counter()
+    tried: list[dict[str, Any]] = []
+    for seed in cfg.seeds:
+        copy = sft_stage(cfg, seed, "copy", cfg.copy_env, cfg.copy_sft, None)
+        polish = sft_stage(cfg, seed, "polish", cfg.env, cfg.sft, copy["policy"])
+        losses = [float(r["final"]["losses/heldout_execution"]) for r in (copy, polish)]
+        copies = losses[1] <= cfg.copy_loss
+        tried.append({"seed": seed, "heldout_execution": losses[1], "after_copy_stage": losses[0]})
+        say(f"[pretrain] seed {seed}: held-out execution loss {losses[0]:.4f} after stage 1, "
+            f"{losses[1]:.4f} after stage 2 ({'copies' if copies else 'does not copy'}; "
+            f"{time.perf_counter() - began:.0f}s)")  # fmt: skip
+        if copies:
+            return install(cfg, Path(polish["policy"]), seed, tried, time.perf_counter() - began)
+    raise NoCandidateCopies(
+        f"no candidate of {cfg.seeds} learned to copy (held-out execution loss <= "
+        f"{cfg.copy_loss}): {[(t['seed'], round(t['heldout_execution'], 4)) for t in tried]}; "
+        "pass more --seeds or more --copy-sft.epochs"
+    )
+
+
+def sft_stage(
+    cfg: Config, seed: int, name: str, env: EnvConfig, sft: SFTConfig, start: str | None
+) -> dict[str, Any]:
+    """One SFT stage of candidate ``seed`` (``start``: the policy it starts from, None: fresh)."""
+    from cxsim.experiments import sft as sft_entry
+
+    stage = sft_entry.Config(
+        run_dir=str(Path(cfg.runs_dir) / f"c{seed}" / name), seed=seed, env=env, sft=sft,
+        policy=start, device=cfg.device, threads=1, progress_bar=cfg.progress_bar,
+    )  # fmt: skip
+    return sft_entry.run_sft(stage)
+
+
+def install(
+    cfg: Config, policy: Path, seed: int, tried: list[dict[str, Any]], wall: float
+) -> dict[str, Any]:
+    """Copy the chosen candidate's policy to ``cfg.out`` with its manifest."""
+    out = Path(cfg.out)
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(policy, out)
+    made = {
+        "command": "cxsim pretrain",
+        "seed": seed,
+        "tried": tried,
+        "copy_loss": cfg.copy_loss,
+        "stages": [
+            {"name": "copy", "env": to_jsonable(cfg.copy_env), "sft": to_jsonable(cfg.copy_sft)},
+            {"name": "polish", "env": to_jsonable(cfg.env), "sft": to_jsonable(cfg.sft)},
+        ],
+        "model": cfg.copy_sft.model,
+        "device": cfg.device,
+        "wall_time_s": round(wall, 1),
+    }
+    (out / MANIFEST).write_text(json.dumps(made, indent=2) + "\n")
+    say(f"[pretrain] seed {seed} copies: checkpoint written to {out} in {wall:.0f}s")
+    return made
+
+
+def main(argv: list[str] | None = None) -> None:
+    import sys
+
+    import tyro
+
+    try:
+        pretrain(tyro.cli(Config, args=argv))
+    except NoCandidateCopies as error:
+        sys.exit(f"cxsim pretrain: error: {error}")
+
+
+class NoCandidateCopies(RuntimeError):
+    """No candidate seed learned to copy at the settings given."""
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The shipped starting checkpoint and ``cxsim pretrain``, which regenerates it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from cxsim.agents.models import load_policy
+from cxsim.cli import main as cxsim
+from cxsim.config import EnvConfig, SFTConfig
+from cxsim.experiments import sft as sft_entry
+from cxsim.experiments.pretrain import COPY_SFT, POLISH_SFT
+from cxsim.preflight import preflight
+from cxsim.pretrained import PRETRAINED, PRETRAINED_DIR, manifest, policy_path
+from cxsim.sft import sft_eval
+
+TINY = [
+    *("--copy-sft.episodes", "4", "--copy-sft.heldout-episodes", "2", "--copy-sft.epochs", "1"),
+    *("--sft.episodes", "4", "--sft.heldout-episodes", "2", "--sft.epochs", "1"),
+]
+
+
+def test_the_shipped_checkpoint_loads_by_name_and_says_how_it_was_made():
+    assert policy_path(PRETRAINED) == PRETRAINED_DIR
+    assert policy_path("some/dir") == Path("some/dir")
+    model, tokenizer, _ = load_policy(PRETRAINED)
+    assert sum(p.numel() for p in model.parameters()) < 400_000  # the tiny preset
+    made = manifest()
+    assert made["command"] == "cxsim pretrain"
+    copy, polish = made["stages"]
+    assert copy["sft"]["epochs"] == COPY_SFT.epochs and copy["env"]["kwargs"]["num_values"] == 32
+    assert polish["sft"]["epochs"] == POLISH_SFT.epochs
+    assert copy["sft"]["omission_rate"] == polish["sft"]["omission_rate"] == 0.0
+    chosen = [t for t in made["tried"] if t["seed"] == made["seed"]]
+    assert chosen and chosen[0]["heldout_execution"] <= made["copy_loss"]
+    # the tokenizer covers every cxsim environment's words (no <unk> for any of them)
+    from cxsim.envs import vocabulary
+
+    ids = tokenizer.convert_tokens_to_ids(vocabulary())
+    assert tokenizer.unk_token_id not in ids
+
+
+def test_the_shipped_checkpoint_copies_the_key_on_unseen_tasks():
+    """Its held-out execution loss on new omission-0 demonstrations is what the manifest
+    promised (it copies), and that of a fresh model is far above it."""
+    cfg = sft_entry.Config(
+        env=EnvConfig(), sft=SFTConfig(episodes=1, heldout_episodes=8, omission_rate=0.0),
+        seed=424242, policy=PRETRAINED, device="cpu",
+    )  # fmt: skip
+    policy, _, chat = sft_entry.starting_policy(cfg, torch.device("cpu"))
+    cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))
+    _, _, heldout = sft_entry.demonstration_batches(cfg, chat)
+    shipped = sft_eval(policy, heldout, 32, "fp32")["losses/heldout_execution"]
+    fresh_policy, _, _ = sft_entry.starting_policy(replace(cfg, policy=None), torch.device("cpu"))
+    fresh = sft_eval(fresh_policy, heldout, 32, "fp32")["losses/heldout_execution"]
+    assert shipped <= 0.02
+    assert fresh > 10 * shipped
+
+
+def test_pretrain_writes_the_first_candidate_that_copies_with_its_manifest(tmp_path):
+    out = tmp_path / "policy"
+    cxsim(["pretrain", "--out", str(out), "--runs-dir", str(tmp_path / "runs"), "--seeds", "7",
+           "8", "--copy-loss", "1000", "--no-progress-bar", *TINY])  # fmt: skip
+    made = json.loads((out / "manifest.json").read_text())
+    assert made["seed"] == 7 and [t["seed"] for t in made["tried"]] == [7]
+    load_policy(out)  # a policy folder as cxsim sft saves one
+
+
+def test_pretrain_fails_with_every_candidate_listed_when_none_copies(tmp_path):
+    with pytest.raises(SystemExit, match=r"no candidate of \(7,\) learned to copy.*\(7, "):
+        cxsim(["pretrain", "--out", str(tmp_path / "p"), "--runs-dir", str(tmp_path / "r"),
+               "--seeds", "7", "--copy-loss", "1e-9", "--no-progress-bar", *TINY])  # fmt: skip
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_fresh_model_size_with_the_shipped_checkpoint_is_refused_before_any_work(tmp_path):
+    with pytest.raises(SystemExit, match=r"--sft.model small builds a fresh model.*--policy None"):
+        cxsim(["sft", "--sft.model", "small", "--run-dir", str(tmp_path / "s")])
+    assert not (tmp_path / "s").exists()

@@ -17,6 +17,8 @@ preset is resolved before tyro parses the rest.
 | `local-segment-scope` | w/o correction, segment scope     | ``estimator="local"``, ``lambda_scope="segment"`` |
 | `fixed-lambda`        | (not in the paper) fixed lambda   | ``lambda_scope="fixed"`` (``lam`` 0.95) |
 | `local-fixed-lambda`  | w/o correction, fixed lambda      | ``estimator="local"``, ``lambda_scope="fixed"`` |
+| `chain-split`         | (not in the paper) reward/K       | ``estimator="chain-split"``: R/K on each of K chains, no critic |
+| `rollout-mean-loss`   | (not in the paper) per rollout    | ``loss_mode="rollout-mean"``: each rollout one vote |
 
 ``segment-scope`` and ``local-segment-scope`` put the length-adaptive lambda at segment
 scope (l = the segment's trainable tokens); the ``fixed-lambda`` pair uses the usual fixed lambda, where the
@@ -46,6 +48,8 @@ PresetName = Literal[
     "local-segment-scope",
     "fixed-lambda",
     "local-fixed-lambda",
+    "chain-split",
+    "rollout-mean-loss",
 ]
 
 PRESETS: dict[str, tuple[str, PPOConfig]] = {
@@ -68,6 +72,14 @@ PRESETS: dict[str, tuple[str, PPOConfig]] = {
     "local-fixed-lambda": (
         "local GAE (no correction) with a fixed lambda (--ppo.lam)",
         PPOConfig(estimator="local", lambda_scope="fixed"),
+    ),
+    "chain-split": (
+        "the rollout's reward split as R/K over its K chains (segments), no critic",
+        PPOConfig(estimator="chain-split", critic_warmup=0),
+    ),
+    "rollout-mean-loss": (
+        "CompactionRL with per-rollout loss denominators (each rollout one vote)",
+        PPOConfig(loss_mode="rollout-mean"),
     ),
 }  # fmt: skip
 

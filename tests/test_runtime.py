@@ -258,7 +258,7 @@ class BadAgent:
             elif kind == 2:
                 ids = [5, 6, 2, ch.end_id]  # special tokens as "words"
             else:
-                ids = ch.encode("answer k99 the door")[: r.max_new_tokens]
+                ids = ch.encode("answer k31 the door")[: r.max_new_tokens]
             ids = ids[: r.max_new_tokens]
             finished = bool(ids) and ids[-1] == ch.end_id
             out.append(TurnResponse(ids, [0.0] * len(ids), ch.decode(ids), finished))
@@ -296,7 +296,7 @@ class PenaltyEnv(gym.Env):
     def reset(self, seed=None, options=None):
         super().reset(seed=seed)
         self.t = 0
-        return "go", {}
+        return "walk", {}
 
     def step(self, action):
         self.t += 1

@@ -1,11 +1,19 @@
-"""Critic: a copy of the policy's transformer backbone plus a scalar value head.
+"""Critic: a copy of the policy's transformer backbone plus a value head.
 
-Shapes: S = rows (segments), T = padded length, H = hidden size.
+The head reads the backbone's hidden states as the configured value head says
+(``cxsim.critics.VALUE_HEADS``: the prefix's last hidden state, their mean, or an
+attention pool) and gives one scalar or, for a histogram loss, logits over K value bins
+whose expectation is the value (``cxsim.critics.VALUE_LOSSES``).
+
+Shapes: S = rows (segments), T = padded length, H = hidden size, K = value bins.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -16,42 +24,122 @@ from transformers import AutoModel, PreTrainedModel
 from cxsim.agents.models import decoder_of
 
 HEAD_FILE = "value_head.safetensors"
-"""Value-head weights, saved next to the backbone's own files."""
+"""Value-head weights (and the pool's, prefixed ``pool.``), saved next to the backbone's own
+files."""
+HEAD_CONFIG_FILE = "value_head.json"
+"""The value head's name and bin values; a critic saved without it has the ``last`` head and
+a scalar output."""
+POOL_PREFIX = "pool."
+
+
+class PrefixMeanPool(nn.Module):
+    """``features[t] = mean(hidden[j] for attended j <= t)``: a causal cumulative mean in
+    float32; 0 where no position is attended yet."""
+
+    def forward(self, hidden: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """hidden (S, T, H), attended (S, T) bool -> (S, T, H) float32."""
+        weight = attended.to(torch.float32)[..., None]
+        total = (hidden.float() * weight).cumsum(dim=1)
+        return total / weight.cumsum(dim=1).clamp(min=1.0)
+
+
+class AttentionPool(nn.Module):
+    """``features[t] = sum_{j <= t} softmax_j(q . h_j / sqrt(H)) h_j`` over attended j, with
+    one learned query ``q`` (zero at the start: the prefix mean). The softmax of each t
+    is normalised by ``logcumsumexp`` of the scores up to t, so no later score enters it;
+    query positions go in chunks of ``chunk`` so the (T, T) weights stay small."""
+
+    def __init__(self, hidden_size: int, chunk: int = 256):
+        super().__init__()
+        self.query = nn.Parameter(torch.zeros(hidden_size))
+        self.chunk = chunk
+
+    def forward(self, hidden: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """hidden (S, T, H), attended (S, T) bool -> (S, T, H) float32."""
+        h = hidden.float()
+        width = h.shape[1]
+        scores = (h @ self.query.float()) / math.sqrt(h.shape[-1])  # (S, T)
+        # a finite floor, not -inf: a prefix with nothing attended gets weights 0, not NaN
+        scores = scores.masked_fill(~attended, -1e9)
+        log_norm = torch.logcumsumexp(scores, dim=1)  # (S, T): position t reads scores <= t
+        causal = torch.ones(width, width, dtype=torch.bool, device=h.device).tril()
+        out = torch.empty_like(h)
+        for start in range(0, width, self.chunk):
+            stop = min(start + self.chunk, width)
+            keep = causal[start:stop, :stop] & attended[:, None, :stop]  # (S, q, k)
+            weights = torch.exp(scores[:, None, :stop] - log_norm[:, start:stop, None])
+            out[:, start:stop] = (weights * keep) @ h[:, :stop]
+        return out
 
 
 class Critic(nn.Module):
-    """`values[s, t] = head(hidden[s, t-1])`: V of the prefix tok_<t (CONTRACTS.md alignment).
+    """`values[s, t] = V(features[s, t-1])`: V of the prefix tok_<t (CONTRACTS.md alignment).
 
     So values[:, t] estimates the return before token t is emitted, which is the
     baseline for the action at position t. Position 0 has no prefix and holds 0
-    (it is never trainable); padded positions hold 0 too.
+    (it is never trainable); padded positions hold 0 too. The features are the
+    backbone's hidden states, or what ``pool`` makes of them (causally); the head
+    gives a scalar, or logits over the bins of ``support`` whose expectation is V.
     """
 
-    def __init__(self, backbone: PreTrainedModel, head: nn.Linear):
+    def __init__(
+        self,
+        backbone: PreTrainedModel,
+        head: nn.Linear,
+        pool: nn.Module | None = None,
+        support: Sequence[float] | None = None,
+        value_head: str = "last",
+    ):
         super().__init__()
-        if head.out_features != 1 or head.in_features != backbone.config.hidden_size:
+        outputs = 1 if support is None else len(support)
+        hidden_size = backbone.config.hidden_size
+        if head.out_features != outputs or head.in_features != hidden_size:
             raise ValueError(
-                f"head must be Linear({backbone.config.hidden_size}, 1); "
+                f"head must be Linear({hidden_size}, {outputs}); "
                 f"got Linear({head.in_features}, {head.out_features})"
             )
         self.backbone = backbone
         self.head = head
+        self.pool = pool
+        self.value_head = value_head
+        self.support_values = None if support is None else tuple(float(v) for v in support)
+        support_tensor = None
+        if support is not None:
+            support_tensor = torch.tensor(self.support_values, device=head.weight.device)
+        self.register_buffer("support", support_tensor, persistent=False)
 
     @classmethod
-    def from_policy(cls, policy: PreTrainedModel) -> Critic:
+    def from_policy(
+        cls,
+        policy: PreTrainedModel,
+        value_head: str = "last",
+        support: Sequence[float] | None = None,
+    ) -> Critic:
         """Deep-copy the policy's decoder (no shared parameters) and add a zero value head.
 
-        A zero head starts every value at 0; its gradient reaches the backbone
-        from the second update on.
+        A zero head starts every value at 0 (with bins: at the mean of their values); its
+        gradient reaches the backbone from the second update on. ``value_head`` names an
+        entry of ``cxsim.critics.VALUE_HEADS``; ``support``: the bin values of a histogram
+        head (None: a scalar head).
         """
+        from cxsim.critics import VALUE_HEADS
+
         backbone = copy.deepcopy(decoder_of(policy))
-        head = nn.Linear(backbone.config.hidden_size, 1)
+        outputs = 1 if support is None else len(support)
+        head = nn.Linear(backbone.config.hidden_size, outputs)
         nn.init.zeros_(head.weight)
         nn.init.zeros_(head.bias)
-        return cls(backbone, head.to(device=policy.device))
+        pool = VALUE_HEADS[value_head].pool(backbone.config.hidden_size)
+        if pool is not None:
+            pool = pool.to(device=policy.device)
+        return cls(backbone, head.to(device=policy.device), pool, support, value_head)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """input_ids, attention_mask: (S, T), padding on either side -> values (S, T), float32."""
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, return_logits: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:
+        """input_ids, attention_mask: (S, T), padding on either side -> values (S, T), float32;
+        with ``return_logits``, ``(values, logits)``: logits (S, T, K) float32 aligned as the
+        values (0 where the values are), None for a scalar head."""
         assert input_ids.dim() == 2 and input_ids.shape == attention_mask.shape, (
             f"input_ids {tuple(input_ids.shape)} and attention_mask "
             f"{tuple(attention_mask.shape)} must be the same (S, T)"
@@ -61,34 +149,67 @@ class Critic(nn.Module):
         hidden = self.backbone(
             input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=False
         ).last_hidden_state  # (S, T, H)
-        v_prev = (
-            self.head(hidden[:, :-1].to(self.head.weight.dtype)).squeeze(-1).float()
-        )  # (S, T-1)
+        if self.pool is not None:
+            with torch.autocast(hidden.device.type, enabled=False):  # sums and softmax in fp32
+                hidden = self.pool(hidden, mask.bool())
         # Same positions as sequence_logprobs: token t and its predecessor are both real.
         scored = (mask[:, 1:] * mask[:, :-1]).bool()
+        if self.support is None:
+            v_prev = (
+                self.head(hidden[:, :-1].to(self.head.weight.dtype)).squeeze(-1).float()
+            )  # (S, T-1)
+            zeros = v_prev.new_zeros(input_ids.shape[0], 1)
+            values = torch.cat([zeros, torch.where(scored, v_prev, 0.0)], dim=1)
+            return (values, None) if return_logits else values
+        logits = self.head(hidden[:, :-1].to(self.head.weight.dtype)).float()  # (S, T-1, K)
+        v_prev = (torch.softmax(logits, dim=-1) * self.support.float()).sum(dim=-1)
         zeros = v_prev.new_zeros(input_ids.shape[0], 1)
-        return torch.cat([zeros, torch.where(scored, v_prev, 0.0)], dim=1)
+        values = torch.cat([zeros, torch.where(scored, v_prev, 0.0)], dim=1)
+        if not return_logits:
+            return values
+        logits = torch.where(scored[..., None], logits, 0.0)
+        return values, torch.cat([logits.new_zeros(logits.shape[0], 1, logits.shape[2]), logits], 1)
 
     def save_pretrained(self, path: str | Path) -> None:
-        """Backbone with Hugging Face `save_pretrained`, head in `value_head.safetensors`."""
+        """Backbone with Hugging Face `save_pretrained`; head (and pool) weights in
+        `value_head.safetensors`, its name and bin values in `value_head.json`."""
         path = Path(path)
         self.backbone.save_pretrained(path)
-        head = {k: v.detach().contiguous().cpu() for k, v in self.head.state_dict().items()}
-        save_file(head, str(path / HEAD_FILE))
+        weights = dict(self.head.state_dict())
+        if self.pool is not None:
+            weights |= {POOL_PREFIX + k: v for k, v in self.pool.state_dict().items()}
+        save_file(
+            {k: v.detach().contiguous().cpu() for k, v in weights.items()}, str(path / HEAD_FILE)
+        )
+        config = {"value_head": self.value_head, "support": self.support_values}
+        (path / HEAD_CONFIG_FILE).write_text(json.dumps(config) + "\n")
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: torch.device | str = "cpu") -> Critic:
         """Load a critic saved with `save_pretrained` from a local directory, float32 on
         ``device`` (the master weights; see `load_policy`)."""
+        from cxsim.critics import VALUE_HEADS
+
         path = Path(path)
         if not (path / HEAD_FILE).is_file():
             raise FileNotFoundError(
                 f"no critic at {str(path)!r} (missing {HEAD_FILE}); "
                 "save one with Critic.save_pretrained"
             )
+        config = {"value_head": "last", "support": None}
+        if (path / HEAD_CONFIG_FILE).is_file():
+            config |= json.loads((path / HEAD_CONFIG_FILE).read_text())
         backbone = AutoModel.from_pretrained(
             path, local_files_only=True, trust_remote_code=False, dtype=torch.float32
         )
-        head = nn.Linear(backbone.config.hidden_size, 1)
-        head.load_state_dict(load_file(str(path / HEAD_FILE)))
-        return cls(backbone, head).to(device)
+        weights = load_file(str(path / HEAD_FILE))
+        support = config["support"]
+        head = nn.Linear(backbone.config.hidden_size, 1 if support is None else len(support))
+        head.load_state_dict({k: v for k, v in weights.items() if not k.startswith(POOL_PREFIX)})
+        pool = VALUE_HEADS[config["value_head"]].pool(backbone.config.hidden_size)
+        if pool is not None:
+            n = len(POOL_PREFIX)
+            pool.load_state_dict(
+                {k[n:]: v for k, v in weights.items() if k.startswith(POOL_PREFIX)}
+            )
+        return cls(backbone, head, pool, support, config["value_head"]).to(device)

@@ -6,6 +6,12 @@ agent can keep its KV cache across turns: a row's context is the
 concatenation of the ``append`` chunks of its requests and the agent's own
 responses, until a request with ``reset=True`` starts it again (a new episode,
 or a window rebuilt after compaction).
+
+Which agent answers a request is the context strategy's (``cxsim.strategies``): every
+``act`` request goes to the acting agent, and a ``summarize`` request to it as well or,
+when the strategy has another agent write the summaries, to that agent, which holds none
+of the row and is given the whole summary prompt with ``reset=True``. The runtime reaches
+either only through :class:`Agent`.
 """
 
 from __future__ import annotations

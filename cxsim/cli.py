@@ -51,6 +51,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cxsim.experiments.verdicts",
         "a verdict on each of the paper's claims, from independent seeds",
     ),
+    "study": ("cxsim.experiments.study", "your own claims from a study file, on paired seeds"),
     "critic-probe": (
         "cxsim.experiments.critic_probe",
         "is the outcome in the context, and do the critic's features carry it",
@@ -71,6 +72,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "memory": ("cxsim.experiments.bench_memory", "loss-head peak memory and time per token"),
     "gpu": ("cxsim.experiments.bench_gpu", "0.5B-sized Qwen2 SFT + PPO on a GPU; tiny vs CPU"),
     "learning": ("cxsim.experiments.bench_learning", "regression check: CompactionRL still learns"),
+    "horizons": (
+        "cxsim.experiments.bench_horizons",
+        "each horizon's share of the rollouts vs of the policy gradient, per loss mode",
+    ),
 }
 
 

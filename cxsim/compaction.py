@@ -1,7 +1,7 @@
 """Compaction protocols and their configuration (docs/method.md section 1).
 
-The runtime (``cxsim.runtime``) drives environments under one of four
-protocols:
+The runtime (``cxsim.runtime``) drives environments under one context strategy
+(``cxsim.strategies``), chosen by ``CompactionConfig.protocol``:
 
 - ``compacted``: the paper's protocol. Before each response, if
   ``C - |h_t| < T_comp`` the same policy writes a summary of ``h_t`` and the
@@ -11,10 +11,12 @@ protocols:
   rebuilt as ``(s) + (u) + last k steps`` (a baseline).
 - ``external-summarizer``: like ``compacted`` but another agent (a scripted or
   frozen summarizer) writes the summary (the paper's Table 1 setting).
+- ``module:name`` or an installed plug-in's name: the user's own strategy
+  (docs/training.md, "Your own context strategy").
 
 "The window is full" has one meaning for every protocol: ``C - |h_t| < T_comp``
-before a response. Compacting protocols compact then (while compactions are
-left); otherwise the episode ends truncated and failed.
+before a response (``cxsim.strategies.window_full``). Compacting protocols compact
+then (while compactions are left); otherwise the episode ends truncated and failed.
 
 Sizes (budget, threshold, response and summary caps) may be left unset (None):
 ``fit_sizes`` derives them from oracle episodes in the chat format's own tokens,
@@ -25,17 +27,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated
+
+import tyro
+
+from cxsim.strategies import STRATEGIES, ContextStrategy, window_full
 
 if TYPE_CHECKING:  # annotations only: importing agents pulls torch, slowing every --help
     from cxsim.agents.chat import ChatFormat
-
-if TYPE_CHECKING:
     from cxsim.envs.defaults import EpisodeText
 
-Protocol = Literal["compacted", "single", "sliding-window", "external-summarizer"]
-PROTOCOLS: tuple[Protocol, ...] = ("compacted", "single", "sliding-window", "external-summarizer")
-SUMMARIZING: tuple[Protocol, ...] = ("compacted", "external-summarizer")
+PROTOCOLS: tuple[str, ...] = tuple(STRATEGIES)
+"""The protocols cxsim holds (``cxsim.strategies.STRATEGIES``); plug-ins come on top."""
+# A name the registry holds, an installed plug-in's name, or module:name (cxsim/plugins.py);
+# CompactionConfig checks it when it is built.
+Protocol = Annotated[str, tyro.conf.arg(metavar="{" + ",".join(PROTOCOLS) + "}|MODULE:NAME")]
 SIZES: tuple[str, ...] = ("budget", "threshold", "max_response_tokens", "max_summary_tokens")
 """The sizes ``fit_sizes`` derives when they are None."""
 
@@ -45,8 +51,9 @@ class CompactionConfig:
     """How contexts are bounded and compacted. Sizes are in tokens."""
 
     protocol: Protocol = "compacted"
-    """``compacted`` (paper), ``single`` (no compaction), ``sliding-window`` (no summary),
-    or ``external-summarizer`` (another agent writes the summaries)."""
+    """Context strategy (cxsim/strategies/): ``compacted`` (paper), ``single`` (no compaction),
+    ``sliding-window`` (no summary), ``external-summarizer`` (another agent writes the
+    summaries), or module:name for your own (docs/training.md, "Your own context strategy")."""
     budget: int | None = 320
     """Working budget C: no context (window or summary prompt + summary) ever exceeds it.
     None: derived from the environment's text and the chat format (``fit_sizes``)."""
@@ -77,11 +84,7 @@ class CompactionConfig:
     """Assistant responses per episode (paper: 250); the episode is truncated and fails after."""
 
     def __post_init__(self) -> None:
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(
-                f"protocol {self.protocol!r} is unknown: set --compaction.protocol to one of "
-                f"{', '.join(PROTOCOLS)}"
-            )
+        STRATEGIES.check("protocol", self.protocol)  # plug-ins: imported and validated
         for name in (*SIZES, "max_turns"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(
@@ -92,22 +95,13 @@ class CompactionConfig:
                 raise ValueError(
                     f"{name} ({getattr(self, name)}) must be >= 0: raise --compaction.{name}"
                 )
-        if self.threshold is not None and self.budget is not None and self.threshold > self.budget:
-            raise ValueError(
-                f"threshold ({self.threshold}) must be <= budget ({self.budget}): lower "
+        budget, threshold = self.budget, self.threshold
+        if budget is not None and threshold is not None and window_full(budget, threshold, 0):
+            raise ValueError(  # even an empty window would be full
+                f"threshold ({threshold}) must be <= budget ({budget}): lower "
                 "--compaction.threshold or raise --compaction.budget"
             )
-        if (
-            self.summarizes
-            and self.max_summary_tokens is not None
-            and self.threshold is not None
-            and self.max_summary_tokens >= self.threshold
-        ):
-            raise ValueError(
-                f"max_summary_tokens ({self.max_summary_tokens}) must be < threshold "
-                f"({self.threshold}) so that q_sum and the summary fit: lower "
-                "--compaction.max_summary_tokens or raise --compaction.threshold"
-            )
+        self.strategy.check(self)
         for name in ("summary_instruction", "resume_instruction"):
             if not getattr(self, name).strip():
                 raise ValueError(f"{name} is empty: set --compaction.{name} to a short instruction")
@@ -118,27 +112,34 @@ class CompactionConfig:
         return all(getattr(self, name) is not None for name in SIZES)
 
     @property
+    def strategy(self) -> ContextStrategy:
+        """The context strategy ``protocol`` names (``cxsim.strategies.STRATEGIES``)."""
+        return STRATEGIES[self.protocol]
+
+    @property
     def summarizes(self) -> bool:
         """True for the protocols whose rebuilt windows carry a summary."""
-        return self.protocol in SUMMARIZING
+        return self.strategy.summarizes
 
     @property
     def compacts(self) -> bool:
         """True for the protocols that rebuild a full window instead of failing."""
-        return self.protocol != "single"
+        return self.strategy.compacts
 
     def summary_reserve(self, chat: ChatFormat) -> int:
-        """Tokens kept free in a window while a compaction is left: ``|q_sum| + max_summary_tokens``.
+        """Tokens kept free in a window while a compaction is left: ``|q_sum| + max_summary_tokens``
+        (0 without a summary).
 
         Responses and observations never eat into it, so the summary prompt plus
         the summary always fits in the budget.
         """
-        if not self.summarizes:
-            return 0
-        return len(chat.summary_request(self.summary_instruction)) + self.max_summary_tokens
+        return self.strategy.summary_reserve(self, chat)
 
     def validate(self, chat: ChatFormat, system_prompt: str) -> None:
         """Checks that need the chat format; raises ValueError saying what to change.
+
+        The sizes must be set; then the strategy's checks
+        (``cxsim.strategies.ContextStrategy.validate``):
 
         - ``threshold >= |q_sum| + max_summary_tokens + |assistant header| + 1``, so
           that whenever a response is allowed at least one token of it fits;
@@ -154,28 +155,7 @@ class CompactionConfig:
                 "(the entry points do) or set --compaction.budget/threshold/max_response_tokens/"
                 "max_summary_tokens"
             )
-        header = len(chat.assistant_prefix())
-        q_sum = len(chat.summary_request(self.summary_instruction)) if self.summarizes else 0
-        summary = self.max_summary_tokens if self.summarizes else 0
-        need = q_sum + summary + header + 1
-        if self.threshold < need:
-            raise ValueError(
-                f"threshold ({self.threshold}) must be >= |q_sum| ({q_sum}) + max_summary_tokens "
-                f"({summary}) + assistant header ({header}) + 1 = {need}: raise "
-                "--compaction.threshold or lower --compaction.max_summary_tokens"
-            )
-        if not self.compacts:
-            return
-        rebuilt = len(chat.system(system_prompt))
-        if self.summarizes:
-            rebuilt += len(chat.resume(self.resume_instruction, "")) + self.max_summary_tokens
-        if self.budget - rebuilt < self.threshold:
-            raise ValueError(
-                f"budget ({self.budget}) is too small for a rebuilt window: system prompt and "
-                f"resume turn with a full summary take {rebuilt} tokens, leaving "
-                f"{self.budget - rebuilt} < threshold ({self.threshold}); raise "
-                "--compaction.budget or lower --compaction.threshold / max_summary_tokens"
-            )
+        self.strategy.validate(self, chat, system_prompt)
 
 
 def fit_sizes(
@@ -219,21 +199,17 @@ def fit_sizes(
     summary = derived(
         "max_summary_tokens", max(count("encode", s) + 1 for e in episodes for s in e.summaries)
     )
-    q_sum = count("summary_request", config.summary_instruction) if config.summarizes else 0
-    reserve = q_sum + summary if config.summarizes else 0
+    strategy = config.strategy
+    caps = replace(config, max_response_tokens=response, max_summary_tokens=summary, threshold=None)
+    reserve = strategy.summary_reserve(caps, chat)
     longest_obs = max(count("observation", o) for e in episodes for o in e.observations)
     threshold = derived("threshold", reserve + header + response + longest_obs)
-    sized = replace(
-        config, max_response_tokens=response, max_summary_tokens=summary, threshold=threshold
-    )
+    sized = replace(caps, threshold=threshold)
     if config.budget is not None:
         return sized
     system = count("system", system_prompt)
-    smallest_rebuilt = system + (
-        count("resume", config.resume_instruction, "") + summary if config.summarizes else 0
-    )
     plans = [_episode_plan(sized, measured, system, e) for e in episodes]
-    low = max(smallest_rebuilt, max(p.first for p in plans)) + threshold
+    low = max(strategy.rebuilt_floor(sized, count, system), max(p.first for p in plans)) + threshold
     high = max(p.first + sum(p.steps) for p in plans) + threshold
     while low < high:  # smallest budget that fits every episode (the fit grows with budget)
         mid = (low + high) // 2
@@ -270,21 +246,21 @@ class _EpisodePlan:
     steps: list[int]
 
     def fits(self, config: CompactionConfig, budget: int) -> bool:
-        """Whether the episode ends within ``max_compactions + 1`` windows of ``budget``."""
-        threshold = config.threshold
-        assert threshold is not None
-        window, windows = self.first, 1
+        """Whether the episode ends within ``max_compactions + 1`` windows of ``budget``:
+        the runtime's decisions (the strategy's trigger and kept steps) replayed on sizes."""
+        config = replace(config, budget=budget)
+        strategy = config.strategy
+        window, compactions = self.first, 0
         for i, cost in enumerate(self.steps):
-            if budget - window < threshold:
-                windows += 1
-                if not config.compacts or windows > config.max_compactions + 1:
+            trigger = strategy.trigger(config, window, compactions)
+            if trigger == "end":
+                return False
+            if trigger != "act":  # a rebuilt window, with or without a summary
+                compactions += 1
+                k = strategy.steps_kept(config, self.rebuilt, self.steps[:i])
+                if k is None:
                     return False
-                for k in range(min(config.keep_last, i), -1, -1):
-                    window = self.rebuilt + sum(self.steps[i - k : i])
-                    if budget - window >= threshold:
-                        break
-                else:
-                    return False
+                window = self.rebuilt + sum(self.steps[i - k : i])
             window += cost
         return True
 
@@ -294,11 +270,7 @@ def _episode_plan(
 ) -> _EpisodePlan:
     count = measured.count
     task = count("task", episode.task)
-    rebuilt = system
-    if config.keep_task or not config.summarizes:
-        rebuilt += task
-    if config.summarizes:
-        rebuilt += max(count("resume", config.resume_instruction, s) for s in episode.summaries)
+    rebuilt = config.strategy.rebuilt_size(config, count, system, task, episode.summaries)
     header = count("assistant_prefix")
     steps = [
         header + count("encode", a) + 1 + count("observation", o)

@@ -9,22 +9,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import gymnasium as gym
 import tyro
 
 from cxsim.compaction import CompactionConfig
+from cxsim.critics import VALUE_HEADS, VALUE_LOSSES
 from cxsim.envs.defaults import DEFAULT_KWARGS, DefaultKwargs, default_kwargs
 from cxsim.estimators import ESTIMATORS
 from cxsim.loss_modes import LOSS_MODES
 from cxsim.pretrained import policy_path
+from cxsim.tracking import RECORDED_WHEN_SET
 
 # The choices are the registries' (cxsim/estimators.py, cxsim/loss_modes.py): a name they
 # hold, an installed plug-in's name, or module:name for the user's own (cxsim/plugins.py);
 # PPOConfig checks the name when it is built.
 EstimatorName = Annotated[str, tyro.conf.arg(metavar="{" + ",".join(ESTIMATORS) + "}|MODULE:NAME")]
 LossMode = Annotated[str, tyro.conf.arg(metavar="{" + ",".join(LOSS_MODES) + "}|MODULE:NAME")]
+ValueHeadName = Annotated[str, tyro.conf.arg(metavar="{" + ",".join(VALUE_HEADS) + "}|MODULE:NAME")]
+ValueLossName = Annotated[
+    str, tyro.conf.arg(metavar="{" + ",".join(VALUE_LOSSES) + "}|MODULE:NAME")
+]
 ADAPTIVE_SCOPES: tuple[str, ...] = ("segment", "rollout")  # cxsim.advantages.ADAPTIVE_SCOPES
 LAMBDA_SCOPES: tuple[str, ...] = ("fixed", *ADAPTIVE_SCOPES)
 LambdaScope = Literal[LAMBDA_SCOPES]  # type: ignore[valid-type]
@@ -103,6 +109,13 @@ def check_env_id(env_id: str) -> None:
         raise ValueError(
             f"unknown environment id {env_id!r}; set --env.env-id to one of: {', '.join(cxsim_ids)}"
         )
+
+
+def when_set(default: Any) -> Any:
+    """A field with this default, recorded in settings and cache tags only when set to
+    something else (``cxsim.tracking.RECORDED_WHEN_SET``): for settings added after runs
+    were recorded, so those runs resume and their caches stay valid."""
+    return field(default=default, metadata={RECORDED_WHEN_SET: True})
 
 
 def check_policy_dir(path: str | Path, flag: str = "--policy") -> None:
@@ -268,10 +281,43 @@ class PPOConfig:
     """Entropy bonus weight (0: none, as in the paper)."""
     temperature: float = 1.0
     """Sampling temperature for training rollouts (log-probs are under this distribution)."""
+    value_head: ValueHeadName = when_set("last")
+    """What the critic's value of a prefix reads (cxsim/critics.py): ``last`` (its last hidden
+    state), ``prefix-mean`` (the mean of its hidden states), ``attention-pool`` (its hidden
+    states pooled by a learned query), or ``my_module:my_head`` for a ``ValueHead`` of your
+    own. Every one reads the prefix only."""
+    value_loss: ValueLossName = when_set("mse")
+    """Critic loss (cxsim/critics.py): ``mse`` (0.5 (V - G)^2), ``hl-gauss`` (cross-entropy
+    of logits over value bins to a Gaussian around the return; the value is the expectation
+    over the bins), or ``my_module:my_loss`` for a ``ValueLoss`` of your own."""
+    value_bins: int = when_set(32)
+    """hl-gauss: number of equal value bins on [value_min, value_max]."""
+    value_min: float = when_set(-0.1)
+    """hl-gauss: low end of the value bins (returns lie in [0, 1] here; a margin below)."""
+    value_max: float = when_set(1.1)
+    """hl-gauss: high end of the value bins (a margin above 1); returns outside are clamped."""
+    value_sigma: float | None = when_set(None)
+    """hl-gauss: width of the Gaussian around each return; None: 0.75 bin widths."""
+    critic_lam: float | None = when_set(None)
+    """Lambda of the critic's targets: None, the actor's (targets A + V from the estimator's
+    advantages); a float, the same estimator over the same segments at this lambda (1.0:
+    Monte-Carlo-like targets), whatever lambda the actor uses."""
+    value_pretrain_steps: int = when_set(0)
+    """Value-only optimiser steps before the first iteration, each on the whole fit share of
+    a fixed set of the starting policy's rollouts (collected once); the held-out share's
+    explained variance goes to TensorBoard (critic/pretrain_heldout_ev) and results.json.
+    0: none."""
+    value_pretrain_rollouts: int = when_set(64)
+    """Rollouts collected once for --ppo.value-pretrain-steps."""
+    value_pretrain_heldout: float = when_set(0.25)
+    """Share of those rollouts held out (whole rollouts) to measure explained variance on."""
 
     def __post_init__(self) -> None:
         ESTIMATORS.check("estimator", self.estimator)  # plug-ins: imported and validated
         LOSS_MODES.check("loss_mode", self.loss_mode)
+        VALUE_HEADS.check("value_head", self.value_head)
+        VALUE_LOSSES.check("value_loss", self.value_loss)
+        self._check_critic_variants()
         _one_of("lambda_scope", self.lambda_scope, LAMBDA_SCOPES)
         _one_of("protocol", self.protocol, ("compacted", "single"))
         if self.ratio_check_atol is not None and self.ratio_check_atol <= 0:
@@ -317,11 +363,66 @@ class PPOConfig:
         if self.temperature <= 0:
             raise ValueError(f"temperature={self.temperature} must be positive")
 
+    def _check_critic_variants(self) -> None:
+        if self.value_bins < 2 or not self.value_min < self.value_max:
+            raise ValueError(
+                f"value bins: need --ppo.value-bins >= 2 and --ppo.value-min < --ppo.value-max, "
+                f"got {self.value_bins} bins on [{self.value_min}, {self.value_max}]"
+            )
+        if self.value_sigma is not None and not self.value_sigma > 0:
+            raise ValueError(f"value_sigma={self.value_sigma} must be positive (or None)")
+        if self.value_loss == "hl-gauss" and self.value_clip_eps is not None:
+            raise ValueError(
+                "--ppo.value-clip-eps clips a scalar value; the hl-gauss loss has no clipped "
+                "form: drop --ppo.value-clip-eps or use --ppo.value-loss mse"
+            )
+        if self.critic_lam is not None and not 0.0 <= self.critic_lam <= 1.0:
+            raise ValueError(f"critic_lam={self.critic_lam} must lie in [0, 1] (or None)")
+        if self.value_pretrain_steps < 0:
+            raise ValueError(f"value_pretrain_steps={self.value_pretrain_steps} must be >= 0")
+        if not 0.0 < self.value_pretrain_heldout < 1.0:
+            raise ValueError(
+                f"value_pretrain_heldout={self.value_pretrain_heldout} must lie in (0, 1)"
+            )
+        held = self.pretrain_heldout_rollouts
+        if self.value_pretrain_steps and (held < 2 or self.value_pretrain_rollouts - held < 1):
+            raise ValueError(
+                f"--ppo.value-pretrain-rollouts {self.value_pretrain_rollouts} with "
+                f"--ppo.value-pretrain-heldout {self.value_pretrain_heldout} holds out {held} "
+                f"rollouts and fits on {self.value_pretrain_rollouts - held}: need at least 2 "
+                "held out and 1 to fit on"
+            )
+        critic_flags = {
+            "critic_lam": self.critic_lam is not None,
+            "value_pretrain_steps": self.value_pretrain_steps > 0,
+            "value_head": self.value_head != "last",
+            "value_loss": self.value_loss != "mse",
+        }
+        given = [name for name, on in critic_flags.items() if on]
+        if given and not self.uses_critic:
+            flag = "--ppo." + given[0].replace("_", "-")
+            raise ValueError(
+                f"{flag} sets up the critic, and estimator={self.estimator!r} has no critic: "
+                f"drop {flag} or choose a critic estimator"
+            )
+
     @property
     def uses_critic(self) -> bool:
         """The estimator needs a critic (its ``needs_critic`` in cxsim/estimators.py, or the
         plug-in's own)."""
         return ESTIMATORS[self.estimator].needs_critic
+
+    @property
+    def histogram_sigma(self) -> float:
+        """hl-gauss's Gaussian width: ``value_sigma``, or 0.75 bin widths."""
+        if self.value_sigma is not None:
+            return self.value_sigma
+        return 0.75 * (self.value_max - self.value_min) / self.value_bins
+
+    @property
+    def pretrain_heldout_rollouts(self) -> int:
+        """How many of the value-pretraining rollouts are held out (at least 1)."""
+        return max(1, round(self.value_pretrain_heldout * self.value_pretrain_rollouts))
 
 
 @dataclass(frozen=True)

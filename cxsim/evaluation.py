@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from cxsim.compaction import PROTOCOLS as RUNTIME_PROTOCOLS
 from cxsim.compaction import CompactionConfig
 from cxsim.compaction import Protocol as RuntimeProtocol
 
@@ -132,9 +131,8 @@ def pass_at_1(success: np.ndarray) -> PassAt1:
 
 
 def protocol_config(compaction: CompactionConfig, protocol: RuntimeProtocol) -> CompactionConfig:
-    """The runtime config of a protocol (Single: no compaction, same budget)."""
-    if protocol not in RUNTIME_PROTOCOLS:
-        raise ValueError(f"protocol must be one of {RUNTIME_PROTOCOLS}; got {protocol!r}")
+    """The runtime config of a protocol (Single: no compaction, same budget); any context
+    strategy's name, a plug-in's too (an unknown one raises the registry's one-line error)."""
     return replace(compaction, protocol=protocol)
 
 

@@ -17,6 +17,9 @@ __all__ = [
     "LOSS_MODES",
     "aggregate",
     "entropy_from_logits",
+    "histogram_edges",
+    "hl_gauss_loss",
+    "hl_gauss_target",
     "masked_mean",
     "policy_loss",
     "rollout_token_counts",
@@ -109,6 +112,52 @@ def value_loss(
         raise ValueError(f"clip_eps must be > 0 or None, got {clip_eps}")
     values_clipped = old_values + torch.clamp(values - old_values, -clip_eps, clip_eps)
     return 0.5 * torch.maximum(error, (values_clipped - returns) ** 2)
+
+
+def histogram_edges(
+    low: float, high: float, bins: int, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """(K + 1,) float32 edges of ``bins`` equal bins on ``[low, high]``."""
+    if bins < 1 or not low < high:
+        raise ValueError(f"need bins >= 1 and low < high, got bins={bins}, [{low}, {high}]")
+    return torch.linspace(low, high, bins + 1, dtype=torch.float32, device=device)
+
+
+def hl_gauss_target(returns: torch.Tensor, edges: torch.Tensor, sigma: float) -> torch.Tensor:
+    """HL-Gauss target distribution: (...) returns -> (..., K) bin probabilities.
+
+    The return ``G``, clamped to ``[edges[0], edges[-1]]``, is smeared as a Gaussian
+    ``N(G, sigma^2)``; bin k gets its mass between its edges, ``Phi((e_{k+1} - G) / sigma) -
+    Phi((e_k - G) / sigma)``, divided by the mass on the whole range so the K entries sum to
+    1 (a return at an edge loses the half outside). Computed in float64, returned in float32.
+    """
+    if not sigma > 0:
+        raise ValueError(f"sigma must be > 0, got {sigma}")
+    if edges.dim() != 1 or edges.numel() < 2:
+        raise ValueError(
+            f"edges must be a 1-D tensor of K + 1 >= 2 values, got {tuple(edges.shape)}"
+        )
+    e = edges.to(torch.float64)
+    g = returns.to(torch.float64).clamp(float(e[0]), float(e[-1]))[..., None]
+    cdf = torch.special.ndtr((e - g) / sigma)  # (..., K + 1)
+    mass = cdf[..., 1:] - cdf[..., :-1]
+    return (mass / (cdf[..., -1:] - cdf[..., :1])).to(torch.float32)
+
+
+def hl_gauss_loss(
+    logits: torch.Tensor, returns: torch.Tensor, edges: torch.Tensor, sigma: float
+) -> torch.Tensor:
+    """Per-token histogram loss: the cross-entropy ``-sum_k p_k log softmax(z)_k`` of the
+    head's logits z (S, T, K) to :func:`hl_gauss_target` of the returns (S, T); (S, T)."""
+    if logits.dim() != 3 or logits.shape[:2] != returns.shape:
+        raise ValueError(
+            f"logits must be (S, T, K) with (S, T) = returns' {tuple(returns.shape)}, "
+            f"got {tuple(logits.shape)}"
+        )
+    if logits.shape[-1] != edges.numel() - 1:
+        raise ValueError(f"logits have {logits.shape[-1]} bins and edges {edges.numel() - 1}")
+    target = hl_gauss_target(returns.detach(), edges, sigma)
+    return -(target * torch.log_softmax(logits.float(), dim=-1)).sum(dim=-1)
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,8 @@ Three functions (docs/method.md sections 3-5):
 - :func:`score_batch`: critic values (no grad), advantages of the configured
   estimator (``cxsim.estimators.ESTIMATORS``), critic targets, whitening; returns
   a :class:`ScoredBatch` and its statistics.
-- :func:`critic_update`: value-loss passes over the scored batch.
+- :func:`critic_update`: value-loss passes over the scored batch (the loss of
+  ``cxsim.critics.VALUE_LOSSES``; a histogram loss reads the critic's logits).
 - :func:`actor_update`: clipped-PPO passes over the scored batch. Before its first
   step it checks that the ratio is 1 (the policy has not moved since it sampled),
   naming the sampling and the scoring temperature when it is not.
@@ -49,10 +50,11 @@ from transformers import PreTrainedModel
 from cxsim.advantages import adaptive_lambda, bootstrapped_rewards, critic_returns, whiten
 from cxsim.agents.models import token_logprobs_at
 from cxsim.config import PPOConfig
+from cxsim.critics import VALUE_LOSSES, ValueLossInputs
 from cxsim.devices import Precision, autocast
 from cxsim.estimators import ESTIMATORS, EstimatorInputs
 from cxsim.loss_modes import LOSS_MODES
-from cxsim.losses import aggregate, masked_mean, policy_loss, rollout_token_counts, value_loss
+from cxsim.losses import aggregate, masked_mean, policy_loss, rollout_token_counts
 from cxsim.segments import SegmentBatch
 
 GlobalSum = Callable[[torch.Tensor], torch.Tensor]
@@ -233,7 +235,8 @@ def score_batch(
     lambda fixed or length-adaptive (``cfg.lambda_scope``); terminal rewards
     bootstrapped at environment truncations when ``cfg.bootstrap_truncated`` (from the
     critic's value after the row and ``continuation``, :func:`final_values`); critic
-    targets ``A + V`` from the estimator's advantages; whitening last, if on. The only
+    targets ``A + V`` from the estimator's advantages, or, with ``cfg.critic_lam``, from
+    the same estimator's advantages at that lambda; whitening last, if on. The only
     model pass is the critic's (no grad; the behaviour log-probs come with the batch).
     """
     mask = batch.policy_mask(cfg.train_summaries)  # (S, T)
@@ -261,7 +264,11 @@ def score_batch(
         group_id=batch.group_id, gamma=cfg.gamma, lam=lam,
     )  # fmt: skip
     advantages = estimator.advantages(inputs)
-    returns = critic_returns(advantages, values, mask)
+    if cfg.critic_lam is None:  # the critic's targets from the actor's advantages
+        returns = critic_returns(advantages, values, mask)
+    else:  # the same estimator over the same segments, at the critic's lambda
+        critic_advantages = estimator.advantages(replace(inputs, lam=cfg.critic_lam))
+        returns = critic_returns(critic_advantages, values, mask)
     trained = whiten_fn(advantages, mask) if cfg.whiten else advantages
 
     summary_rows = batch.is_summary[:, None] & mask
@@ -302,9 +309,12 @@ def critic_update(
     sync_grads: SyncGrads = _no_sync,
     precision: Precision = "fp32",
 ) -> dict[str, float]:
-    """``passes`` passes of ``cfg.minibatches`` steps on the token-mean value loss."""
+    """``passes`` passes of ``cfg.minibatches`` steps on the token-mean value loss
+    (``VALUE_LOSSES[cfg.value_loss]``, cxsim/critics.py)."""
     losses, norms = [], []
     device = scored.batch.token_ids.device
+    value_loss = VALUE_LOSSES[cfg.value_loss]
+    with_logits = value_loss.support(cfg) is not None  # a histogram head: the loss reads logits
     for _ in range(passes):
         for rows in minibatch_rows(scored.batch, cfg.minibatches):
             minibatch = scored.select(rows)
@@ -314,9 +324,17 @@ def critic_update(
             optimizer.zero_grad(set_to_none=True)
             total = 0.0
             for micro in micro_batches(minibatch, cfg.micro_batch_rows, cfg.micro_batch_tokens):
+                logits = None
                 with autocast(precision, device):
-                    values = critic(micro.batch.token_ids, micro.batch.attention)  # (s, t)
-                per_token = value_loss(values, micro.values, micro.returns, cfg.value_clip_eps)
+                    if with_logits:  # (s, t), (s, t, K)
+                        values, logits = critic(
+                            micro.batch.token_ids, micro.batch.attention, return_logits=True
+                        )
+                    else:
+                        values = critic(micro.batch.token_ids, micro.batch.attention)  # (s, t)
+                per_token = value_loss.loss(
+                    ValueLossInputs(values, logits, micro.values, micro.returns, cfg)
+                )
                 loss = aggregate(per_token, micro.policy_mask, "token-mean", None, denom)
                 loss.backward()
                 total += float(loss.detach())

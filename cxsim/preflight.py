@@ -18,12 +18,12 @@ from functools import lru_cache
 import gymnasium as gym
 
 from cxsim.agents.chat import ChatFormat
-from cxsim.agents.scripted import ScriptedAgent
 from cxsim.compaction import CompactionConfig, fit_sizes
 from cxsim.config import EnvConfig
 from cxsim.envs.defaults import PUBLISHED_SIZES, EpisodeText, sample_episodes
 from cxsim.envs.scripted import has_oracle
 from cxsim.runtime import collect_rollouts
+from cxsim.strategies.compacted import COMPACTED
 
 SIZING_EPISODES = 128
 """Oracle episodes whose text sizes the window (their longest pieces, and all of them must fit)."""
@@ -74,10 +74,12 @@ def preflight(
         texts = _episodes(env.env_id, tuple(sorted(env.kwargs.items())))
         floors = PUBLISHED_SIZES.get(env.env_id)
         sized = fit_sizes(compaction, chat, env.system_prompt, texts, floors)
-    runtime = replace(sized, protocol="compacted")
-    agent = ScriptedAgent(env.env_id, chat, omission_rate=0.0, seed=0)
+    runtime = replace(sized, protocol=COMPACTED.name)
+    agents = COMPACTED.scripted_agents(env.env_id, chat, omission_rate=0.0, seed=0)
     seeds = list(range(PREFLIGHT_SEED, PREFLIGHT_SEED + episodes))
-    records = collect_rollouts(env.env_id, env.kwargs, agent, runtime, seeds, chat).records
+    records = collect_rollouts(
+        env.env_id, env.kwargs, agents.actor, runtime, seeds, chat, agents.summarizer
+    ).records
     solved = sum(r.success for r in records)
     if solved < min_solved * episodes:
         ends = Counter(r.end_reason for r in records if not r.success)

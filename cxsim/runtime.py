@@ -1,6 +1,9 @@
 """Batched compaction runtime: N environments in lockstep, recorded as segments.
 
-docs/method.md sections 1-2. Each row (one environment, one episode) keeps its
+docs/method.md sections 1-2. The runtime holds no protocol of its own: the config's
+context strategy (``CompactionConfig.strategy``, ``cxsim.strategies``) decides when a row
+acts, summarizes, rebuilds its window or ends, what the rebuilt window holds, who writes a
+summary and which segments a window or a summary yields. Each row (one environment, one episode) keeps its
 working window ``h_t = (s, u, z_1, ..., z_t)``; a step ``z_i`` is the assistant
 header, the response ``a_i`` and the observation ``o_i`` it caused, and is never
 split. Every loop iteration asks each live row for one turn, so one call to the
@@ -37,10 +40,11 @@ Decisions the paper leaves open, made here:
   ``key_facts`` and ``needed_facts`` info keys; otherwise it is simply not recorded.
 - **Recorded segments.** Execution windows with no token generated in them are
   not recorded (they carry no training signal); summary segments are recorded
-  only when the acting policy wrote the summary (not under
-  ``external-summarizer``, where it is not the policy's action). Segment indices
-  count the recorded segments in time order.
-- **Sliding-window** rebuilds count as compactions (bounded by ``max_compactions``).
+  only when the acting policy wrote the summary (a summary another agent wrote is
+  not the policy's action). Segment indices count the recorded segments in time order.
+- **Rebuilds without a summary** count as compactions (bounded by ``max_compactions``).
+- **A summary written by another agent** (the strategy's ``summary_by``) is asked for
+  with the whole summary prompt and ``reset=True``: that agent holds none of the row.
 """
 
 from __future__ import annotations
@@ -135,7 +139,7 @@ class RolloutRecord:
     turns: int
     compactions: int
     summaries: list[str]
-    """Text of each summary, in order (also under ``external-summarizer``)."""
+    """Text of each summary, in order (also those another agent wrote)."""
     summary_recall: list[dict[str, bool]]
     """Per summary: needed fact -> the summary kept its value at that time (empty when the
     environment has no ground truth to score summaries against)."""
@@ -209,7 +213,8 @@ class _Row:
 
 
 class _Runner:
-    """The per-row state machine of one ``collect_rollouts`` call."""
+    """The per-row state machine of one ``collect_rollouts`` call; every protocol decision
+    is the strategy's (``cxsim.strategies``)."""
 
     def __init__(
         self,
@@ -219,44 +224,49 @@ class _Runner:
         recall: RecallHook | None = None,
     ):
         self.config = config
+        self.strategy = config.strategy
         self.recall = recall
         self.chat = chat
         self.system = chat.system(system_prompt)
         self.header = chat.assistant_prefix()
-        self.q_sum = chat.summary_request(config.summary_instruction)
-        self.reserve = config.summary_reserve(chat)
+        self.q_sum = self.strategy.summary_prompt(config, chat)
+        self.reserve = self.strategy.summary_reserve(config, chat)
+
+    def author(self, request: TurnRequest) -> int:
+        """Who answers ``request``: 0 the acting agent, 1 the summarizer agent."""
+        return int(request.kind == "summarize" and not self.strategy.policy_summarizes)
 
     # -- deciding the next turn ------------------------------------------
-    def next_request(self, row: _Row, external_summary: bool) -> TurnRequest | None:
+    def next_request(self, row: _Row) -> TurnRequest | None:
         """The row's next request, or None when the row's episode ended here."""
         cfg = self.config
         if row.turns >= cfg.max_turns:
             return self.end(row, "max_turns")
-        room = cfg.budget - len(row.window)
-        if room < cfg.threshold:
-            if not cfg.compacts or row.compactions >= cfg.max_compactions:
-                return self.end(row, "window_full")
-            if cfg.protocol == "sliding-window":
-                self.rebuild(row, summary=None)
-                return None if row.end_reason else self.next_request(row, external_summary)
-            return self.summary_request(row, external_summary)
+        trigger = self.strategy.trigger(cfg, len(row.window), row.compactions)
+        if trigger == "end":
+            return self.end(row, "window_full")
+        if trigger == "rebuild":
+            self.close_window(row)
+            self.rebuild(row, summary=None)
+            return None if row.end_reason else self.next_request(row)
+        if trigger == "summarize":
+            return self.summary_request(row)
         row.extend(self.header)
         reserve = self.reserve if row.compactions < cfg.max_compactions else 0
         cap = min(cfg.max_response_tokens, cfg.budget - len(row.window) - reserve)
         row.pending = "act"
         return self.request(row, "act", row.window[row.sent :], row.reset, cap)
 
-    def summary_request(self, row: _Row, external: bool) -> TurnRequest:
+    def summary_request(self, row: _Row) -> TurnRequest:
+        """The acting agent continues the row's context; another agent holds none of it and
+        is given the whole summary prompt."""
         row.pending = "summarize"
         prompt = row.window + self.q_sum
-        if external:
-            return TurnRequest(
-                row=row.slot, kind="summarize", append=prompt, reset=True,
-                max_new_tokens=self.config.max_summary_tokens,
-                context_text=self.chat.decode(row.window), info=row.info,
-            )  # fmt: skip
-        append = prompt[row.sent :]
-        return self.request(row, "summarize", append, row.reset, self.config.max_summary_tokens)
+        if self.strategy.policy_summarizes:
+            append, reset = prompt[row.sent :], row.reset
+        else:
+            append, reset = prompt, True
+        return self.request(row, "summarize", append, reset, self.config.max_summary_tokens)
 
     def request(
         self, row: _Row, kind: Literal["act", "summarize"], append: list[int], reset: bool, cap: int
@@ -272,7 +282,7 @@ class _Runner:
         row.tokens_generated += len(response.token_ids)
         row.pending = None
         if request.kind == "summarize":
-            self.apply_summary(row, request, response)
+            self.apply_summary(row, response)
         else:
             self.apply_action(row, response)
 
@@ -304,63 +314,49 @@ class _Runner:
         row.extend(obs_ids)
         row.steps.append((step_start, len(row.window)))
 
-    def apply_summary(self, row: _Row, request: TurnRequest, response: TurnResponse) -> None:
+    def apply_summary(self, row: _Row, response: TurnResponse) -> None:
+        """Closes the window, records what the strategy makes of the summary, rebuilds."""
         ids = list(response.token_ids)
-        external = self.config.protocol == "external-summarizer"
         prompt = row.window + self.q_sum
         row.peak_context = max(row.peak_context, len(prompt) + len(ids))
         row.tokens_summarised += len(ids)
-        if not external:
-            self.close_window(row)
-            row.segments.append(
-                Segment(
-                    role="summary", token_ids=prompt + ids,
-                    trainable=[False] * len(prompt) + [True] * len(ids),
-                    logprobs=[0.0] * len(prompt) + list(response.logprobs),
-                    rollout_id=row.rollout_id, segment_index=len(row.segments),
-                )
-            )  # fmt: skip
+        self.close_window(row)
+        segment = self.strategy.summary_segment(
+            prompt, ids, list(response.logprobs), row.rollout_id, len(row.segments)
+        )
+        if segment is not None:
+            row.segments.append(segment)
         row.summaries.append(response.text)
         recall = self.recall(response.text, row.info) if self.recall else None
         if recall is not None:
             row.recalls.append(recall)
         row.transcript.append(f"[summary {len(row.summaries)}] {response.text}")
-        self.rebuild(row, summary=response.text, window_closed=not external)
+        self.rebuild(row, summary=response.text)
 
     # -- windows -----------------------------------------------------------
     def close_window(self, row: _Row) -> None:
-        """Record the current window as an execution segment (if anything was generated in it)."""
-        if any(row.trainable):
-            row.segments.append(
-                Segment(
-                    role="execution", token_ids=list(row.window), trainable=list(row.trainable),
-                    logprobs=list(row.logprobs), rollout_id=row.rollout_id,
-                    segment_index=len(row.segments), step_rewards=list(row.step_rewards),
-                )
-            )  # fmt: skip
+        """Record the current window as the segment the strategy makes of it (if any)."""
+        segment = self.strategy.window_segment(
+            row.window, row.trainable, row.logprobs, row.step_rewards,
+            row.rollout_id, len(row.segments),
+        )  # fmt: skip
+        if segment is not None:
+            row.segments.append(segment)
 
-    def rebuild(self, row: _Row, summary: str | None, window_closed: bool = False) -> None:
-        """Replace the window by ``(s) + [u] + u_resume(S) + last k steps`` (k lowered to fit)."""
+    def rebuild(self, row: _Row, summary: str | None) -> None:
+        """Replace the (closed) window by the strategy's rebuilt prefix + the last k steps
+        (k lowered until the window is not full)."""
         cfg = self.config
-        if not window_closed:
-            self.close_window(row)
-        base = list(self.system)
-        if cfg.keep_task or summary is None:
-            base += row.task
-        if summary is not None:
-            base += self.chat.resume(cfg.resume_instruction, summary)
+        base = self.strategy.rebuilt_prefix(cfg, self.chat, self.system, row.task, summary)
         old, steps = row.window, row.steps
-        for k in range(min(cfg.keep_last, len(steps)), -1, -1):
-            kept = steps[len(steps) - k :]
-            size = len(base) + sum(end - start for start, end in kept)
-            if cfg.budget - size >= cfg.threshold:
-                break
+        k = self.strategy.steps_kept(cfg, len(base), [end - start for start, end in steps])
+        kept = steps[len(steps) - k :] if k is not None else []
         row.compactions += 1
         row.window, row.trainable, row.logprobs, row.steps = [], [], [], []
         row.step_rewards = []
         row.sent, row.reset = 0, True
         row.extend(base)
-        if cfg.budget - size < cfg.threshold:
+        if k is None:
             # Even k = 0 leaves no room (a long task kept with keep_task).
             self.end(row, "window_full")
             return
@@ -418,15 +414,15 @@ def collect_rollouts(
     rollout_id_start: int = 0,
     group_ids: Sequence[int] | None = None,
 ) -> RolloutBatch:
-    """Run one episode per seed, all in lockstep, under ``config``'s protocol.
+    """Run one episode per seed, all in lockstep, under ``config``'s context strategy.
 
     Rows are keyed by rollout id (``rollout_id_start + i`` for the i-th seed), which
-    is also the ``row`` of every request. ``summarizer_agent`` writes the summaries
-    under ``external-summarizer`` (required there, unused otherwise). ``group_ids``
-    (one per seed) tags rollouts of the same task for group estimators.
+    is also the ``row`` of every request. ``summarizer_agent`` writes the summaries when
+    the strategy has another agent write them (``summary_by="summarizer"``: required then,
+    unused otherwise). ``group_ids`` (one per seed) tags rollouts of the same task for
+    group estimators.
     """
-    if config.protocol == "external-summarizer" and summarizer_agent is None:
-        raise ValueError("protocol 'external-summarizer' needs a summarizer_agent")
+    config.strategy.check_agents(config.protocol, summarizer_agent)
     if group_ids is not None and len(group_ids) != len(seeds):
         raise ValueError(f"group_ids has {len(group_ids)} entries for {len(seeds)} seeds")
     envs = [gym.make(env_id, **env_kwargs) for _ in seeds]
@@ -447,26 +443,30 @@ def collect_rollouts(
         row.transcript += [f"[system] {system_prompt}", f"[task] {task_text}"]
         rows.append(row)
 
-    external = config.protocol == "external-summarizer"
+    _lockstep(runner, rows, (agent, summarizer_agent))
+    for env in envs:
+        env.close()
+    records = [runner.finish(row) for row in rows]
+    return RolloutBatch(segments=[seg for row in rows for seg in row.segments], records=records)
+
+
+def _lockstep(runner: _Runner, rows: list[_Row], agents: tuple[Agent, Agent | None]) -> None:
+    """Until every row's episode ends: each live row's next request, then one ``respond``
+    call per agent (the acting agent first) for the requests the strategy routes to it."""
     live = list(rows)
     while live:
-        own: list[tuple[_Row, TurnRequest]] = []
-        other: list[tuple[_Row, TurnRequest]] = []
+        batches: tuple[list[tuple[_Row, TurnRequest]], ...] = ([], [])
         for row in live:
-            request = runner.next_request(row, external)
-            if request is None:
-                continue
-            (other if external and request.kind == "summarize" else own).append((row, request))
-        for batch, who in ((own, agent), (other, summarizer_agent)):
+            request = runner.next_request(row)
+            if request is not None:
+                batches[runner.author(request)].append((row, request))
+        for batch, who in zip(batches, agents, strict=True):
             if not batch:
                 continue
+            assert who is not None  # check_agents: a strategy that needs a summarizer has one
             responses = who.respond([request for _, request in batch])
             if len(responses) != len(batch):
                 raise RuntimeError(f"agent answered {len(responses)} of {len(batch)} requests")
             for (row, request), response in zip(batch, responses, strict=True):
                 runner.apply(row, request, response)
         live = [row for row in live if row.end_reason is None]
-    for env in envs:
-        env.close()
-    records = [runner.finish(row) for row in rows]
-    return RolloutBatch(segments=[seg for row in rows for seg in row.segments], records=records)

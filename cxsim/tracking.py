@@ -89,10 +89,31 @@ def log_transcripts(writer: SummaryWriter, transcripts: Iterable[str], step: int
         writer.add_text(f"transcripts/{i}", block, step)
 
 
+RECORDED_WHEN_SET = "cxsim.recorded_when_set"
+"""Field metadata key: the field is left out of records (settings, cache tags) while it
+holds its default. Settings added after runs were recorded use it, so those runs' records
+and cache folders stay valid: ``field(default=..., metadata={RECORDED_WHEN_SET: True})``."""
+
+
+def _recorded(value: Any, f: dataclasses.Field) -> bool:
+    if not f.metadata.get(RECORDED_WHEN_SET):
+        return True
+    if f.default is not dataclasses.MISSING:
+        return getattr(value, f.name) != f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return getattr(value, f.name) != f.default_factory()
+    return True
+
+
 def to_jsonable(value: Any) -> Any:
-    """Dataclasses, tuples, paths and non-finite floats made JSON-friendly."""
+    """Dataclasses, tuples, paths and non-finite floats made JSON-friendly (a dataclass
+    field marked :data:`RECORDED_WHEN_SET` only when it differs from its default)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: to_jsonable(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if _recorded(value, f)
+        }
     if isinstance(value, Mapping):
         return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -70,12 +70,24 @@ class EpisodeText:
 def sample_episodes(
     env_id: str, kwargs: dict[str, Any], episodes: int, seed: int = 0
 ) -> list[EpisodeText]:
-    """Plays the oracle on seeds ``seed .. seed + episodes - 1`` and records the text."""
+    """Plays the oracle on seeds ``seed .. seed + episodes - 1`` and records the text.
+
+    An env whose episodes differ in length by design (KeyRecall's horizon dial) names the
+    reset options of its longest in ``longest_episode_options()``; one more episode, on
+    seed ``seed + episodes`` with those options, is then added, so sizes derived from
+    these texts hold the longest episode whatever the seeds drew.
+    """
     env = gym.make(env_id, **kwargs)
+    longest = getattr(env.unwrapped, "longest_episode_options", lambda: None)()
+    plays: list[tuple[int, dict[str, Any] | None]] = [
+        (s, None) for s in range(seed, seed + episodes)
+    ]
+    if longest is not None:
+        plays.append((seed + episodes, longest))
     summarizer = ScriptedSummarizer(omission_rate=0.0)
     texts = []
-    for s in range(seed, seed + episodes):
-        episode = play(env, oracle_for(env), seed=s)
+    for s, options in plays:
+        episode = play(env, oracle_for(env), seed=s, options=options)
         everything = " ".join([episode.task, *episode.actions, *episode.observations])
         before = [episode.reset_info, *episode.infos[:-1]]
         summaries = [summarizer.summarize(everything, info) for info in before]

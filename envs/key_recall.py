@@ -29,6 +29,22 @@ REVISION = "news : the key is now {v} ."
 DECOYS = ("a sign says the lock code is {v} .", "a note says the gate key is {v} .")
 
 
+def _length_range(low: int | None, high: int | None) -> tuple[int, int] | None:
+    """``(min, max)`` of the horizon dial, or None when it is off; raises on a bad pair."""
+    if low is None and high is None:
+        return None
+    if low is None or high is None:
+        raise ValueError(
+            "give both memory_length_min and memory_length_max (the range each episode's "
+            f"memory length is drawn from), or neither; got {low} and {high}"
+        )
+    if not 1 <= low <= high:
+        raise ValueError(
+            f"memory_length_min={low} and memory_length_max={high} must satisfy 1 <= min <= max"
+        )
+    return int(low), int(high)
+
+
 class KeyRecall(CorridorEnv):
     """Remember a key shown early, walk a corridor of distracting text, answer a question.
 
@@ -66,7 +82,15 @@ class KeyRecall(CorridorEnv):
     reward), ``num_values``, ``obs_words_mean`` / ``obs_words_std``
     (compaction pressure), ``num_decoys``, ``num_revisions``, ``noise``
     (probability a corridor word becomes ``#``), ``error_penalty``,
-    ``horizon`` (default: an errorless episode + 8). Presets in ``PRESETS``.
+    ``horizon`` (default: an errorless episode + 8, of the longest memory
+    length). Presets in ``PRESETS``.
+
+    ``memory_length_min`` / ``memory_length_max`` (both or neither; default
+    off): the horizon dial. Each reset draws the episode's memory length
+    uniformly from ``[min, max]`` with the env's seeded RNG, in place of
+    ``memory_length``, so one batch mixes short episodes (one window) and long
+    ones (many compactions). ``reset(options={"memory_length": n})`` fixes one
+    episode's length inside the range (the window sizing plays the longest).
 
     ## Version history
     * v0: initial version.
@@ -110,9 +134,19 @@ class KeyRecall(CorridorEnv):
         error_penalty: float = 0.0,
         horizon: int | None = None,
         render_mode: str | None = None,
+        memory_length_min: int | None = None,
+        memory_length_max: int | None = None,
     ) -> None:
         if variant not in ("passive", "active"):
             raise ValueError(f"variant={variant!r}; choose 'passive' or 'active'")
+        self.memory_length_range = _length_range(memory_length_min, memory_length_max)
+        if self.memory_length_range is not None:
+            memory_length = self.memory_length_range[1]  # horizon and checks: the longest
+            if num_decoys + num_revisions > 0 and self.memory_length_range[0] < 2:
+                raise ValueError(
+                    "decoys and revisions need every memory length >= 2: raise memory_length_min"
+                )
+        self._fixed_length: int | None = None
         if 1 + num_decoys + num_revisions > num_values:
             raise ValueError(
                 f"1 + num_decoys + num_revisions = {1 + num_decoys + num_revisions} distinct "
@@ -137,7 +171,32 @@ class KeyRecall(CorridorEnv):
             early_action=variant == "active",
         )
 
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        length = (options or {}).get("memory_length")
+        if length is not None:
+            low, high = self.memory_length_range or (self.memory_length,) * 2
+            if not low <= length <= high:
+                raise ValueError(
+                    f"reset option memory_length={length} must lie in [{low}, {high}] "
+                    "(memory_length_min / memory_length_max)"
+                )
+        self._fixed_length = length
+        return super().reset(seed=seed, options=options)
+
+    def longest_episode_options(self) -> dict[str, Any] | None:
+        """Reset options that give this env's longest episode (the horizon dial's longest
+        memory length), for the window sizing; None when every episode has one length."""
+        if self.memory_length_range is None:
+            return None
+        return {"memory_length": self.memory_length_range[1]}
+
     def _draw_plan(self, rng: np.random.Generator) -> Plan:
+        if self.memory_length_range is not None:  # the horizon dial: this episode's length
+            low, high = self.memory_length_range
+            drawn = int(rng.integers(low, high + 1))
+            self.memory_length = drawn if self._fixed_length is None else self._fixed_length
         values = [self.values[i] for i in rng.permutation(self.num_values)]
         key = values[0]
         tasks = ACTIVE_TASKS if self._early else PASSIVE_TASKS

@@ -123,9 +123,12 @@ class Episode:
         return "\n".join(lines)
 
 
-def play(env: gym.Env, agent: Oracle, seed: int | None = None) -> Episode:
-    """Run one episode of ``agent`` (oracle, random, ...) on ``env`` to its end."""
-    obs, info = env.reset(seed=seed)
+def play(
+    env: gym.Env, agent: Oracle, seed: int | None = None, options: dict[str, Any] | None = None
+) -> Episode:
+    """Run one episode of ``agent`` (oracle, random, ...) on ``env`` to its end (reset with
+    ``seed`` and ``options``)."""
+    obs, info = env.reset(seed=seed, options=options)
     episode = Episode(task=obs, reset_info=info)
     while True:
         action = agent.act(obs, info)

@@ -16,25 +16,44 @@ Reads top to bottom. For one policy (``--policy``):
    policy, trained by the trainer's own critic step (``score_batch`` then ``critic_update``,
    ``--ppo.*`` settings) on the fit rollouts, ``rollouts_per_batch`` at a time with the
    policy fixed; after each iteration its explained variance of the held-out outcome at
-   each segment's first trainable token.
+   each segment's first trainable token;
+5. **critic variants** (``--variants``, with ``--critic-iterations N``): for each value head
+   (``last``, ``prefix-mean``, ``attention-pool``; cxsim/critics.py), optionally with a value
+   loss (``+mse``, ``+hl-gauss``; else ``--ppo.value-loss``): a ridge probe of the features
+   that head reads, fresh from the policy (for a pooled head, the pooled features), and the
+   learning curve of a critic of that variant (``cxsim.critics.build_critic``) trained by
+   the trainer's own critic step as in step 4, on the same fit rollouts and the same
+   minibatch order. Both are measured where the ceiling of step 2 applies: the held-out
+   explained variance of the outcome at the first trainable token of each rollout's last
+   segment (whose window holds the last summary). One row per variant: the probe's
+   explained variance (ridge penalty chosen on a validation quarter of the fit rollouts),
+   the critic's after its N iterations, and the optimiser steps it took to reach half the
+   ceiling. The JSON also holds each variant's curve by segment index and its head's probe
+   at every segment's first trainable token (``probe_by_segment``, as in step 3). With
+   ``--out X.json`` the rows also go to ``X.md`` as a Markdown table.
 
 Why: on the verdict run the critic's explained variance stayed near 0 at every segment
 (docs/results.md, "The critic by segment"); this separates "the outcome is not
 predictable from the context" from "the value head's features do not carry it".
 
     cxsim critic-probe --policy runs/sft/policy --out probe.json
+    cxsim critic-probe --policy runs/sft/policy --critic-iterations 16 --out probe.json \
+      --variants last prefix-mean attention-pool last+hl-gauss prefix-mean+hl-gauss
 """
 
 from __future__ import annotations
 
+import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import tyro
 
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, PPOConfig
+from cxsim.critics import VALUE_HEADS, VALUE_LOSSES
 
 FEATURES = ("last", "prefix-mean")
 """Feature sets of the probe: the hidden state at the value's position, and the mean of the
@@ -63,6 +82,11 @@ class Config:
     critic step on the fit rollouts (0: skip)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """The critic step's settings (rollouts per iteration, critic ratio, lr, estimator)."""
+    variants: tuple[str, ...] | None = None
+    """Critic variants to compare (needs --critic-iterations): each a value head (``last``,
+    ``prefix-mean``, ``attention-pool`` or ``module:name``), optionally ``+`` a value loss
+    (``mse``, ``hl-gauss``; else --ppo.value-loss), e.g. ``last prefix-mean+hl-gauss``; the
+    other --ppo.* settings are shared. None: only the configured --ppo.* critic."""
     out: str | None = None
     """Write the figures here as JSON (None: print only)."""
     threads: int = 1
@@ -79,6 +103,43 @@ class Config:
             raise ValueError(f"--critic-iterations {self.critic_iterations} must be >= 0")
         if self.critic_iterations and not self.ppo.uses_critic:
             raise ValueError(f"--ppo.estimator {self.ppo.estimator!r} has no critic to train")
+        if self.variants is not None:
+            self._check_variants(self.variants)
+
+    def _check_variants(self, variants: tuple[str, ...]) -> None:
+        if not variants:
+            raise ValueError("--variants: name at least one, e.g. --variants last prefix-mean")
+        if not self.ppo.uses_critic:
+            raise ValueError(f"--variants: --ppo.estimator {self.ppo.estimator!r} has no critic")
+        if not self.critic_iterations:
+            raise ValueError(
+                "--variants trains a critic of each variant: set --critic-iterations N (e.g. 16)"
+            )
+        repeated = sorted({v for v in variants if variants.count(v) > 1})
+        if repeated:
+            raise ValueError(f"--variants names {', '.join(repeated)} twice: name each once")
+        for variant in variants:
+            variant_ppo(self.ppo, variant)
+
+
+def variant_ppo(ppo: PPOConfig, variant: str) -> PPOConfig:
+    """``ppo`` with the value head and loss ``variant`` names (``head`` or ``head+loss``; the
+    loss defaults to ``ppo.value_loss``); a one-line ValueError for a bad variant."""
+    head, plus, loss = variant.partition("+")
+    if not head or (plus and not loss) or "+" in loss:
+        raise ValueError(
+            f"--variants {variant!r}: write a value head, optionally +loss (e.g. last+hl-gauss)"
+        )
+    try:
+        VALUE_HEADS.check("--variants head", head)
+        if plus:
+            VALUE_LOSSES.check("--variants loss", loss)
+        return replace(ppo, value_head=head, value_loss=loss or ppo.value_loss)
+    except ValueError as error:  # the registries' errors are KeyErrors too: take the text
+        text = error.args[0] if error.args else str(error)
+        raise ValueError(
+            text if text.startswith("--variants") else f"--variants {variant}: {text}"
+        ) from None
 
 
 def explained_variance(pred: Any, real: Any) -> float:
@@ -97,6 +158,22 @@ def ridge_heldout_ev(x: Any, y: Any, fit: Any, ridge: float) -> float:
     gram = z[fit].T @ z[fit] + ridge * torch.eye(z.shape[1], dtype=x.dtype)
     weights = torch.linalg.solve(gram, z[fit].T @ y[fit])
     return explained_variance(z[~fit] @ weights, y[~fit])
+
+
+def ridge_probe(x: Any, y: Any, fit: Any, ridges: tuple[float, ...]) -> tuple[float, float]:
+    """``(held-out explained variance, ridge)``: the ridge penalty chosen on a validation
+    quarter of the fit rows (their last rows, at least 2; the middle penalty when no
+    penalty scores there), then the probe refit on every fit row (:func:`ridge_heldout_ev`)."""
+    import torch
+
+    fit_rows = torch.nonzero(fit).squeeze(1)
+    held = max(2, len(fit_rows) // 4)
+    inner = torch.zeros(len(fit_rows), dtype=torch.bool)
+    inner[: len(fit_rows) - held] = True
+    scores = [ridge_heldout_ev(x[fit_rows], y[fit_rows], inner, r) for r in ridges]
+    scored = [(ev, r) for ev, r in zip(scores, ridges, strict=True) if not math.isnan(ev)]
+    ridge = max(scored)[1] if scored else sorted(ridges)[len(ridges) // 2]
+    return ridge_heldout_ev(x, y, fit, ridge), ridge
 
 
 def outcome_ceiling(records: list[Any]) -> dict[str, float]:
@@ -121,13 +198,13 @@ def outcome_ceiling(records: list[Any]) -> dict[str, float]:
     return out
 
 
-def value_features(critic: Any, batch: Any, rows: int = 16) -> dict[str, Any]:
-    """(S, H) features per row at the position whose hidden state gives the value of the
-    row's first trainable token: the last hidden state there and the prefix mean."""
+def _hidden_states(critic: Any, batch: Any, rows: int) -> Any:
+    """Per chunk of ``rows`` rows: ``(hidden (s, T, H), mask (s, T) long, at (s,))`` from the
+    critic's backbone, ``at`` the position whose features give the value of each row's first
+    trainable token (``values[t] = head(features[t - 1])``)."""
     import torch
 
     first = batch.trainable.long().argmax(dim=1)  # the first trainable token of each row
-    out: dict[str, list[Any]] = {name: [] for name in FEATURES}
     with torch.no_grad():
         for start in range(0, len(batch), rows):
             ids = batch.token_ids[start : start + rows]
@@ -135,13 +212,70 @@ def value_features(critic: Any, batch: Any, rows: int = 16) -> dict[str, Any]:
             position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
             hidden = critic.backbone(
                 input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False
-            ).last_hidden_state.double()  # (s, T, H)
-            at = first[start : start + rows] - 1  # values[t] = head(hidden[t - 1])
-            picked = torch.arange(len(ids))
-            running = (hidden * mask[..., None]).cumsum(1) / mask.cumsum(1).clamp(min=1)[..., None]
-            out["last"].append(hidden[picked, at])
-            out["prefix-mean"].append(running[picked, at])
+            ).last_hidden_state  # (s, T, H)
+            yield hidden, mask, first[start : start + rows] - 1
+
+
+def value_features(critic: Any, batch: Any, rows: int = 16) -> dict[str, Any]:
+    """(S, H) features per row at the position whose hidden state gives the value of the
+    row's first trainable token: the last hidden state there and the prefix mean."""
+    import torch
+
+    out: dict[str, list[Any]] = {name: [] for name in FEATURES}
+    for hidden, mask, at in _hidden_states(critic, batch, rows):
+        hidden = hidden.double()
+        picked = torch.arange(len(hidden))
+        running = (hidden * mask[..., None]).cumsum(1) / mask.cumsum(1).clamp(min=1)[..., None]
+        out["last"].append(hidden[picked, at])
+        out["prefix-mean"].append(running[picked, at])
     return {name: torch.cat(parts) for name, parts in out.items()}
+
+
+def head_features(critic: Any, pool: Any, batch: Any, rows: int = 16) -> Any:
+    """(S, H) float64: what a value head reads for the value of each row's first trainable
+    token: the backbone's hidden states through ``pool`` (a value head's module,
+    ``cxsim.critics.VALUE_HEADS``; None: the hidden state itself)."""
+    import torch
+
+    out = []
+    with torch.no_grad():
+        for hidden, mask, at in _hidden_states(critic, batch, rows):
+            features = hidden if pool is None else pool(hidden, mask.bool())
+            out.append(features[torch.arange(len(hidden)), at].double())
+    return torch.cat(out)
+
+
+def last_segment_rows(batch: Any) -> Any:
+    """(R,) long: each rollout's last row with a trainable token (by segment index), in
+    rollout order."""
+    import torch
+
+    last: dict[int, tuple[int, int]] = {}
+    has = batch.trainable.any(dim=1).tolist()
+    pairs = zip(batch.rollout_id.tolist(), batch.segment_index.tolist(), strict=True)
+    for row, (rid, k) in enumerate(pairs):
+        if has[row] and (rid not in last or k > last[rid][0]):
+            last[rid] = (k, row)
+    return torch.tensor([last[rid][1] for rid in sorted(last)], dtype=torch.long)
+
+
+def last_segment_ev(values: Any, batch: Any) -> float:
+    """Explained variance of the outcome by the value at the first trainable token of each
+    rollout's last segment (nan when the outcome does not vary)."""
+    rows = last_segment_rows(batch)
+    first = batch.trainable[rows].long().argmax(dim=1)
+    real = batch.rewards[rows].double()
+    if len(rows) < 2:
+        return float("nan")
+    return explained_variance(values[rows, first].double(), real)
+
+
+def steps_to_reach(curve: list[dict[str, float]], target: float) -> int | None:
+    """The optimiser steps of the first point of ``curve`` whose ``last`` explained variance
+    is at least ``target`` (None: never, or no target)."""
+    if math.isnan(target):
+        return None
+    return next((int(p["step"]) for p in curve if p["last"] >= target), None)
 
 
 def first_token_ev(values: Any, batch: Any) -> dict[str, float]:
@@ -157,12 +291,9 @@ def first_token_ev(values: Any, batch: Any) -> dict[str, float]:
     return out
 
 
-def critic_training(cfg: Config, segments: list[Any], policy: Any, chat: Any) -> list[dict]:
-    """Step 4: the trainer's critic step on fixed rollouts; held-out figures per iteration."""
-    import torch
-
-    from cxsim.agents.critic import Critic
-    from cxsim.ppo import critic_update, critic_values, score_batch
+def fit_and_held(cfg: Config, segments: list[Any], chat: Any) -> tuple[list[Any], Any]:
+    """The fit rollouts in batches of ``rollouts_per_batch`` (the trainer's iterations) and
+    the held-out rollouts in one batch."""
     from cxsim.segments import pack_segments
 
     cut, per = int(cfg.fit_share * cfg.episodes), cfg.ppo.rollouts_per_batch
@@ -171,16 +302,114 @@ def critic_training(cfg: Config, segments: list[Any], policy: Any, chat: Any) ->
         for lo in range(0, cut, per)
     ]  # fmt: skip
     held = pack_segments([s for s in segments if s.rollout_id >= cut], chat.pad_id, 1.0)
-    critic = Critic.from_policy(policy)
-    optimizer = torch.optim.Adam(critic.parameters(), lr=cfg.ppo.critic_lr)
+    return batches, held
+
+
+def train_critic(
+    ppo: PPOConfig,
+    iterations: int,
+    batches: list[Any],
+    held: Any,
+    policy: Any,
+    chat: Any,
+    measure: Any = None,
+) -> list[dict[str, float]]:
+    """A fresh critic from ``policy`` (``build_critic``: ``ppo``'s value head and loss) trained
+    by the trainer's critic step (``score_batch`` then ``critic_update``, ``ppo``'s settings)
+    for ``iterations`` iterations over ``batches``; after each, ``measure(values, held)``
+    (default: :func:`first_token_ev`)."""
+    import torch
+
+    from cxsim.critics import build_critic
+    from cxsim.ppo import critic_update, critic_values, score_batch
+
+    measure = first_token_ev if measure is None else measure
+    critic = build_critic(policy, ppo)
+    optimizer = torch.optim.Adam(critic.parameters(), lr=ppo.critic_lr)
     history = []
-    for iteration in range(cfg.critic_iterations):
+    for iteration in range(iterations):
         batch = batches[iteration % len(batches)]
-        scored, _ = score_batch(batch, critic, cfg.ppo, continuation=chat.assistant_prefix())
-        critic_update(critic, optimizer, scored, cfg.ppo, cfg.ppo.critic_ratio * cfg.ppo.epochs)
-        values = critic_values(critic, held, cfg.ppo.micro_batch_rows)
-        history.append(first_token_ev(values, held))
+        scored, _ = score_batch(batch, critic, ppo, continuation=chat.assistant_prefix())
+        critic_update(critic, optimizer, scored, ppo, ppo.critic_ratio * ppo.epochs)
+        values = critic_values(critic, held, ppo.micro_batch_rows)
+        history.append(measure(values, held))
     return history
+
+
+def critic_training(cfg: Config, segments: list[Any], policy: Any, chat: Any) -> list[dict]:
+    """Step 4: the trainer's critic step on fixed rollouts; held-out figures per iteration."""
+    batches, held = fit_and_held(cfg, segments, chat)
+    return train_critic(cfg.ppo, cfg.critic_iterations, batches, held, policy, chat)
+
+
+def variant_rows(
+    cfg: Config, batch: Any, segments: list[Any], policy: Any, chat: Any, ceiling: float
+) -> list[dict[str, Any]]:
+    """Step 5: for each of ``cfg.variants``, the probe of what its head reads and the
+    learning curve of its critic; one row each."""
+    import torch
+
+    from cxsim.agents.critic import Critic
+
+    frozen = Critic.from_policy(policy)  # the backbone every fresh head reads
+    last = last_segment_rows(batch)
+    fit = batch.rollout_id[last] < int(cfg.fit_share * cfg.episodes)
+    y = batch.rewards[last].double()
+    batches, held = fit_and_held(cfg, segments, chat)
+    half = 0.5 * ceiling if ceiling > 0 else float("nan")  # no ceiling: nothing to reach
+    probes: dict[str, tuple[float, float, dict[str, Any]]] = {}
+    rows = []
+    for variant in cfg.variants or ():
+        ppo = variant_ppo(cfg.ppo, variant)
+        if ppo.value_head not in probes:  # the loss does not change what the head reads
+            pool = VALUE_HEADS[ppo.value_head].pool(frozen.backbone.config.hidden_size)
+            x = head_features(frozen, pool, batch)
+            by_segment = segment_probes(cfg, {ppo.value_head: x}, batch)
+            probes[ppo.value_head] = (*ridge_probe(x[last], y, fit, cfg.ridges), by_segment)
+        torch.manual_seed(0)  # every variant sees the same minibatch order
+        per_iteration = ppo.critic_ratio * ppo.epochs * ppo.minibatches
+        curve = train_critic(
+            ppo, cfg.critic_iterations, batches, held, policy, chat,
+            lambda values, held: {"last": last_segment_ev(values, held)} | first_token_ev(values, held),
+        )  # fmt: skip
+        curve = [{"step": (i + 1) * per_iteration} | p for i, p in enumerate(curve)]
+        probe_ev, ridge, by_segment = probes[ppo.value_head]
+        rows.append(
+            {
+                "variant": variant,
+                "value_head": ppo.value_head,
+                "value_loss": ppo.value_loss,
+                "probe_ev": probe_ev,
+                "probe_ridge": ridge,
+                "probe_by_segment": by_segment,
+                "steps": curve[-1]["step"],
+                "ev_after": curve[-1]["last"],
+                "half_ceiling": half,
+                "steps_to_half_ceiling": steps_to_reach(curve, half),
+                "curve": curve,
+            }
+        )
+    return rows
+
+
+def segment_probes(cfg: Config, features: dict[str, Any], batch: Any) -> dict[str, Any]:
+    """Per segment index k (``seg{k}``, where at least 4 fit and 4 held-out rollouts reach
+    it): each feature set's held-out explained variance under each ridge penalty."""
+    import torch
+
+    fit_rows = batch.rollout_id < int(cfg.fit_share * cfg.episodes)
+    probes = {}
+    for k in range(int(batch.segment_index.max()) + 1):
+        rows = torch.nonzero(batch.segment_index == k).squeeze(1)
+        fit = fit_rows[rows]
+        if int(fit.sum()) < 4 or int((~fit).sum()) < 4:
+            continue  # too few rollouts reach segment k
+        y = batch.rewards[rows].double()
+        probes[f"seg{k}"] = {
+            name: {f"ridge{r:g}": ridge_heldout_ev(x[rows], y, fit, r) for r in cfg.ridges}
+            for name, x in features.items()
+        } | {"rollouts": len(rows)}
+    return probes
 
 
 def probe(cfg: Config) -> dict[str, Any]:
@@ -209,23 +438,59 @@ def probe(cfg: Config) -> dict[str, Any]:
     # 3. the critic's frozen features, by segment
     batch = pack_segments(rollouts.segments, chat.pad_id)
     features = value_features(Critic.from_policy(policy), batch)
-    fit_rows = batch.rollout_id < int(cfg.fit_share * cfg.episodes)
-    probes = {}
-    for k in range(int(batch.segment_index.max()) + 1):
-        rows = torch.nonzero(batch.segment_index == k).squeeze(1)
-        fit = fit_rows[rows]
-        if int(fit.sum()) < 4 or int((~fit).sum()) < 4:
-            continue  # too few rollouts reach segment k
-        y = batch.rewards[rows].double()
-        probes[f"seg{k}"] = {
-            name: {f"ridge{r:g}": ridge_heldout_ev(x[rows], y, fit, r) for r in cfg.ridges}
-            for name, x in features.items()
-        } | {"rollouts": len(rows)}
-    result["probe_heldout_ev"] = probes
+    result["probe_heldout_ev"] = segment_probes(cfg, features, batch)
     # 4. the critic's own training, the policy fixed
     if cfg.critic_iterations:
         result["critic_training"] = critic_training(cfg, rollouts.segments, policy, chat)
+    # 5. each critic variant: its head's probe and its critic's learning curve
+    if cfg.variants is not None:
+        result["variants"] = variant_rows(
+            cfg, batch, rollouts.segments, policy, chat, result["ev_ceiling"]
+        )
     return result
+
+
+def variants_table(result: dict[str, Any]) -> str:
+    """The variants' rows as a Markdown table."""
+
+    def ev(x: float) -> str:
+        return "n/a" if math.isnan(x) else f"{x:+.3f}"
+
+    rows = result["variants"]
+    steps = rows[0]["steps"]
+    lines = [
+        f"| variant | value head | value loss | probe EV (ridge) | EV after {steps} steps | "
+        "steps to half the ceiling |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        if math.isnan(row["half_ceiling"]):
+            reached = "no ceiling"
+        elif row["steps_to_half_ceiling"] is None:
+            reached = "not reached"
+        else:
+            reached = str(row["steps_to_half_ceiling"])
+        lines.append(
+            f"| {row['variant']} | {row['value_head']} | {row['value_loss']} | "
+            f"{ev(row['probe_ev'])} ({row['probe_ridge']:g}) | {ev(row['ev_after'])} | {reached} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def variants_page(result: dict[str, Any], cfg: Config) -> str:
+    """The Markdown page of the variants: the setting, what EV means here, the table."""
+    held = cfg.episodes - int(cfg.fit_share * cfg.episodes)
+    return (
+        f"# Critic variants: {result['policy']}\n\n"
+        f"{result['episodes']} rollouts ({result['episodes'] - held} fit, {held} held out); "
+        f"success {result['success']:.3f}; ceiling (a value that knows whether the last "
+        f"summary kept the facts) {result['ev_ceiling']:+.3f}. EV: held-out explained "
+        "variance of the outcome at the first trainable token of each rollout's last segment; "
+        "the probe is a ridge regression from the features the head reads in a critic fresh "
+        "from the policy (penalty in brackets); the critic is trained by the trainer's critic "
+        f"step for {cfg.critic_iterations} iterations of {cfg.ppo.rollouts_per_batch} "
+        "rollouts.\n\n" + variants_table(result)
+    )
 
 
 def show(result: dict[str, Any]) -> None:
@@ -244,6 +509,9 @@ def show(result: dict[str, Any]) -> None:
     for i, cells in enumerate(result.get("critic_training", []), start=1):
         shown = " ".join(f"{seg} {ev:+.2f}" for seg, ev in cells.items())
         print(f"  critic iteration {i}: held-out EV at segment starts {shown}")
+    if "variants" in result:
+        print("critic variants, at each rollout's last segment:")
+        print(variants_table(result), end="")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -254,6 +522,12 @@ def main(argv: list[str] | None = None) -> None:
     show(result)
     if cfg.out:
         write_json(cfg.out, result)
+        if "variants" in result:
+            out = Path(cfg.out)
+            page = (
+                out.with_suffix(".md") if out.suffix != ".md" else out.with_name(out.name + ".md")
+            )
+            page.write_text(variants_page(result, cfg))
 
 
 if __name__ == "__main__":

@@ -73,9 +73,10 @@ class Config:
     """Show a tqdm progress bar with an ETA."""
 
     def __post_init__(self) -> None:
-        if self.compaction.protocol != "compacted":
+        if not self.compaction.strategy.policy_summarizes:  # cxsim/strategies/
             raise ValueError(
-                "demonstrations need summaries: leave --compaction.protocol at compacted"
+                "demonstrations need summaries the policy writes: leave --compaction.protocol "
+                "at compacted"
             )
         if self.micro_batch_rows < 1:
             raise ValueError("micro_batch_rows must be >= 1")
@@ -98,15 +99,17 @@ def check_starting_policy(policy: str | None, sft: SFTConfig) -> None:
 
 
 def demonstrations(cfg: Config, chat: ChatFormat, seeds: list[int]) -> RolloutBatch:
-    """Scripted rollouts (oracle + scripted summarizer) under the compaction runtime."""
-    from cxsim.agents.scripted import ScriptedAgent
+    """Scripted rollouts (oracle + scripted summarizer) under the compaction runtime: the
+    scripted agents of the config's context strategy (``ContextStrategy.scripted_agents``)."""
     from cxsim.runtime import collect_rollouts
 
-    agent = ScriptedAgent(
+    agents = cfg.compaction.strategy.scripted_agents(
         cfg.env.env_id, chat, omission_rate=cfg.sft.omission_rate, seed=cfg.seed,
         skip_rate=cfg.sft.skip_rate,
     )  # fmt: skip
-    return collect_rollouts(cfg.env.env_id, cfg.env.kwargs, agent, cfg.compaction, seeds, chat)
+    return collect_rollouts(
+        cfg.env.env_id, cfg.env.kwargs, agents.actor, cfg.compaction, seeds, chat, agents.summarizer
+    )
 
 
 def save_atomically(policy, tokenizer, path: Path, chat_options: ChatOptions | None = None) -> None:

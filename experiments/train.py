@@ -134,6 +134,7 @@ def train(cfg: Config) -> dict[str, Any]:
     sampling = SamplingConfig(temperature=ppo.temperature)
     agent = LMAgent(policy, chat, sampling, run.device, cfg.precision)
     fp = cfg.precision
+    run.pretrain_critic(agent, TRAIN_SEED_STRIDE)  # --ppo.value-pretrain-steps (0: nothing)
     for iteration in range(run.start_iteration, cfg.total_iterations):
         warmup = iteration < ppo.critic_warmup
         tick = time.perf_counter()

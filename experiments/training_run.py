@@ -34,6 +34,7 @@ from cxsim.checkpoint import (
     seed_everything,
 )
 from cxsim.config import check_policy_dir
+from cxsim.critics import build_critic, check_critic
 from cxsim.diagnostics import ComputeMeter
 from cxsim.distributed import (
     DistContext,
@@ -59,6 +60,7 @@ from cxsim.tracking import (
     log_transcripts,
     open_writer,
     progress,
+    say,
     write_json,
 )
 
@@ -134,6 +136,71 @@ class TrainingRun:
         )  # fmt: skip
         agent.forget()
         return batch
+
+    # -- value pretraining: before the first iteration -------------------------
+    def pretrain_critic(self, agent: LMAgent, seed_stride: int) -> None:
+        """``--ppo.value-pretrain-steps N``: N value-only optimiser steps on a fixed set of the
+        starting policy's rollouts, collected once (a fresh run only; nothing when N = 0).
+
+        The rollouts (``value_pretrain_rollouts``, task seeds at the top of this run seed's
+        training range, ``seed * seed_stride .. (seed + 1) * seed_stride - 1``) are split by rollout id into a fit share and a held-out share
+        (``value_pretrain_heldout``, evenly spaced ids; under torchrun each rank measures its
+        own and the figures are averaged over ranks). Each step scores the fit share with the current critic
+        (targets as in training, ``--ppo.critic-lam`` included) and takes one value-loss step
+        on all of it; the held-out explained variance of the values against the Monte Carlo
+        return (step rewards included) is logged as ``critic/pretrain_heldout_ev`` at steps
+        0 .. N, with ``critic/pretrain_value_loss``, and kept for results.json.
+        """
+        from cxsim.diagnostics import monte_carlo_returns
+        from cxsim.evaluation import torch_threads
+        from cxsim.ppo import critic_update, critic_values, explained_variance, score_batch
+        from cxsim.segments import pack_segments
+
+        cfg, ppo = self.cfg, self.cfg.ppo
+        if not ppo.value_pretrain_steps or self.critic is None or self.start_iteration > 0:
+            return
+        count = ppo.value_pretrain_rollouts
+        first = (cfg.seed + 1) * seed_stride - count  # never reached by training seeds
+        seeds = [first + k for k in range(count)]
+        with torch.no_grad(), torch_threads(cfg.rollout_threads), self.meter.timed("rollout"):
+            rollouts = self.collect(agent, seeds, list(range(count)))
+        share = ppo.pretrain_heldout_rollouts  # held out: evenly spaced rollout ids, so that
+        held_ids = {int((j + 0.5) * count / share) for j in range(share)}  # every shard has some
+        pad, temperature = agent.chat.pad_id, ppo.temperature
+        fit = [s for s in rollouts.segments if s.rollout_id not in held_ids]
+        held = [s for s in rollouts.segments if s.rollout_id in held_ids]
+        fit_batch = pack_segments(fit, pad, temperature, self.device)
+        held_batch = pack_segments(held, pad, temperature, self.device)
+        mask = held_batch.policy_mask(ppo.train_summaries)
+        target = monte_carlo_returns(
+            held_batch.rewards, mask, held_batch.rollout_id, held_batch.segment_index,
+            ppo.gamma, step_rewards=held_batch.step_rewards,
+        )  # fmt: skip
+        one_step = replace(ppo, minibatches=1)
+        header, fp = agent.chat.assistant_prefix(), cfg.precision
+        curve: list[dict[str, float]] = []
+        for step in range(ppo.value_pretrain_steps + 1):
+            metrics: dict[str, float] = {}
+            if step:
+                with self.meter.timed("update"):
+                    scored, _ = score_batch(fit_batch, self.critic, ppo, self.whiten, header, fp)
+                    stats = critic_update(
+                        self.critic, self.optimizers["critic"], scored, one_step, 1,
+                        self.global_sum, self.sync_grads, fp,
+                    )  # fmt: skip
+                metrics["critic/pretrain_value_loss"] = stats["losses/value"]
+            values = critic_values(
+                self.critic, held_batch, ppo.micro_batch_rows, ppo.micro_batch_tokens, fp
+            )
+            metrics["critic/pretrain_heldout_ev"] = explained_variance(values, target, mask)
+            metrics = mean_metrics(metrics, self.ctx)
+            if self.writer is not None:
+                log_scalars(self.writer, metrics, step)
+            curve.append({"step": float(step), **metrics})
+        self.state.extra["value_pretrain"] = curve
+        if self.ctx.is_main:
+            ev = curve[-1]["critic/pretrain_heldout_ev"]
+            say(f"value pretraining: {len(curve) - 1} steps, held-out explained variance {ev:.3f}")
 
     # -- logging -------------------------------------------------------------
     def log(
@@ -211,6 +278,8 @@ class TrainingRun:
             "history": self.state.history,
             "config": self.cfg,
         }
+        if "value_pretrain" in self.state.extra:  # --ppo.value-pretrain-steps
+            results["value_pretrain"] = self.state.extra["value_pretrain"]
         if self.ctx.is_main:
             write_json(self.run_dir / "results.json", results)
         return results
@@ -239,11 +308,11 @@ def load_models(
     policy, tokenizer, chat = load_policy(path, device, chat_options(cfg))
     critic = None
     if cfg.ppo.uses_critic:
-        critic = (
-            Critic.from_pretrained(checkpoint / "critic", device)
-            if checkpoint
-            else Critic.from_policy(policy)
-        )
+        if checkpoint:
+            critic = Critic.from_pretrained(checkpoint / "critic", device)
+            check_critic(critic, cfg.ppo)
+        else:  # the configured value head and loss (cxsim/critics.py)
+            critic = build_critic(policy, cfg.ppo)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
         if critic is not None:

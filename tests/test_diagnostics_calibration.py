@@ -90,3 +90,58 @@ def test_constant_return_leaves_explained_variance_out():
     stats = critic_calibration(returns, returns, batch.trainable, batch.segment_index)
     assert "critic/mc_ev" not in stats
     assert stats["critic/ece"] == 0.0
+
+
+def _stepped_segments(
+    step_at: dict[tuple[int, int], float], reward: float = 1.0, rid: int = 0
+) -> list[Segment]:
+    """One rollout of LAYOUT with step rewards at (segment, position)."""
+    segments = []
+    for k, (role, n) in enumerate(LAYOUT):
+        mask = [False, False] + [True, False] * (n - 1) + [True]
+        steps = [step_at.get((k, t), 0.0) for t in range(len(mask))]
+        segments.append(
+            Segment(role, list(range(len(mask))), mask, [0.0] * len(mask), rid, k, reward,
+                    step_rewards=steps)
+        )  # fmt: skip
+    return segments
+
+
+def test_monte_carlo_return_adds_the_discounted_step_rewards_after_each_token():
+    # trainable tokens in order: a1 a2 a3 (segment 0, positions 2 4 6), b1 b2 (segment 1,
+    # positions 2 4), c1 c2 (segment 2, positions 2 4); distances to the end 6 .. 0.
+    # Step rewards 0.5 at a2 and 0.25 at c1; 9 at an observation (off the mask: left out).
+    batch = pack_segments(_stepped_segments({(0, 4): 0.5, (2, 2): 0.25, (0, 3): 9.0}))
+    args = (batch.rewards, batch.trainable, batch.rollout_id, batch.segment_index)
+    returns = monte_carlo_returns(*args, 0.5, step_rewards=batch.step_rewards)
+    # G(a1) = 0.5^6 R + 0.5^1 * 0.5 + 0.5^5 * 0.25, and so on
+    a = [0.015625 + 0.25 + 0.0078125, 0.03125 + 0.5 + 0.015625, 0.0625 + 0.03125]
+    b = [0.125 + 0.0625, 0.25 + 0.125]
+    c = [0.5 + 0.25, 1.0]
+    assert returns[0].tolist() == [0, 0, a[0], 0, a[1], 0, a[2]]
+    assert returns[1, :5].tolist() == [0, 0, b[0], 0, b[1]]
+    assert returns[2, :5].tolist() == [0, 0, c[0], 0, c[1]]
+    undiscounted = monte_carlo_returns(*args, 1.0, step_rewards=batch.step_rewards)
+    assert undiscounted[0, 2] == 1.75  # from the first token: R + every step reward
+    assert undiscounted[2, 2] == 1.25 and undiscounted[2, 4] == 1.0
+    assert monte_carlo_returns(*args, 0.5)[0, 2] == 0.5**6  # no step rewards: R alone
+
+
+def test_calibration_in_summarize_all_counts_the_step_rewards():
+    from cxsim.diagnostics import summarize_all
+
+    steps = [{(0, 4): 0.5}, {}, {(1, 2): -0.5, (2, 2): 0.25}, {(0, 2): 0.75}]
+    rewards = [1.0, 0.0, 1.0, 0.0]
+    batch = pack_segments(
+        [seg for rid, (s, r) in enumerate(zip(steps, rewards, strict=True))
+         for seg in _stepped_segments(s, r, rid)]
+    )  # fmt: skip
+    args = (batch.rewards, batch.trainable, batch.rollout_id, batch.segment_index, 1.0)
+    exact = monte_carlo_returns(*args, step_rewards=batch.step_rewards)
+    stats = summarize_all(batch, values=exact, gamma=1.0)
+    assert stats["critic/mc_ev"] == 1.0 and stats["critic/ece"] == 0.0
+    assert stats["critic/bias"] == 0.0
+    # the terminal reward alone would call the same critic miscalibrated
+    alone = critic_calibration(exact, monte_carlo_returns(*args), batch.trainable,
+                               batch.segment_index)  # fmt: skip
+    assert alone["critic/mc_ev"] < 0.9 and alone["critic/bias"] != 0.0

@@ -61,6 +61,7 @@ def test_every_prefix_present_and_values_finite():
         "figures",
         "compute",
         "weights",
+        "horizon",
         "credit",
         "critic",
         "gap",

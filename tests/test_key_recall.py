@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from cxsim.agents.chat import WordChatFormat
+from cxsim.agents.scripted import ScriptedAgent
+from cxsim.agents.tokenizer import default_tokenizer
+from cxsim.compaction import CompactionConfig
+from cxsim.config import DEFAULT_COMPACTION, EnvConfig
 from cxsim.envs import KeyRecall
+from cxsim.envs.defaults import sample_episodes
 from cxsim.envs.scripted import CorridorOracle, play
+from cxsim.preflight import preflight
+from cxsim.runtime import collect_rollouts
 
 
 class Walker:
@@ -134,3 +145,95 @@ def test_error_penalty_and_errors_keep_the_clock() -> None:
 def test_bad_arguments_say_what_to_change(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         KeyRecall(**kwargs)
+
+
+# -- the horizon dial: each episode's memory length drawn from a range --------------------
+
+DIAL_KWARGS = {
+    "obs_words_mean": 8.0, "obs_words_std": 2.0, "num_values": 4,
+    "memory_length_min": 1, "memory_length_max": 24,
+}  # fmt: skip
+"""The main job's task with memory lengths 1 .. 24 instead of 12."""
+
+
+def measured_length(info: dict) -> int:
+    return info["fact_needed_step"]["key"] - info["fact_shown_step"]["key"]
+
+
+def test_the_dial_draws_each_episode_length_from_the_seeded_range() -> None:
+    env = KeyRecall(memory_length_min=2, memory_length_max=6)
+    lengths = [measured_length(play(env, CorridorOracle(), s).infos[-1]) for s in range(120)]
+    assert set(lengths) == {2, 3, 4, 5, 6}  # every length of the range, none outside
+    assert min(lengths.count(n) for n in range(2, 7)) > 10  # about uniform (24 each)
+    again = KeyRecall(memory_length_min=2, memory_length_max=6)  # the seed decides the length
+    assert [measured_length(again.reset(seed=s)[1]) for s in range(20)] == lengths[:20]
+    episode = play(env, CorridorOracle(), seed=3)
+    assert episode.rewards[-1] == 1.0 and len(episode.actions) == lengths[3] + 1
+    assert env.horizon == 6 + 1 + 8  # sized for the longest: an errorless episode + 8
+
+
+def test_the_dial_is_off_by_default_and_a_reset_option_fixes_one_length() -> None:
+    plain = KeyRecall(memory_length=5)
+    assert plain.longest_episode_options() is None
+    assert {measured_length(plain.reset(seed=s)[1]) for s in range(30)} == {5}
+    env = KeyRecall(memory_length_min=1, memory_length_max=9)
+    assert env.longest_episode_options() == {"memory_length": 9}
+    _, info = env.reset(seed=0, options={"memory_length": 9})
+    assert measured_length(info) == 9
+    with pytest.raises(ValueError, match=r"memory_length=12 must lie in \[1, 9\]"):
+        env.reset(seed=0, options={"memory_length": 12})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"memory_length_min": 3}, "give both memory_length_min and memory_length_max"),
+        ({"memory_length_min": 5, "memory_length_max": 2}, "must satisfy 1 <= min <= max"),
+        ({"memory_length_min": 0, "memory_length_max": 2}, "must satisfy 1 <= min <= max"),
+        (
+            {"memory_length_min": 1, "memory_length_max": 5, "num_decoys": 1},
+            "raise memory_length_min",
+        ),
+        ({"memory_length_min": 1, "memory_length_max": 20, "horizon": 10}, "horizon=10"),
+    ],
+)
+def test_bad_dial_settings_fail_in_one_line(kwargs: dict, says: str) -> None:
+    with pytest.raises(ValueError) as info:
+        KeyRecall(**kwargs)
+    assert says in str(info.value) and "\n" not in str(info.value)
+
+
+def test_one_batch_mixes_one_window_and_many_window_rollouts() -> None:
+    """256 oracle episodes under Compacted at the published window sizes, with room for 10
+    windows: the dial spreads them from one window to six."""
+    chat = WordChatFormat(default_tokenizer())
+    window = CompactionConfig(
+        budget=200, threshold=72, max_summary_tokens=32, max_response_tokens=8,
+        max_compactions=9,
+    )  # fmt: skip
+    agent = ScriptedAgent("cxsim/KeyRecall-v0", chat, omission_rate=0.0, seed=0)
+    records = collect_rollouts(
+        "cxsim/KeyRecall-v0", DIAL_KWARGS, agent, window, list(range(256)), chat
+    ).records
+    windows = Counter(r.compactions + 1 for r in records)
+    assert all(r.success for r in records)
+    assert windows[1] >= 20, windows  # short episodes fit in one window
+    assert sum(n for w, n in windows.items() if w >= 5) >= 30, windows
+    assert max(windows) >= 6, windows
+
+
+def test_the_window_sizing_holds_the_longest_episode() -> None:
+    """The sizing texts include the longest memory length, so the derived budget fits it:
+    every episode of that length (fixed by the range max..max) solves under the sizes."""
+    texts = sample_episodes("cxsim/KeyRecall-v0", DIAL_KWARGS, 16)
+    assert len(texts) == 17 and len(texts[-1].actions) == 24 + 1  # the longest, added
+    chat = WordChatFormat(default_tokenizer())
+    sized = preflight(EnvConfig(kwargs=DIAL_KWARGS), DEFAULT_COMPACTION, chat)
+    assert sized.budget > 200  # 4 windows of the published 200 tokens cannot hold 24 steps
+    longest = {**DIAL_KWARGS, "memory_length_min": 24}
+    agent = ScriptedAgent("cxsim/KeyRecall-v0", chat, omission_rate=0.0, seed=0)
+    runtime = replace(sized, protocol="compacted")
+    records = collect_rollouts(
+        "cxsim/KeyRecall-v0", longest, agent, runtime, list(range(1000, 1032)), chat
+    ).records
+    assert all(r.success for r in records), [r.end_reason for r in records]

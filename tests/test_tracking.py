@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cxsim.checkpoint import TrainingState
-from cxsim.config import SFTConfig
+from cxsim.config import PPOConfig, SFTConfig
 from cxsim.distributed import DistContext
 from cxsim.runtime import RolloutRecord
 from cxsim.tracking import (
@@ -26,6 +26,19 @@ from cxsim.tracking import (
 def test_flat_settings_names_nested_fields():
     flat = flat_settings({"sft": SFTConfig(omission_rate=0.25), "seed": 3})
     assert flat["sft.omission_rate"] == 0.25 and flat["seed"] == 3
+
+
+def test_settings_added_later_are_recorded_only_when_set(tmp_path: Path):
+    # a run recorded before the critic variants existed still resumes, and its cache tag holds
+    default = flat_settings({"ppo": PPOConfig()})
+    assert "ppo.value_head" not in default and "ppo.critic_lam" not in default
+    assert default["ppo.lam"] == 0.95  # settings without the mark are always recorded
+    changed = flat_settings({"ppo": PPOConfig(value_head="prefix-mean", critic_lam=1.0)})
+    assert changed["ppo.value_head"] == "prefix-mean" and changed["ppo.critic_lam"] == 1.0
+    assert set(changed) - set(default) == {"ppo.value_head", "ppo.critic_lam"}
+    claim_run_dir(tmp_path / "run", {"ppo": PPOConfig()})
+    with pytest.raises(SettingsMismatch, match=r"ppo\.value_head"):
+        claim_run_dir(tmp_path / "run", {"ppo": PPOConfig(value_head="prefix-mean")})
 
 
 def test_claim_run_dir_records_resumes_refuses_and_overwrites(tmp_path: Path):

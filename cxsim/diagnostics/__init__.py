@@ -2,8 +2,8 @@
 
 Pure functions over ``SegmentBatch`` tensors and per-rollout records, each
 returning a flat ``dict[str, float]`` whose keys are TensorBoard tags under a
-few prefixes (``omission/``, ``credit/``, ``critic/``, ``weights/``, ``gap/``,
-``compute/``, ``figures/``). A key is left out when its number is undefined
+few prefixes (``omission/``, ``credit/``, ``critic/``, ``weights/``, ``horizon/``,
+``gap/``, ``compute/``, ``figures/``). A key is left out when its number is undefined
 for the batch (an empty group, a zero variance). Formulas and how to read
 each number: ``docs/diagnostics.md``.
 
@@ -30,6 +30,7 @@ from cxsim.diagnostics.credit import (
 )
 from cxsim.diagnostics.estimator_gap import estimator_gap
 from cxsim.diagnostics.figures import entropy_stats, rollout_figures
+from cxsim.diagnostics.horizons import HorizonShares, horizon_shares, horizon_stats
 from cxsim.diagnostics.omission import summary_omission
 from cxsim.diagnostics.weights import (
     SegmentWeights,
@@ -44,6 +45,7 @@ from cxsim.segments import SegmentBatch
 __all__ = [
     "COUNTERS",
     "ComputeMeter",
+    "HorizonShares",
     "SegmentWeights",
     "applied_discount",
     "credit_decay",
@@ -53,6 +55,8 @@ __all__ = [
     "entropy_stats",
     "estimator_gap",
     "gini",
+    "horizon_shares",
+    "horizon_stats",
     "monte_carlo_returns",
     "rollout_figures",
     "segment_weight_stats",
@@ -81,11 +85,13 @@ def summarize_all(
     """Every diagnostic the given inputs allow, merged into one flat dict.
 
     - ``records``: summary omission and the figures' per-rollout numbers;
-    - ``batch``: segment weights under each of ``modes`` (every registered mode when None);
+    - ``batch``: segment weights under each of ``modes`` (every registered mode when None),
+      and each horizon's (rollouts by window count) share of the gradient under them;
     - ``batch`` + ``advantages`` (S, T), the ones trained on: credit decay;
     - ``batch`` + ``lam``: the discount the cross-segment correction applies;
     - ``batch`` + ``values`` (S, T): critic calibration against the Monte Carlo
-      return ``gamma^d R`` at each segment's first trainable token;
+      return (``gamma^d R`` plus the discounted step rewards from the token on) at each
+      segment's first trainable token;
     - ``batch`` + ``values`` + ``lam``: estimator gap, cross-segment GAE against
       stitched GAE recomputed here from the same values;
     - ``batch`` + ``entropy`` (S, T): policy entropy by role;
@@ -105,16 +111,19 @@ def summarize_all(
     mask = batch.policy_mask(train_summaries)
     rid, seg, summ = batch.rollout_id, batch.segment_index, batch.is_summary
     out.update(segment_weight_stats(mask, rid, summ, seg, modes))
+    out.update(horizon_stats(mask, rid, summ, modes))
     if advantages is not None:
         out.update(credit_decay(advantages, mask, summ, rid, seg))
     if lam is not None:
         out.update(discount_by_segment(mask, rid, seg, gamma, lam))
     if values is not None:
-        returns = monte_carlo_returns(batch.rewards.to(values.dtype), mask, rid, seg, gamma)
+        steps = {"step_rewards": batch.step_rewards.to(values.dtype)}
+        returns = monte_carlo_returns(
+            batch.rewards.to(values.dtype), mask, rid, seg, gamma, **steps
+        )
         out.update(critic_calibration(values, returns, mask, seg))
         if lam is not None:
             args = (values.detach(), mask, batch.rewards.to(values.dtype), rid, seg, gamma, lam)
-            steps = {"step_rewards": batch.step_rewards.to(values.dtype)}
             cross, stitched = cross_segment_gae(*args, **steps), stitched_gae(*args, **steps)
             out.update(estimator_gap(cross, stitched, mask, seg))
     if entropy is not None:

@@ -10,6 +10,7 @@ from typing import Literal
 
 import torch
 
+from cxsim.advantages import stitched_gae
 from cxsim.diagnostics._common import (
     check_per_row,
     check_per_token,
@@ -28,17 +29,32 @@ def monte_carlo_returns(
     rollout_id: torch.Tensor,
     segment_index: torch.Tensor,
     gamma: float,
+    step_rewards: torch.Tensor | None = None,
 ) -> torch.Tensor:  # (S, T) float
-    """Realised return ``gamma^d R`` of each trainable token, ``d`` its trainable-token
-    distance to the end of the rollout and ``R`` (``rewards``, (S,)) the terminal reward.
+    """Realised return of each trainable token: ``gamma^d R + sum_j gamma^(d - d_j) r_j``.
 
-    This is the target the critic's value estimates when rewards are terminal
-    and time steps are the trainable tokens (GAE's clock). 0 where ``mask`` is False.
+    ``d`` is the token's trainable-token distance to the end of the rollout, ``R``
+    (``rewards``, (S,)) the terminal reward, and the sum runs over the rollout's step
+    rewards ``r_j`` (``step_rewards``, (S, T): each at the last token of the response that
+    earned it) at this token and the masked tokens after it, in any later segment, ``d_j``
+    their distance. This is what the critic's value estimates with time steps the
+    trainable tokens (GAE's clock); a step reward off ``mask`` is left out, as GAE leaves
+    it. 0 where ``mask`` is False.
     """
     check_per_row("rewards", rewards, mask)
     dist = token_distance(mask, rollout_id, segment_index).to(rewards.dtype)
     discount = torch.pow(torch.as_tensor(gamma, dtype=rewards.dtype), dist)
-    return torch.where(mask, discount * rewards[:, None], 0.0)
+    returns = torch.where(mask, discount * rewards[:, None], 0.0)
+    if step_rewards is None:
+        return returns
+    check_per_token("step_rewards", step_rewards, mask)
+    # GAE at lambda 1 over the rollout's tokens in order with V = 0 and R = 0: the
+    # discounted sum of the step rewards from each token on
+    steps = stitched_gae(
+        torch.zeros_like(returns), mask, torch.zeros_like(rewards), rollout_id, segment_index,
+        gamma, 1.0, step_rewards=step_rewards.to(rewards.dtype),
+    )  # fmt: skip
+    return returns + steps
 
 
 def _pairs(
@@ -76,7 +92,8 @@ def critic_calibration(
     the value of the segment's start state (its prompt), which is what
     stitched GAE bootstraps from at a boundary. ``where="all"`` scores every
     trainable token. ``returns`` (S, T) is the realised return, e.g.
-    :func:`monte_carlo_returns` (not the bootstrapped critic target).
+    :func:`monte_carlo_returns` with the batch's step rewards (not the bootstrapped
+    critic target).
 
     With pairs ``(V_j, R_j)`` placed in ``num_bins`` equal-width bins of V over
     ``value_range`` (default: the range of V in the batch):

@@ -1,0 +1,202 @@
+"""Critic variants, one registry per concept: how the value head reads the backbone, and
+the loss it is trained with.
+
+``VALUE_HEADS[name]`` is a :class:`ValueHead`: the module that turns the backbone's hidden
+states (S, T, H) into the features the value of each prefix is read from. Every one is
+causal: the value at token t reads positions <= t - 1 only, so it never changes when later
+tokens change.
+
+- ``last`` (default): the hidden state of the prefix's last token, as a language model
+  reads its next token (no module);
+- ``prefix-mean``: the mean of the hidden states of every attended position of the prefix
+  (a causal cumulative mean; padding is left out);
+- ``attention-pool``: a softmax-weighted mean of the prefix's hidden states, the weights
+  from one learned query (``score_j = q . h_j / sqrt(H)``; the query starts at 0, so the
+  pool starts as the prefix mean).
+
+``VALUE_LOSSES[name]`` is a :class:`ValueLoss`: the per-token loss the critic update
+reduces, and the support its head's outputs are read against.
+
+- ``mse`` (default): ``0.5 (V - G)^2``, PPO-clipped with ``--ppo.value-clip-eps``; a
+  scalar head;
+- ``hl-gauss``: the histogram loss of Imani and White (2018) in the HL-Gauss form of
+  Farebrother et al. (2024): the head gives logits over ``value_bins`` equal bins on
+  ``[value_min, value_max]``, the target is a Gaussian of width ``value_sigma`` around the
+  return, integrated over each bin (:func:`cxsim.losses.hl_gauss_target`), the loss is the
+  cross-entropy, and the value is the expectation over the bin centres.
+
+``PPOConfig.value_head`` / ``value_loss`` (choices, ``--help``, validation), the trainer's
+critic (:func:`build_critic`), ``Critic.from_pretrained`` and ``ppo.critic_update`` all
+read these registries. Each is a :class:`cxsim.plugins.Registry`: a variant can come
+from the user's module (``--ppo.value-head my_module:my_head``) or an installed package's
+entry point (groups ``cxsim.value_heads`` and ``cxsim.value_losses``). torch is imported
+only when a variant runs, so configs and ``--help`` stay light.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cxsim.plugins import Registry
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from cxsim.agents.critic import Critic
+    from cxsim.config import PPOConfig
+
+
+@dataclass(frozen=True)
+class ValueHead:
+    """How the critic reads a prefix's features from the backbone's hidden states."""
+
+    pool: Callable[[int], nn.Module | None]
+    """``hidden_size -> module`` mapping ``(hidden (S, T, H), attended (S, T) bool)`` to
+    causal features (S, T, H) (position t reads positions <= t only); None: the hidden
+    state itself (``last``)."""
+    help: str
+    """One line for ``--ppo.value-head``'s help."""
+
+
+@dataclass(frozen=True)
+class ValueLossInputs:
+    """What a value loss may read, for one micro-batch. All (S, T) unless noted."""
+
+    values: torch.Tensor
+    """The critic's values now (with gradient)."""
+    logits: torch.Tensor | None
+    """(S, T, K) the head's outputs where the loss has a support of K bins (with gradient);
+    None for a scalar head."""
+    old_values: torch.Tensor
+    """The values at scoring time (the value clip's reference)."""
+    returns: torch.Tensor
+    """The critic targets G."""
+    config: PPOConfig
+    """The run's PPO settings (clip range, bins, sigma)."""
+
+
+@dataclass(frozen=True)
+class ValueLoss:
+    """A critic loss and the outputs it needs from the head."""
+
+    loss: Callable[[ValueLossInputs], torch.Tensor]
+    """``inputs -> (S, T)`` per-token loss (reduced by the critic update over the mask)."""
+    support: Callable[[PPOConfig], tuple[float, ...] | None]
+    """``config -> the K values the head's K softmax outputs stand for`` (the value is their
+    expectation), or None: one scalar output, the value itself."""
+    help: str
+    """One line for ``--ppo.value-loss``'s help."""
+
+
+# --------------------------------------------------------------------------- heads
+
+
+def _last(hidden_size: int) -> None:
+    return None
+
+
+def _prefix_mean(hidden_size: int) -> nn.Module:
+    from cxsim.agents.critic import PrefixMeanPool
+
+    return PrefixMeanPool()
+
+
+def _attention_pool(hidden_size: int) -> nn.Module:
+    from cxsim.agents.critic import AttentionPool
+
+    return AttentionPool(hidden_size)
+
+
+VALUE_HEADS: Registry[ValueHead] = Registry(
+    {
+        "last": ValueHead(_last, "the prefix's last hidden state (a language model's reading)"),
+        "prefix-mean": ValueHead(_prefix_mean, "the mean of the prefix's hidden states"),
+        "attention-pool": ValueHead(
+            _attention_pool, "the prefix's hidden states pooled by one learned query"
+        ),
+    },
+    entry_type=ValueHead,
+    kind="value head",
+    group="cxsim.value_heads",
+    declaration="pool=<function: hidden_size -> causal module or None>, help='one line'",
+)
+"""Every value head by name; the first is the default. A name it does not hold is looked up
+as a plug-in (``module:name`` or an entry point of group ``cxsim.value_heads``)."""
+
+
+# --------------------------------------------------------------------------- losses
+
+
+def _mse(x: ValueLossInputs) -> torch.Tensor:
+    from cxsim.losses import value_loss
+
+    return value_loss(x.values, x.old_values, x.returns, x.config.value_clip_eps)
+
+
+def _scalar(config: PPOConfig) -> None:
+    return None
+
+
+def _hl_gauss(x: ValueLossInputs) -> torch.Tensor:
+    from cxsim.losses import histogram_edges, hl_gauss_loss
+
+    if x.logits is None:
+        raise ValueError("the hl-gauss value loss needs the head's logits (a critic with bins)")
+    cfg = x.config
+    edges = histogram_edges(cfg.value_min, cfg.value_max, cfg.value_bins, x.logits.device)
+    return hl_gauss_loss(x.logits, x.returns, edges, cfg.histogram_sigma)
+
+
+def _bin_centres(config: PPOConfig) -> tuple[float, ...]:
+    width = (config.value_max - config.value_min) / config.value_bins
+    return tuple(config.value_min + (k + 0.5) * width for k in range(config.value_bins))
+
+
+VALUE_LOSSES: Registry[ValueLoss] = Registry(
+    {
+        "mse": ValueLoss(
+            _mse, _scalar, "0.5 (V - G)^2 on a scalar head (clipped with value-clip-eps)"
+        ),
+        "hl-gauss": ValueLoss(
+            _hl_gauss, _bin_centres, "cross-entropy to a Gaussian over value bins (HL-Gauss)"
+        ),
+    },
+    entry_type=ValueLoss,
+    kind="value loss",
+    group="cxsim.value_losses",
+    declaration="loss=<function>, support=<function: config -> bin values or None>, help='one line'",
+)
+"""Every value loss by name; the first is the default. A name it does not hold is looked up
+as a plug-in (``module:name`` or an entry point of group ``cxsim.value_losses``)."""
+
+
+def build_critic(policy: nn.Module, config: PPOConfig) -> Critic:
+    """A fresh critic from ``policy`` (a copy of its backbone) with the configured value head
+    and the head outputs the configured value loss reads (``Critic.from_policy``)."""
+    from cxsim.agents.critic import Critic
+
+    support = VALUE_LOSSES[config.value_loss].support(config)
+    return Critic.from_policy(policy, value_head=config.value_head, support=support)
+
+
+def check_critic(critic: nn.Module, config: PPOConfig) -> None:
+    """Raises a one-line ValueError when a loaded critic's head does not match the configured
+    value head and loss (a resumed run's critic was made with other flags)."""
+    support = VALUE_LOSSES[config.value_loss].support(config)
+    head = getattr(critic, "value_head", config.value_head)
+    have = getattr(critic, "support_values", None)
+    if head != config.value_head or (have is None) != (support is None):
+        raise ValueError(
+            f"the critic was made with value head {head!r} and "
+            f"{'a scalar head' if have is None else f'{len(have)} bins'}; the config asks for "
+            f"--ppo.value-head {config.value_head} and --ppo.value-loss {config.value_loss}: "
+            "use the flags it was made with"
+        )
+    if support is not None and have is not None and len(have) != len(support):
+        raise ValueError(
+            f"the critic has {len(have)} value bins and the config {len(support)}: set "
+            f"--ppo.value-bins {len(have)}"
+        )

@@ -1,0 +1,88 @@
+"""Context strategies: one module per protocol, one registry (docs/architecture.md).
+
+``STRATEGIES[name]`` is the :class:`~cxsim.strategies.base.ContextStrategy` that
+``--compaction.protocol name`` selects; ``CompactionConfig.strategy`` resolves it, and the
+runtime, the configuration checks and the sizing ask it every protocol decision. The
+registry is a :class:`cxsim.plugins.Registry`: a strategy can also come from outside cxsim,
+a ``ContextStrategy`` instance in the user's module (``--compaction.protocol
+my_module:strategy``) or an installed package's entry point in group ``cxsim.strategies``
+(docs/training.md, "Your own context strategy"). Adding one to cxsim is one module here
+(a subclass and its instance), one entry below, and its test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cxsim.plugins import PluginError, Registry
+from cxsim.strategies.base import (
+    SUMMARY_AUTHORS,
+    ContextStrategy,
+    RebuiltWindow,
+    RolloutAgents,
+    Trigger,
+    window_full,
+)
+from cxsim.strategies.compacted import COMPACTED
+from cxsim.strategies.external_summarizer import EXTERNAL_SUMMARIZER
+from cxsim.strategies.single import SINGLE
+from cxsim.strategies.sliding_window import SLIDING_WINDOW
+
+__all__ = [
+    "STRATEGIES",
+    "ContextStrategy",
+    "RebuiltWindow",
+    "RolloutAgents",
+    "StrategyRegistry",
+    "Trigger",
+    "window_full",
+]
+
+
+class StrategyRegistry(Registry[ContextStrategy]):
+    """A :class:`~cxsim.plugins.Registry` whose entries are ``ContextStrategy`` instances
+    (a strategy is a class with methods, not a dataclass of functions)."""
+
+    def _unknown(self, field: str, name: str) -> str:
+        return (
+            f"protocol {name!r} is unknown: set --compaction.protocol to one of "
+            f"{', '.join(self.choices())}, or module:name for your own {self.kind} "
+            "(docs/training.md)"
+        )
+
+    def _declared(self, where: str, found: Any, target: str) -> ContextStrategy:
+        """``found`` if it is a well-formed strategy instance; else a one-line PluginError."""
+        module, _, attribute = target.rpartition(":")
+        if isinstance(found, type) and issubclass(found, ContextStrategy):
+            raise PluginError(
+                f"{where} is the class {found.__name__}, not an instance: declare it in "
+                f"{module} as `{attribute} = {found.__name__}()`"
+            )
+        if not isinstance(found, ContextStrategy):
+            raise PluginError(
+                f"{where} is a {type(found).__name__}, not a "
+                f"cxsim.strategies.ContextStrategy; declare it in {module} as "
+                f"`{attribute} = {self.declaration}`"
+            )
+        for name, kind, ok in (
+            ("name", "a str", isinstance(found.name, str)),
+            ("help", "a str", isinstance(found.help, str)),
+            ("compacts", "True or False", isinstance(found.compacts, bool)),
+            ("summary_by", f"None or one of {SUMMARY_AUTHORS}", found.summary_by in
+             (None, *SUMMARY_AUTHORS)),
+        ):  # fmt: skip
+            if not ok:
+                raise PluginError(
+                    f"{where} declares {name}={getattr(found, name)!r}: it must be {kind}"
+                )
+        return found
+
+
+STRATEGIES = StrategyRegistry(
+    {s.name: s for s in (COMPACTED, SINGLE, SLIDING_WINDOW, EXTERNAL_SUMMARIZER)},
+    entry_type=ContextStrategy,
+    kind="context strategy",
+    group="cxsim.strategies",
+    declaration="MyStrategy() with class MyStrategy(ContextStrategy)",
+)
+"""Every context strategy by its ``--compaction.protocol`` name; the first is the default."""

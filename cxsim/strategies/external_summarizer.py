@@ -1,0 +1,61 @@
+"""``external-summarizer``: compacted, with the summaries written by another agent.
+
+The paper's Table 1 setting: a fixed executor, and a scripted or frozen summarizer given
+the whole summary prompt ``h_t + q_sum`` (a fresh context: it holds no state of the row).
+Windows are rebuilt and reserved as under ``compacted``; the summary is not the acting
+policy's action, so no summary segment is recorded (its text is still in
+``RolloutRecord.summaries``). Its scripted agents: the oracle acts, and a scripted
+summarizer with the same omission rate (seeded apart) writes the summaries.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cxsim.strategies.base import RolloutAgents, SummaryAuthor
+from cxsim.strategies.compacted import Compacted
+
+if TYPE_CHECKING:
+    from cxsim.agents.chat import ChatFormat
+    from cxsim.segments import Segment
+
+SUMMARIZER_SEED_OFFSET = 1
+"""The scripted summarizer's seed is the actor's plus this (their draws stay apart)."""
+
+
+class ExternalSummarizer(Compacted):
+    """Compacted, except that another agent writes the summaries."""
+
+    name = "external-summarizer"
+    help = "compacted, with the summaries written by another agent (not trained)"
+    summary_by: SummaryAuthor | None = "summarizer"
+
+    def summary_segment(
+        self,
+        prompt: list[int],
+        summary: list[int],
+        logprobs: list[float],
+        rollout_id: int,
+        index: int,
+    ) -> Segment | None:
+        return None
+
+    def scripted_agents(
+        self,
+        env_id: str,
+        chat: ChatFormat,
+        omission_rate: float = 0.0,
+        seed: int = 0,
+        epsilon: float = 0.0,
+        skip_rate: float = 0.0,
+    ) -> RolloutAgents:
+        from cxsim.agents.scripted import ScriptedAgent
+
+        actor = super().scripted_agents(env_id, chat, omission_rate, seed, epsilon, skip_rate)
+        summarizer = ScriptedAgent(
+            env_id, chat, omission_rate=omission_rate, seed=seed + SUMMARIZER_SEED_OFFSET
+        )
+        return RolloutAgents(actor.actor, summarizer)
+
+
+EXTERNAL_SUMMARIZER = ExternalSummarizer()

@@ -1,0 +1,25 @@
+"""Studies as files: a researcher's own question on paired independent seeds, from one TOML file.
+
+``cxsim study FILE.toml`` (experiments/study.py) runs what the file names through the
+machinery of ``cxsim verdicts``: independent seeds, each with its own SFT base, training
+seed and evaluation tasks; every arm of a seed trained from that seed's base; each claim
+two evaluations paired by seed (Student-t interval, a verdict, the smallest effect the run
+could detect); predictions written before the run; one cache entry per (setting, seed,
+arm), so a killed or widened study pays only for what is new. The file's keys:
+docs/reference/study-files.md.
+
+One topic per module:
+
+- :mod:`cxsim.studies.spec`: the file parsed and validated into frozen dataclasses, every
+  name checked before any run, and what a (setting, seed, arm) means for the main job;
+- :mod:`cxsim.studies.runner`: one (setting, seed, arm) unit as one function call with
+  plain arguments, cached; the study as a map of units over processes;
+- :mod:`cxsim.studies.stats`: claims from per-seed results (intervals and power from
+  cxsim/tables.py);
+- :mod:`cxsim.studies.page`: the Markdown page from plain results;
+- :mod:`cxsim.studies.commands`: the ``cxsim sft`` / ``train`` / ``eval`` command lines that
+  make one seed's runs.
+
+The package drives the entry points of ``cxsim.experiments`` (it sits above them); none
+of them imports it.
+"""

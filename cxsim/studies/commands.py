@@ -1,0 +1,144 @@
+"""``cxsim study FILE --print-commands``: the ``cxsim sft`` / ``train`` / ``eval`` command lines
+that make one seed's runs of a study, each equivalent to the unit the study runs.
+
+Each command is built from the very config the runner uses (:mod:`cxsim.studies.runner`):
+every field that differs from the command's own default becomes a flag (nested groups as
+``--ppo.lam 0.9``, booleans as ``--x`` / ``--no-x``, None as ``None``), and the task is
+always written out. Only the folders differ: the commands write under
+``<runs-dir>/replicate/<setting>/s<seed>/``, beside the study's cache.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import MISSING, Field, fields, is_dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from cxsim.experiments.presets import preset_ppo
+from cxsim.pretrained import PRETRAINED
+from cxsim.studies.runner import eval_config, sft_config, train_config
+from cxsim.studies.spec import BASE, Selection, Study, arm_ppo
+
+
+def field_default(f: Field) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return MISSING
+
+
+def flag(name: str, value: Any) -> list[str]:
+    """One field as command-line words (tyro's forms)."""
+    if isinstance(value, bool):
+        group, dot, leaf = name.rpartition(".")
+        return [f"--{name}" if value else f"--{group}{dot}no-{leaf}"]
+    if value is None:
+        return [f"--{name}", "None"]
+    if isinstance(value, (tuple, list)):
+        return [f"--{name}", *(str(v) for v in value)]
+    if isinstance(value, dict):
+        return [f"--{name}", *(w for k, v in value.items() for w in (str(k), str(v)))]
+    return [f"--{name}", repr(value) if isinstance(value, float) else str(value)]
+
+
+def config_flags(
+    values: dict[str, Any], config_type: type, default: Any = None, prefix: str = ""
+) -> list[str]:
+    """Flags for the fields of ``config_type`` whose value in ``values`` differs from
+    ``default``'s (an instance) or, without one, from the field's default; ``env`` always."""
+    words: list[str] = []
+    for f in fields(config_type):
+        if f.name not in values:
+            continue
+        value = values[f.name]
+        base = getattr(default, f.name) if default is not None else field_default(f)
+        name = prefix + f.name.replace("_", "-")
+        if f.name == "env" and not prefix:
+            words += flag("env.env-id", value.env_id) + flag("env.kwargs", dict(value.kwargs))
+        elif is_dataclass(value):
+            nested = base if is_dataclass(base) else None
+            words += config_flags(field_values(value), type(value), nested, name + ".")
+        elif value != base:
+            words += flag(name, value)
+    return words
+
+
+def field_values(config: Any) -> dict[str, Any]:
+    return {f.name: getattr(config, f.name) for f in fields(config)}
+
+
+def seed_commands(
+    study: Study, selection: Selection, seed: int, runs_dir: str, device: str
+) -> list[list[str]]:
+    """The commands of one seed, as argument lists (``cxsim`` first): per setting, its SFT
+    base, the base's evaluation, then each arm's training and evaluation."""
+    from cxsim.checkpoint import checkpoint_dir
+    from cxsim.experiments import evaluate as evaluate_entry
+    from cxsim.experiments import sft as sft_entry
+    from cxsim.experiments import train as train_entry
+
+    commands: list[list[str]] = []
+    for setting in study.settings:
+        arms = [a for s, a in selection.pairs if s == setting.name]
+        if not arms:
+            continue
+        seed_dir = Path(runs_dir) / "replicate" / setting.name / f"s{seed}"
+        sft = sft_config(setting, seed, seed_dir, device)
+        commands.append(
+            ["cxsim", "sft", *config_flags(field_values(sft), sft_entry.Config, sft_entry.Config())]
+        )
+        base_policy = str(Path(sft.run_dir) / "policy")
+        for name in arms:
+            policy = base_policy
+            if name != BASE:
+                arm = study.arm(name)
+                train = replace(
+                    train_config(setting, arm, seed, seed_dir, base_policy, device),
+                    run_dir=str(seed_dir / "train" / name),
+                )
+                # --preset first: `cxsim train` takes its defaults from it (then the flags)
+                default = train_entry.Config(preset=arm.preset, ppo=preset_ppo(arm.preset))
+                values = field_values(train)
+                del values["preset"]
+                flags = config_flags(values, train_entry.Config, default)
+                commands.append(["cxsim", "train", "--preset", arm.preset, *flags])
+                policy = str(checkpoint_dir(train.run_dir, train.total_iterations) / "policy")
+            out = seed_dir / "eval" / f"{name}.json"
+            # built with a policy that exists (the shipped one), then given the one to evaluate
+            values = field_values(eval_config(setting, seed, seed_dir, PRETRAINED, out, device))
+            values["policy"] = policy
+            commands.append(["cxsim", "eval", *config_flags(values, evaluate_entry.Config)])
+    return commands
+
+
+def print_commands(
+    study: Study, selection: Selection, seeds: tuple[int, ...], runs_dir: str, device: str
+) -> str:
+    """The commands of each seed in ``seeds`` as a shell script's text."""
+    lines = [
+        f"# the runs of {Path(study.path).name}"
+        + (f" at budget {study.budget}" if study.budget else "")
+        + ", one seed at a time; each block makes what one seed of the study makes"
+    ]
+    plugins = [
+        value
+        for setting in study.settings
+        for name in setting.arms
+        for value in (
+            arm_ppo(setting, study.arm(name)).estimator,
+            arm_ppo(setting, study.arm(name)).loss_mode,
+        )
+        if ":" in value
+    ]
+    if plugins:
+        folder = shlex.quote(str(Path(study.path).parent))
+        lines.append(
+            f"export PYTHONPATH={folder}${{PYTHONPATH:+:$PYTHONPATH}}  # the plug-ins "
+            f"{', '.join(sorted(set(plugins)))}"
+        )
+    for seed in seeds:
+        lines.append(f"# seed {seed}")
+        lines += [shlex.join(c) for c in seed_commands(study, selection, seed, runs_dir, device)]
+    return "\n".join(lines) + "\n"

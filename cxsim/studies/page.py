@@ -1,0 +1,462 @@
+"""A study's page: the claims with their verdicts, the predictions, every arm, and every
+setting that decides a number, from plain results.
+
+:func:`write_page` takes the parsed study (:mod:`cxsim.studies.spec`), the units' results
+(:func:`cxsim.studies.runner.run_study`: plain dicts read from the cache) and a few words on
+how the results were made; it writes ``<stem>.md`` and ``<stem>.json`` (the same numbers
+as data). Intervals, verdicts and power: :mod:`cxsim.studies.stats`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from cxsim.evaluation import EVAL_SEED_OFFSET
+from cxsim.studies.spec import BASE, Claim, Selection, Setting, Study
+from cxsim.studies.stats import Comparison, compare, diagnostic, interval
+from cxsim.tables import Interval, fmt, markdown_table
+from cxsim.tracking import to_jsonable, write_json
+
+Runs = dict[str, dict[str, list[dict[str, Any]]]]
+"""``runs[setting][arm]``: one unit result per seed, in seed order (runner.run_unit's dicts)."""
+FINAL_ITERATIONS = 5
+"""results.json ``final``: each metric's mean over a run's last 5 actor iterations
+(experiments/training_run.py ``final_metrics``)."""
+
+
+def claim_statement(claim: Claim) -> str:
+    if claim.statement:
+        return claim.statement
+    word = "above" if claim.direction == "higher" else "below"
+    return f"`{claim.treatment}` {word} `{claim.reference}`"
+
+
+def comparison(runs: Runs, claim: Claim) -> Comparison:
+    side = runs[claim.setting]
+    treatment = [r["eval"][claim.protocol] for r in side[claim.treatment]]
+    reference = [r["eval"][claim.protocol] for r in side[claim.reference]]
+    return compare(treatment, reference, claim.metric, claim.direction)
+
+
+def metric_label(claim: Claim) -> str:
+    return f"{claim.metric} ({claim.protocol})"
+
+
+def size_text(x: float | None) -> str:
+    return "-" if x is None or math.isnan(x) else f"{x:.2f}"
+
+
+def powered(c: Comparison, claim: Claim) -> str:
+    """Whether the run could detect the predicted size (80% power)."""
+    if claim.predicted_size is None or math.isnan(c.detectable):
+        return "-"
+    return "yes" if c.detectable <= claim.predicted_size else "no"
+
+
+# -- sections -------------------------------------------------------------------------------
+
+
+def header_lines(study: Study, runs: Runs, made_by: dict[str, Any]) -> list[str]:
+    stage_s = sum(stage_seconds(r) for arms in runs.values() for rs in arms.values() for r in rs)
+    stage_s += sum(base_seconds(arms) for arms in runs.values())
+    lines = [f"# {study.title}", ""]
+    if study.question:
+        lines += [study.question, ""]
+    seeds = ", ".join(str(s) for s in study.seeds)
+    budget = f" at budget `{study.budget}`" if study.budget else ""
+    replicate = f"cxsim study {Path(study.path).name} --print-commands --seeds s" + (
+        f" --budget {study.budget}" if study.budget else ""
+    )
+    lines += [
+        f"Study file `{Path(study.path).name}`{budget}, written by `{made_by['command']}` at "
+        f"commit {made_by['commit']} in {made_by['wall_time_s']:.0f}s; the runs it read (cache "
+        f"`{made_by['runs_dir']}`) took {stage_s / 60:.1f} process-minutes when made, on "
+        f"`{made_by['device']}`. A rerun that finds them in the cache rewrites this page in "
+        "seconds.",
+        "",
+        f"**{len(study.seeds)} independent seeds** ({seeds}). Seed s has its own SFT base (SFT "
+        "seed s), training seed s and its own evaluation tasks; every arm of a seed starts "
+        "from that seed's base, so each claim pairs its two arms by seed. The `cxsim sft`, "
+        f"`cxsim train` and `cxsim eval` commands that make seed s's runs: `{replicate}`.",
+        "",
+    ]
+    return lines
+
+
+def stage_seconds(result: dict[str, Any]) -> float:
+    train = result["train"]["wall_time_s"] if result["train"] else 0.0
+    return float(train) + float(result["eval_wall_time_s"])
+
+
+def base_seconds(arms: dict[str, list[dict[str, Any]]]) -> float:
+    first = next(iter(arms.values()))
+    return sum(float(r["sft"]["wall_time_s"]) for r in first)
+
+
+def claim_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
+    if not selection.claims:
+        return ["## Claims", "", "No claim's two arms were run in this invocation.", ""]
+    header = [
+        "claim",
+        "metric",
+        "treatment",
+        "reference",
+        "paired difference",
+        "verdict",
+        "smallest detectable",
+        "predicted size",
+        "powered for it",
+    ]
+    rows = []
+    for claim in selection.claims:
+        c = comparison(runs, claim)
+        rows.append(
+            [
+                f"**{claim.name}** ({claim.setting}): {claim_statement(claim)}",
+                metric_label(claim),
+                f"`{claim.treatment}` {fmt(c.treatment)}",
+                f"`{claim.reference}` {fmt(c.reference)}",
+                fmt(c.difference, signed=True),
+                f"**{c.verdict}**" if c.verdict in ("reproduced", "contradicted") else c.verdict,
+                size_text(c.detectable),
+                size_text(claim.predicted_size),
+                powered(c, claim),
+            ]
+        )
+    return [
+        "## Claims",
+        "",
+        markdown_table(header, rows),
+        "",
+        "Each cell: the mean over seeds with its 95% interval (Student t over seeds, from 2 "
+        "seeds; Pass@1 at one seed: Wilson over tasks). *Paired difference*: treatment - "
+        "reference on each seed, then the same interval (Pass@1 at one seed: Newcombe's). "
+        "*reproduced*: the interval excludes 0 in the claim's direction; *contradicted*: it "
+        "excludes 0 the other way; *not resolved*: it covers 0. *Smallest detectable*: the "
+        "true difference a two-sided paired t-test over these seeds detects with 80% power, "
+        "at the spread of the per-seed differences measured here; *powered for it*: whether "
+        "that is at most the predicted size.",
+        "",
+    ]
+
+
+def prediction_lines(selection: Selection, predictions: dict[str, dict[str, Any]]) -> list[str]:
+    if not selection.claims:
+        return []
+    rows = []
+    for claim in selection.claims:
+        seen = predictions.get(f"{claim.setting}:{claim.name}", {})
+        when = seen.get("first_seen", "-")
+        notes = []
+        if seen.get("results_existed"):
+            notes.append("first seen when results of its arms already existed")
+        current = {"prediction": claim.prediction, "predicted_size": claim.predicted_size}
+        if seen and {k: seen[k] for k in current} != current:
+            notes.append(
+                f'changed since it was first seen, from "{seen["prediction"]}" '
+                f"(size {size_text(seen['predicted_size'])})"
+            )
+        rows.append(
+            [
+                f"**{claim.name}**",
+                claim.prediction,
+                size_text(claim.predicted_size),
+                when + (f" ({'; '.join(notes)})" if notes else ""),
+            ]
+        )
+    return [
+        "## Predictions, written before the run",
+        "",
+        "From the study file; `predictions.json` in the cache records each as first seen, "
+        "before any of that invocation's runs, and any later change.",
+        "",
+        markdown_table(["claim", "prediction", "predicted size", "first seen"], rows),
+        "",
+    ]
+
+
+def arm_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
+    lines = ["## Arms", ""]
+    for setting in study.settings:
+        arms = [a for s, a in selection.pairs if s == setting.name]
+        if not arms:
+            continue
+        protocols = setting.eval.protocols
+        header = [
+            "arm",
+            "how it trains",
+            *(f"Pass@1 ({p})" for p in protocols),
+            *(f"`{k}`" for k in study.diagnostics),
+        ]
+        rows = []
+        for arm in arms:
+            results = runs[setting.name][arm]
+            cells = [fmt(interval([r["eval"][p] for r in results], "pass_at_1")) for p in protocols]
+            finals = [r["train"]["final"] if r["train"] else {} for r in results]
+            diags = [
+                fmt(diagnostic(finals, k), 3) if arm != BASE else "-" for k in study.diagnostics
+            ]
+            rows.append([f"`{arm}`", how_it_trains(study, arm), *cells, *diags])
+        lines += [f"Setting **{setting.name}**:", "", markdown_table(header, rows), ""]
+    if study.diagnostics:
+        lines += [
+            f"Diagnostics: per seed, the mean of each figure over the run's last "
+            f"{FINAL_ITERATIONS} actor iterations (results.json `final`), then the mean over "
+            "seeds with a t interval. docs/tensorboard.md says what each one measures.",
+            "",
+        ]
+        missing = [k for k in study.diagnostics if not recorded(runs, k)]
+        if missing:
+            lines += [
+                "Not recorded by any run: "
+                + ", ".join(f"`{k}`" for k in missing)
+                + " (check the names against docs/tensorboard.md).",
+                "",
+            ]
+    return lines
+
+
+def how_it_trains(study: Study, arm: str) -> str:
+    if arm == BASE:
+        return "the seed's SFT base, untrained"
+    found = study.arm(arm)
+    own = ", ".join(f"`ppo.{k.replace('_', '-')}` {value_text(v)}" for k, v in found.ppo)
+    return f"preset `{found.preset}`" + (f", then {own}" if own else "")
+
+
+def recorded(runs: Runs, key: str) -> bool:
+    return any(
+        r["train"] and key in r["train"]["final"]
+        for arms in runs.values()
+        for results in arms.values()
+        for r in results
+    )
+
+
+def value_text(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return " ".join(value_text(v) for v in value)
+    if isinstance(value, dict):
+        return " ".join(f"{k} {value_text(v)}" for k, v in value.items())
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def group_text(config: Any, group: str) -> str:
+    return ", ".join(  # every field, those recorded only when set included
+        f"{group}.{f.name.replace('_', '-')} {value_text(to_jsonable(getattr(config, f.name)))}"
+        for f in fields(config)
+    )
+
+
+def setting_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
+    lines = [
+        "## Every setting that decides a number",
+        "",
+        "Names as the command line writes them (`cxsim sft|train|eval --help`). Seed s is the "
+        "SFT seed, the training seed and the evaluation seed; the PPO training tasks of seed s "
+        "are s * 1000000 + k (experiments/train.py), its evaluation tasks "
+        f"{EVAL_SEED_OFFSET} + s * 10000 + i for i below `eval.episodes`, and repeat r samples "
+        "with torch seeded s * 1000 + r (cxsim/evaluation.py). Every stage runs with one torch "
+        "thread in float32.",
+        "",
+    ]
+    for setting in study.settings:
+        if setting.name not in runs:
+            continue
+        first = next(iter(runs[setting.name].values()))[0]
+        derived = first["sft"]["compaction"]
+        sizes = ", ".join(
+            f"{k.replace('_', '-')} {derived[k]}"
+            for k in ("budget", "threshold", "max_response_tokens", "max_summary_tokens")
+        )
+        rows = [
+            [
+                "task",
+                f"env.env-id {setting.env.env_id}, env.kwargs "
+                f"{value_text(dict(setting.env.kwargs))}",
+            ],
+            [
+                "starting checkpoint",
+                f"policy {value_text(setting.policy)} (each seed's SFT starts from it)",
+            ],
+            [
+                "compaction",
+                group_text(setting.compaction, "compaction")
+                + f"; sizes as run (unset ones derived by the pre-flight): {sizes}",
+            ],
+            ["SFT", group_text(setting.sft, "sft")],
+            ["PPO every arm starts from", group_text(setting.ppo, "ppo")],
+            *arm_rows(setting, selection, runs),
+            [
+                "evaluation",
+                group_text(setting.eval, "eval").replace("eval.seed None", "eval.seed s")
+                + "; each arm's last checkpoint, sampled at eval.temperature",
+            ],
+        ]
+        lines += [
+            f"Setting **{setting.name}**" + (f": {setting.about}" if setting.about else "") + ":",
+            "",
+            markdown_table(["what", "settings"], rows),
+            "",
+        ]
+    return lines
+
+
+def arm_rows(setting: Setting, selection: Selection, runs: Runs) -> list[list[str]]:
+    """Each trained arm's PPO settings where they differ from the setting's, as run."""
+    start = to_jsonable(setting.ppo)
+    rows = []
+    for name, results in runs[setting.name].items():
+        if name == BASE or (setting.name, name) not in selection.pairs:
+            continue
+        ran = results[0]["train"]
+        changed = {k: v for k, v in ran["ppo"].items() if start.get(k) != v}
+        said = ", ".join(f"ppo.{k.replace('_', '-')} {value_text(v)}" for k, v in changed.items())
+        rows.append(
+            [
+                f"arm `{name}`",
+                (said or "no change")
+                + f"; evaluated at its last checkpoint, iteration {ran['iterations_done']}",
+            ]
+        )
+    return rows
+
+
+def per_seed_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
+    lines = ["## Per seed", ""]
+    seeds = [f"s{s}" for s in study.seeds]
+    for setting in study.settings:
+        arms = [a for s, a in selection.pairs if s == setting.name]
+        if not arms:
+            continue
+        rows = [
+            [
+                f"`{arm}`",
+                *(
+                    f"{r['eval']['compacted']['pass_at_1']:.3f}"
+                    if "compacted" in r["eval"]
+                    else "-"
+                    for r in runs[setting.name][arm]
+                ),
+            ]
+            for arm in arms
+        ]
+        lines += [
+            f"Setting **{setting.name}**, Pass@1 (compacted):",
+            "",
+            markdown_table(["arm", *seeds], rows),
+            "",
+        ]
+        claims = [c for c in selection.claims if c.setting == setting.name]
+        if claims:
+            rows = [
+                [
+                    f"**{c.name}** ({c.metric}, {c.protocol})",
+                    *(f"{d:+.3f}" for d in comparison(runs, c).per_seed),
+                ]
+                for c in claims
+            ]
+            lines += ["Treatment - reference:", "", markdown_table(["claim", *seeds], rows), ""]
+    return lines
+
+
+# -- the page -------------------------------------------------------------------------------
+
+
+def interval_data(x: Interval) -> dict[str, Any]:
+    return {"mean": x.mean, "low": x.low, "high": x.high, "n": x.n, "method": x.method}
+
+
+def summary(study: Study, selection: Selection, runs: Runs) -> dict[str, Any]:
+    """The page's numbers as data: each claim's comparison, each arm's per-seed Pass@1."""
+    claims = []
+    for claim in selection.claims:
+        c = comparison(runs, claim)
+        claims.append(
+            {
+                "name": claim.name,
+                "setting": claim.setting,
+                "treatment": claim.treatment,
+                "reference": claim.reference,
+                "metric": claim.metric,
+                "protocol": claim.protocol,
+                "direction": claim.direction,
+                "prediction": claim.prediction,
+                "predicted_size": claim.predicted_size,
+                "verdict": c.verdict,
+                "treatment_interval": interval_data(c.treatment),
+                "reference_interval": interval_data(c.reference),
+                "difference": interval_data(c.difference),
+                "per_seed_difference": list(c.per_seed),
+                "smallest_detectable": c.detectable,
+            }
+        )
+    arms = {
+        setting: {
+            arm: {
+                "seeds": [r["seed"] for r in results],
+                "pass_at_1": {
+                    p: [r["eval"][p]["pass_at_1"] for r in results] for p in results[0]["eval"]
+                },
+                "made_now": [r["made"] for r in results],
+            }
+            for arm, results in by_arm.items()
+        }
+        for setting, by_arm in runs.items()
+    }
+    return {
+        "study": study.path,
+        "budget": study.budget,
+        "seeds": list(study.seeds),
+        "claims": claims,
+        "arms": arms,
+    }
+
+
+def render(
+    study: Study, selection: Selection, outcome: dict[str, Any], made_by: dict[str, Any]
+) -> str:
+    runs = outcome["runs"]
+    lines = [
+        *header_lines(study, runs, made_by),
+        *claim_lines(study, selection, runs),
+        *prediction_lines(selection, outcome["predictions"]),
+        *arm_lines(study, selection, runs),
+        *setting_lines(study, selection, runs),
+        *per_seed_lines(study, selection, runs),
+    ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_page(
+    out_dir: str | Path,
+    study: Study,
+    selection: Selection,
+    outcome: dict[str, Any],
+    made_by: dict[str, Any],
+) -> dict[str, Path]:
+    """``<stem>.md`` and ``<stem>.json`` in ``out_dir``; returns their paths. ``outcome``:
+    :func:`cxsim.studies.runner.run_study`'s result; ``made_by``: ``command``, ``commit``,
+    ``wall_time_s``, ``runs_dir``, ``device``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    page, data = out / f"{study.stem}.md", out / f"{study.stem}.json"
+    page.write_text(render(study, selection, outcome, made_by))
+    write_json(
+        data,
+        {
+            **summary(study, selection, outcome["runs"]),
+            "made_by": made_by,
+            "made_now": outcome["made"],
+        },
+    )
+    return {"page": page, "results": data}

@@ -1,0 +1,355 @@
+"""Critic variants: value heads that read only the prefix, the HL-Gauss histogram loss, the
+critic's own lambda, value pretraining, and names checked when the config is built."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from cxsim.agents.critic import Critic
+from cxsim.agents.models import build_policy
+from cxsim.agents.tokenizer import build_tokenizer
+from cxsim.cli import main as cxsim
+from cxsim.config import PPOConfig
+from cxsim.critics import VALUE_HEADS, VALUE_LOSSES, ValueHead, build_critic, check_critic
+from cxsim.losses import histogram_edges, hl_gauss_loss, hl_gauss_target
+from cxsim.ppo import critic_update, score_batch
+from cxsim.segments import Segment, SegmentBatch, pack_segments
+
+HEADS = ("last", "prefix-mean", "attention-pool")
+VARIANTS = [(head, loss) for head in HEADS for loss in ("mse", "hl-gauss")]
+CUE_WIN, CUE_LOSE = 5, 6
+"""Token ids of the cue that decides a rollout's reward (shown at position 1 of every segment)."""
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return build_policy("tiny", build_tokenizer([f"w{i}" for i in range(50)]), max_positions=64)
+
+
+def critic_for(policy, head: str, loss: str = "mse", **cfg) -> tuple[Critic, PPOConfig]:
+    config = PPOConfig(value_head=head, value_loss=loss, rollouts_per_batch=8, **cfg)
+    return build_critic(policy, config), config
+
+
+def randomise(critic: Critic, seed: int = 0) -> None:
+    """A head (and a pool query) away from their zero start, so values differ by prefix."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        critic.head.weight.normal_(generator=gen)
+        critic.head.bias.normal_(generator=gen)
+        if hasattr(critic.pool, "query"):
+            critic.pool.query.normal_(std=3.0, generator=gen)
+
+
+def cue_batch(rollouts: int = 8, length: int = 14) -> SegmentBatch:
+    """Two segments per rollout; reward 1 when the cue at position 1 is CUE_WIN. Every second
+    token from position 3 on is trainable (responses between observations)."""
+    gen = torch.Generator().manual_seed(1)
+    segments = []
+    for rid in range(rollouts):
+        win = rid % 2 == 0
+        for k in range(2):
+            body = torch.randint(10, 50, (length - 2,), generator=gen).tolist()
+            ids = [3, CUE_WIN if win else CUE_LOSE, *body]
+            trainable = [t >= 3 and t % 2 == 1 for t in range(length)]
+            segments.append(
+                Segment("execution", ids, trainable, [0.0] * length, rid, k, float(win))
+            )
+    return pack_segments(segments)
+
+
+# --------------------------------------------------------------------------- training
+
+
+@pytest.mark.parametrize(("head", "loss"), VARIANTS)
+def test_each_variant_reduces_its_value_loss_on_a_fixed_batch(policy, head, loss):
+    torch.manual_seed(0)
+    critic, cfg = critic_for(policy, head, loss, minibatches=1, lambda_scope="fixed", lam=1.0)
+    batch = cue_batch()
+    scored, _ = score_batch(batch, critic, cfg)
+    mask = scored.policy_mask
+    rewards = batch.rewards[:, None].expand_as(mask)
+    torch.testing.assert_close(scored.returns[mask], rewards[mask])  # lambda 1: the reward
+    opt = torch.optim.Adam(critic.parameters(), lr=1e-2)
+    losses = [critic_update(critic, opt, scored, cfg, passes=1)["losses/value"] for _ in range(12)]
+    assert losses[-1] < 0.5 * losses[0], losses
+    with torch.no_grad():
+        values = critic(batch.token_ids, batch.attention)
+    win = rewards[mask] > 0
+    picked = values[mask]
+    assert picked[win].mean() - picked[~win].mean() > 0.3  # the values read the cue
+
+
+def test_the_pool_query_learns(policy):
+    critic, cfg = critic_for(policy, "attention-pool", minibatches=1)
+    batch = cue_batch()
+    scored, _ = score_batch(batch, critic, cfg)
+    opt = torch.optim.Adam(critic.parameters(), lr=1e-2)
+    for _ in range(3):
+        critic_update(critic, opt, scored, cfg, passes=1)
+    assert critic.pool.query.abs().sum() > 0  # starts at 0; the gradient reached it
+
+
+# --------------------------------------------------------------------------- no look-ahead
+
+
+@pytest.mark.parametrize(("head", "loss"), VARIANTS)
+def test_the_value_at_a_token_reads_only_its_prefix(policy, head, loss):
+    critic, _ = critic_for(policy, head, loss)
+    randomise(critic)
+    gen = torch.Generator().manual_seed(2)
+    ids = torch.randint(3, 50, (3, 20), generator=gen)
+    changed = ids.clone()
+    changed[:, 9:] = torch.randint(3, 50, (3, 11), generator=gen)
+    ones = torch.ones_like(ids)
+    with torch.no_grad():
+        before, after = critic(ids, ones), critic(changed, ones)
+    # values[:, t] reads tokens < t: tokens 9.. changed, so values 0..9 must not move
+    torch.testing.assert_close(after[:, :10], before[:, :10], rtol=1e-5, atol=1e-6)
+    assert (after[:, 10:] - before[:, 10:]).abs().amax() > 1e-3  # and later ones do
+
+
+def test_prefix_mean_is_the_mean_of_the_attended_hidden_states(policy):
+    critic, _ = critic_for(policy, "prefix-mean")
+    randomise(critic)
+    row = [3, 10, 11, 4, 12, 13, 14]
+    pad = 3
+    ids = torch.tensor([row, [0] * pad + row[: len(row) - pad]])  # second row: left padding
+    mask = torch.tensor([[1] * 7, [0] * pad + [1] * (7 - pad)])
+    with torch.no_grad():
+        values = critic(ids, mask)
+        for t in range(1, len(row)):
+            hidden = critic.backbone(torch.tensor([row[:t]])).last_hidden_state[0]
+            expected = critic.head(hidden.mean(dim=0))[0]
+            torch.testing.assert_close(values[0, t], expected, atol=1e-5, rtol=0)
+    # padding never enters the mean: the padded row's values are the same prefixes'
+    torch.testing.assert_close(values[1, pad + 1 :], values[0, 1 : 7 - pad], atol=1e-5, rtol=0)
+    assert (values[1, : pad + 1] == 0).all()
+
+
+def test_attention_pool_weights_the_prefix_by_its_query(policy):
+    critic, _ = critic_for(policy, "attention-pool")
+    randomise(critic)
+    ids = torch.tensor([[3, 10, 11, 4, 12, 13]])
+    with torch.no_grad():
+        values = critic(ids, torch.ones_like(ids))
+        hidden = critic.backbone(ids).last_hidden_state[0]  # (T, H)
+        query = critic.pool.query
+        for t in range(1, ids.shape[1]):
+            prefix = hidden[:t]
+            weights = torch.softmax(prefix @ query / math.sqrt(len(query)), dim=0)
+            expected = critic.head(weights @ prefix)[0]
+            torch.testing.assert_close(values[0, t], expected, atol=1e-5, rtol=0)
+        # a zero query is the prefix mean
+        torch.nn.init.zeros_(critic.pool.query)
+        mean_critic, _ = critic_for(policy, "prefix-mean")
+        mean_critic.head.load_state_dict(critic.head.state_dict())
+        torch.testing.assert_close(
+            critic(ids, torch.ones_like(ids)), mean_critic(ids, torch.ones_like(ids)), atol=1e-5,
+            rtol=0,
+        )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- HL-Gauss
+
+# Standard normal CDF from a printed table: Phi(-1) = 0.1586553, Phi(-0.5) = 0.3085375,
+# Phi(0) = 0.5, Phi(0.5) = 0.6914625, Phi(1) = 0.8413447, Phi(1.5) = 0.9331928.
+
+
+def test_hl_gauss_target_on_hand_computed_values():
+    edges = histogram_edges(0.0, 1.0, 2)  # bins [0, 0.5], [0.5, 1]
+    assert edges.tolist() == [0.0, 0.5, 1.0]
+    # G = 0.25, sigma = 0.5: edges at z = -0.5, 0.5, 1.5
+    mass = [0.6914625 - 0.3085375, 0.9331928 - 0.6914625]
+    total = 0.9331928 - 0.3085375
+    target = hl_gauss_target(torch.tensor([0.25]), edges, 0.5)
+    assert target.shape == (1, 2)
+    assert target[0].tolist() == pytest.approx([m / total for m in mass], abs=1e-6)
+    # G = 0.5: symmetric, z = -1, 0, 1
+    assert hl_gauss_target(torch.tensor(0.5), edges, 0.5).tolist() == pytest.approx([0.5, 0.5])
+    # outside the range: clamped to the edge (the half outside dropped), G = 1: z = -2, -1, 0
+    at_edge = hl_gauss_target(torch.tensor([1.0, 7.0]), edges, 0.5)
+    phi_minus_2 = 0.0227501
+    expected_low = (0.1586553 - phi_minus_2) / (0.5 - phi_minus_2)
+    assert at_edge[0].tolist() == pytest.approx([expected_low, 1 - expected_low], abs=1e-6)
+    assert torch.equal(at_edge[0], at_edge[1])
+
+
+def test_hl_gauss_target_is_a_distribution_centred_on_the_return():
+    edges = histogram_edges(-0.1, 1.1, 32)
+    returns = torch.tensor([[0.2, 0.5, 0.77]])
+    target = hl_gauss_target(returns, edges, 0.75 * 1.2 / 32)
+    assert target.shape == (1, 3, 32)
+    torch.testing.assert_close(target.sum(-1), torch.ones(1, 3))
+    centres = (edges[1:] + edges[:-1]) / 2
+    torch.testing.assert_close((target * centres).sum(-1), returns, atol=1e-6, rtol=0)
+
+
+def test_hl_gauss_loss_is_the_cross_entropy_to_the_target():
+    edges = histogram_edges(0.0, 1.0, 4)
+    returns = torch.tensor([[0.3, 0.9]])
+    target = hl_gauss_target(returns, edges, 0.2)
+    # hand values for G = 0.3, sigma = 0.2 over [0, .25, .5, .75, 1]: z = -1.5, -.25, 1, 2.25, 3.5
+    phi = [0.0668072, 0.4012937, 0.8413447, 0.9877755, 0.9997674]
+    expected = [(b - a) / (phi[-1] - phi[0]) for a, b in itertools.pairwise(phi)]
+    assert target[0, 0].tolist() == pytest.approx(expected, abs=1e-6)
+    uniform = torch.zeros(1, 2, 4, requires_grad=True)
+    loss = hl_gauss_loss(uniform, returns, edges, 0.2)
+    torch.testing.assert_close(loss, torch.full((1, 2), math.log(4)))
+    loss.sum().backward()  # d CE / d logits = softmax - target
+    torch.testing.assert_close(uniform.grad, 0.25 - target)
+    best = hl_gauss_loss(target.log(), returns, edges, 0.2)  # the minimum: the target's entropy
+    torch.testing.assert_close(best, -(target * target.log()).sum(-1))
+
+
+def test_a_histogram_critic_reads_its_value_as_the_expectation_over_bin_centres(policy):
+    critic, cfg = critic_for(policy, "last", "hl-gauss")
+    centres = VALUE_LOSSES["hl-gauss"].support(cfg)
+    assert len(centres) == 32 and centres[0] == pytest.approx(-0.1 + 0.0375 / 2)
+    assert centres[-1] == pytest.approx(1.1 - 0.0375 / 2)
+    assert cfg.histogram_sigma == pytest.approx(0.75 * 0.0375)
+    ids = torch.tensor([[3, 10, 11, 4]])
+    with torch.no_grad():
+        values, logits = critic(ids, torch.ones_like(ids), return_logits=True)
+        assert logits.shape == (1, 4, 32) and (logits[:, 0] == 0).all()
+        torch.testing.assert_close(values[0, 1:], torch.full((3,), 0.5))  # uniform: the mean
+        critic.head.bias[20] = 50.0  # all mass on bin 20
+        assert critic(ids, torch.ones_like(ids))[0, 1:].tolist() == pytest.approx(
+            [centres[20]] * 3, abs=1e-6
+        )
+
+
+# --------------------------------------------------------------------------- critic lambda
+
+
+def test_critic_lambda_changes_the_targets_not_the_advantages(policy):
+    critic, cfg = critic_for(policy, "last", lambda_scope="fixed", lam=0.0, whiten=False)
+    with torch.no_grad():
+        critic.head.bias.fill_(0.3)  # V = 0.3 everywhere
+    batch = cue_batch()
+    actor, _ = score_batch(batch, critic, cfg)
+    own, _ = score_batch(batch, critic, replace(cfg, critic_lam=1.0))
+    mask = actor.policy_mask
+    assert torch.equal(own.advantages, actor.advantages)  # the actor's lambda, unchanged
+    # lambda 0 (TD(0)): targets are the next value, R at each segment's last token
+    last = mask & (mask.long().cumsum(1) == mask.sum(1, keepdim=True))
+    torch.testing.assert_close(actor.returns[mask & ~last], torch.full_like(
+        actor.returns[mask & ~last], 0.3))  # fmt: skip
+    # lambda 1 (gamma 1): every target is the rollout's reward (Monte Carlo)
+    rewards = batch.rewards[:, None].expand_as(mask)
+    torch.testing.assert_close(own.returns[mask], rewards[mask])
+
+
+# --------------------------------------------------------------------------- save, load, names
+
+
+@pytest.mark.parametrize(("head", "loss"), [("prefix-mean", "mse"), ("attention-pool", "hl-gauss")])
+def test_variants_save_and_load(policy, tmp_path, head, loss):
+    critic, cfg = critic_for(policy, head, loss)
+    randomise(critic)
+    critic.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "value_head.json").read_text())["value_head"] == head
+    loaded = Critic.from_pretrained(tmp_path)
+    check_critic(loaded, cfg)
+    ids = torch.tensor([[3, 10, 11, 4, 12], [3, 14, 15, 0, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        assert torch.equal(loaded.eval()(ids, mask), critic.eval()(ids, mask))
+    with pytest.raises(ValueError, match="use the flags it was made with"):
+        check_critic(loaded, PPOConfig())
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        ("value_head", "nope", "value_head='nope' is unknown; choose one of: last, prefix-mean, "),
+        ("value_loss", "l1", "value_loss='l1' is unknown; choose one of: mse, hl-gauss, "),
+        ("value_head", "no_such_module:head", "no_such_module:head: cannot import module"),
+        ("critic_lam", 1.5, "critic_lam=1.5 must lie in [0, 1]"),
+        ("value_bins", 1, "value bins: need --ppo.value-bins >= 2"),
+    ],
+)
+def test_a_bad_setting_fails_when_the_config_is_built_in_one_line(flag, value, says):
+    with pytest.raises(ValueError) as info:
+        PPOConfig(**{flag: value})
+    assert str(info.value).startswith(says) and "\n" not in str(info.value)
+
+
+def test_critic_flags_need_a_critic_and_the_cli_says_so_in_one_line():
+    with pytest.raises(SystemExit) as info:
+        cxsim(["train", "--preset", "supo", "--ppo.group-size", "2", "--ppo.value-head",
+               "prefix-mean"])  # fmt: skip
+    message = str(info.value.code)
+    assert message.startswith("cxsim train: error: --ppo.value-head sets up the critic, and ")
+    assert "\n" not in message
+    with pytest.raises(ValueError, match=r"drop --ppo\.value-clip-eps"):
+        PPOConfig(value_loss="hl-gauss", value_clip_eps=0.2)
+
+
+def test_a_value_head_plug_in_is_resolved_by_module_name(policy):
+    assert isinstance(VALUE_HEADS[f"{__name__}:shifted_mean"], ValueHead)
+    critic, _ = critic_for(policy, f"{__name__}:shifted_mean")
+    assert critic.value_head == f"{__name__}:shifted_mean"
+    with torch.no_grad():
+        values = critic(torch.tensor([[3, 10, 11]]), torch.ones(1, 3, dtype=torch.long))
+    assert values.shape == (1, 3)
+
+
+def _shifted_mean(hidden_size: int) -> torch.nn.Module:
+    from cxsim.agents.critic import PrefixMeanPool
+
+    return PrefixMeanPool()
+
+
+shifted_mean = ValueHead(_shifted_mean, "a plug-in head")
+"""A ``ValueHead`` declared outside cxsim/critics.py."""
+
+
+def test_the_flags_are_in_train_help(capsys):
+    with pytest.raises(SystemExit):
+        cxsim(["train", "--help"])
+    shown = capsys.readouterr().out
+    for flag in ("--ppo.value-head", "--ppo.value-loss", "--ppo.critic-lam",
+                 "--ppo.value-pretrain-steps", "--ppo.value-bins", "--ppo.value-sigma"):  # fmt: skip
+        assert flag in shown, flag
+
+
+# --------------------------------------------------------------------------- pretraining
+
+
+def test_value_pretraining_reports_held_out_explained_variance(tmp_path: Path):
+    """The shipped checkpoint sampled at temperature 2 fails some tasks, so the held-out
+    returns vary and the explained variance is defined."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = tmp_path / "train"
+    cxsim(["--quiet", "train", "--policy", "pretrained", "--run-dir", str(run_dir), "--device",
+           "cpu", "--env.kwargs", "memory_length", "3", "obs_words_mean", "6", "obs_words_std",
+           "1", "num_values", "4", "--compaction.budget", "160",
+           "--ppo.rollouts-per-batch", "4", "--ppo.iterations", "1", "--ppo.critic-warmup", "0",
+           "--ppo.minibatches", "1", "--ppo.value-pretrain-steps", "4",
+           "--ppo.value-pretrain-rollouts", "16", "--ppo.value-pretrain-heldout", "0.5",
+           "--ppo.value-head", "attention-pool",
+           "--ppo.value-loss", "hl-gauss", "--ppo.critic-lam", "1.0",
+           "--ppo.temperature", "2.0", "--no-progress-bar"])  # fmt: skip
+    results = json.loads((run_dir / "results.json").read_text())
+    curve = results["value_pretrain"]
+    assert [row["step"] for row in curve] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert "critic/pretrain_value_loss" not in curve[0]
+    losses = [row["critic/pretrain_value_loss"] for row in curve[1:]]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
+    evs = [row["critic/pretrain_heldout_ev"] for row in curve]
+    assert all(math.isfinite(x) for x in evs), evs
+    assert evs[0] == pytest.approx(0.0, abs=1e-6)  # a zero head: one value for every prefix
+    acc = EventAccumulator(str(run_dir / "tb"), {"scalars": 0})
+    acc.Reload()
+    logged = [e.value for e in acc.Scalars("critic/pretrain_heldout_ev")]
+    assert logged == pytest.approx(evs)
+    assert results["iterations_done"] == 1 and "losses/value" in results["history"][0]

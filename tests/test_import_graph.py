@@ -1,0 +1,153 @@
+"""No import cycles through cxsim/studies and experiments/study.py.
+
+The import graph is read from the source with ``ast``: every ``import`` and ``from ... import``
+counts, at module level or inside a function (a lazy import is still a dependency), except
+those under ``if TYPE_CHECKING:`` (annotations only, never run). The modules are those of
+cxsim/studies/ and experiments/ (``cxsim.experiments``); a cycle is a strongly connected
+component of two or more modules, or a module that imports itself.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"cxsim.studies": ROOT / "cxsim" / "studies", "cxsim.experiments": ROOT / "experiments"}
+OWNED = ("cxsim.studies", "cxsim.experiments.study")
+"""The modules that must lie on no cycle (the entry points' own cycles are theirs)."""
+
+
+def module_files(packages: dict[str, Path]) -> dict[str, Path]:
+    """Module name -> file, for every ``.py`` of each package folder (``__init__``: the package)."""
+    found = {}
+    for package, folder in packages.items():
+        for path in sorted(folder.glob("*.py")):
+            found[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+    return found
+
+
+def type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the nodes inside ``if TYPE_CHECKING:`` blocks (their ``else`` runs)."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for statement in node.body:
+                inside |= {id(n) for n in ast.walk(statement)}
+    return inside
+
+
+def imports_of(path: Path, module: str, known: set[str]) -> set[str]:
+    """The modules of ``known`` that ``module`` (at ``path``) imports when it runs."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skipped = type_checking_nodes(tree)
+    is_package = path.stem == "__init__"
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".")
+                anchor = parts if is_package else parts[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            names.add(base)
+            names |= {f"{base}.{alias.name}" for alias in node.names}
+    found = set()
+    for name in names:  # `import a.b.c` also runs a.b and a
+        parts = name.split(".")
+        found |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    return (found & known) - {module} | ({module} if module in names else set())
+
+
+def import_graph(packages: dict[str, Path]) -> dict[str, set[str]]:
+    files = module_files(packages)
+    known = set(files)
+    return {name: imports_of(path, name, known) for name, path in files.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's cycles: strongly connected components of 2+ nodes and self-loops, each
+    sorted, in sorted order (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in graph.get(node, ()):
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+def test_the_cycle_finder_finds_cycles_and_only_cycles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": set(), "f": {"f"}}
+    assert cycles(graph) == [["a", "b", "c"], ["f"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    assert cycles({"x": {"y"}, "y": {"x", "z"}, "z": {"w"}, "w": {"z"}}) == [["w", "z"], ["x", "y"]]
+
+
+def test_imports_are_read_as_they_run(tmp_path: Path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text(
+        "from __future__ import annotations\n"
+        "from typing import TYPE_CHECKING\n"
+        "from . import b\n"
+        "if TYPE_CHECKING:\n"
+        "    from pkg import c\n"
+        "def later():\n"
+        "    import pkg.d\n"
+    )
+    for name in ("b", "c", "d"):
+        (package / f"{name}.py").write_text("")
+    (package / "b.py").write_text("from .a import later\n")
+    graph = import_graph({"pkg": package})
+    assert graph["pkg.a"] == {"pkg", "pkg.b", "pkg.d"}  # not c: annotations only
+    assert graph["pkg.b"] == {"pkg", "pkg.a"}
+    assert cycles(graph) == [["pkg.a", "pkg.b"]]
+
+
+def test_no_import_cycle_runs_through_the_studies():
+    graph = import_graph(PACKAGES)
+    assert "cxsim.studies.runner" in graph and "cxsim.experiments.study" in graph
+    assert "cxsim.studies.spec" in graph["cxsim.studies.runner"]  # the graph has edges
+    through = [c for c in cycles(graph) if any(m.startswith(OWNED) for m in c)]
+    assert through == []

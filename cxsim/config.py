@@ -258,8 +258,9 @@ class PPOConfig:
     """Actor passes over each batch."""
     critic_ratio: int = 2
     """Critic passes per actor pass (paper: 2 critic updates per actor update)."""
-    minibatches: int = 2
-    """Optimiser steps per pass; rollouts are kept whole inside a minibatch."""
+    minibatches: int = 4
+    """Optimiser steps per pass; rollouts are kept whole inside a minibatch. 4 (8 rollouts
+    each at the default batch): the main job reached 0.85 on 5 of 6 seeds, 2 on 4 of 6."""
     micro_batch_rows: int = 16
     """Segments per forward pass inside a minibatch (gradient accumulation; the loss
     denominator is still the whole minibatch's)."""

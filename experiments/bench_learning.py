@@ -79,8 +79,8 @@ SETTINGS: dict[str, Setting] = {
     ),
 }  # fmt: skip
 """``full``: the main job at its defaults (default KeyRecall task; per seed SFT 4
-epochs at omission 0.5 from the shipped starting checkpoint, length-bucketed; 2 + 8 PPO
-iterations in 16-row micro-batches), evaluated on 128 tasks per seed. ``reduced``: the entry points' smoke
+epochs at omission 0.5 from the shipped starting checkpoint, length-bucketed; 2 + 12 PPO
+iterations, 4 minibatches each, in 16-row micro-batches), evaluated on 128 tasks per seed. ``reduced``: the entry points' smoke
 task (5 steps, still two compactions at budget 160) with budgets so small that nothing
 is learned: it checks the pipeline and the diagnostics that hold from the first step,
 not learning."""
@@ -107,13 +107,13 @@ iteration (sampling and scoring agree up to float error); ``critic_explained_var
 and ``train_summary_recall``: means over the last 5 iterations (``final`` of
 results.json); ``summary_loss_share``: the token-mean loss's share on summary tokens,
 mean over the actor iterations (0 when summaries are masked out of the loss). Full mode,
-measured on the main job's seeds 0-5 (``cxsim run --seeds s``): 1e-5 to 4e-5; -2.41 to
-0.21 (the critic explains little of a success rate near 1, docs/results.md); 0.75 to
-0.99; 0.622 to 0.655."""
+measured on the main job's seeds 0-7 at 4 minibatches (``cxsim run --seeds s``): below
+1e-4; -2.64 to 0.47 (the critic explains little of a success rate near 1,
+docs/results.md); 0.70 to 0.98; 0.626 to 0.664."""
 
 RECORDED_AT = (
     "reduced: measured at the commit that added this module (seeds 0-3); full: on the main "
-    "job's seeds 0-5 with the shipped starting checkpoint (docs/training.md)"
+    "job's seeds 0-7 with the shipped starting checkpoint, 4 minibatches (docs/training.md)"
 )
 
 GAIN_MARGIN: dict[str, tuple[float, float] | None] = {"full": (0.20, 0.10), "reduced": None}

@@ -161,7 +161,7 @@ BUDGETS: dict[str, Config] = {
     "full": Config(
         preset="full", seeds=5, jobs=2,
         sft=SFTConfig(episodes=512, epochs=12, bucket_by_length=False),
-        ppo=PPOConfig(iterations=24, micro_batch_rows=64),
+        ppo=PPOConfig(iterations=24, micro_batch_rows=64, minibatches=2),
     ),
 }  # fmt: skip
 """``full``: the settings docs/results/tables.md was made with (the main job's env,

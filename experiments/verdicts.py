@@ -225,14 +225,15 @@ BUDGETS: dict[str, Config] = {
         preset="full", seeds=8, jobs=2,
         pretrain=SFTConfig(episodes=512, omission_rate=0.0, epochs=8, bucket_by_length=True),
         sft=SFTConfig(episodes=512, epochs=4, bucket_by_length=True),
-        ppo=PPOConfig(iterations=8, micro_batch_rows=16),
+        ppo=PPOConfig(iterations=8, micro_batch_rows=16, minibatches=2),
         credit=(
             CreditSetting(
                 "credit", EnvConfig("cxsim/KeyRecallActive-v0", CREDIT_KWARGS), CREDIT_SFT
             ),
             CreditSetting(
                 "credit-critic", EnvConfig("cxsim/KeyRecallActive-v0", CREDIT_KWARGS),
-                CREDIT_SFT, ppo=PPOConfig(iterations=8, micro_batch_rows=16, critic_warmup=12),
+                CREDIT_SFT,
+                ppo=PPOConfig(iterations=8, micro_batch_rows=16, critic_warmup=12, minibatches=2),
                 arms=CREDIT_ARMS[:4], bases_from="credit",
                 about="12 value-only warm-up iterations, not 2: 48 critic steps before the "
                 "actor moves, after which the critic reads the context; the credit setting's "

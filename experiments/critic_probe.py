@@ -176,28 +176,6 @@ def ridge_probe(x: Any, y: Any, fit: Any, ridges: tuple[float, ...]) -> tuple[fl
     return ridge_heldout_ev(x, y, fit, ridge), ridge
 
 
-def outcome_ceiling(records: list[Any]) -> dict[str, float]:
-    """Success with and without the needed facts in the last summary, and the explained
-    variance of a value that knows only that."""
-    import torch
-
-    success = torch.tensor([float(r.success) for r in records], dtype=torch.float64)
-    kept = torch.tensor(
-        [
-            bool(r.summary_recall and r.summary_recall[-1]) and all(r.summary_recall[-1].values())
-            for r in records
-        ]
-    )
-    out = {"success": float(success.mean()), "kept_share": float(kept.double().mean())}
-    pred = torch.full_like(success, float(success.mean()))
-    for flag, name in ((True, "kept"), (False, "lost")):
-        if bool((kept == flag).any()):
-            out[f"success_if_{name}"] = float(success[kept == flag].mean())
-            pred[kept == flag] = success[kept == flag].mean()
-    out["ev_ceiling"] = explained_variance(pred, success)
-    return out
-
-
 def _hidden_states(critic: Any, batch: Any, rows: int) -> Any:
     """Per chunk of ``rows`` rows: ``(hidden (s, T, H), mask (s, T) long, at (s,))`` from the
     critic's backbone, ``at`` the position whose features give the value of each row's first
@@ -418,6 +396,7 @@ def probe(cfg: Config) -> dict[str, Any]:
     from cxsim.agents.critic import Critic
     from cxsim.agents.lm_agent import LMAgent
     from cxsim.agents.models import load_policy
+    from cxsim.diagnostics.omission import outcome_ceiling
     from cxsim.generation import SamplingConfig
     from cxsim.preflight import preflight
     from cxsim.runtime import collect_rollouts

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,7 +17,6 @@ from cxsim.config import PPOConfig
 from cxsim.experiments.critic_probe import (
     Config,
     head_features,
-    outcome_ceiling,
     ridge_heldout_ev,
     steps_to_reach,
     value_features,
@@ -34,18 +32,6 @@ def test_ridge_probe_finds_a_linear_signal_and_not_noise():
     assert ridge_heldout_ev(x, signal + 0.1 * torch.randn(400, generator=gen), fit, 1.0) > 0.95
     noise = torch.randn(400, generator=gen, dtype=torch.float64)
     assert abs(ridge_heldout_ev(x, noise, fit, 1.0)) < 0.1
-
-
-def test_ceiling_splits_success_by_what_the_last_summary_kept():
-    def record(success: bool, kept: bool) -> SimpleNamespace:
-        return SimpleNamespace(success=success, summary_recall=[{"key": True}, {"key": kept}])
-
-    records = [record(True, True)] * 3 + [record(False, True)] + [record(False, False)] * 4
-    out = outcome_ceiling(records)
-    assert out["kept_share"] == 0.5 and out["success_if_kept"] == 0.75
-    assert out["success_if_lost"] == 0.0 and out["success"] == 0.375
-    # Var(R) = 0.234375; the split leaves 0.5 * 0.1875 -> 1 - 0.09375 / 0.234375
-    assert out["ev_ceiling"] == pytest.approx(0.6)
 
 
 def test_bad_flags_fail_before_any_work():

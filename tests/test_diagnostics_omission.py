@@ -2,12 +2,14 @@
 
 import math
 import random
+from types import SimpleNamespace
 
 import gymnasium as gym
 import pytest
 
 import cxsim.envs  # noqa: F401  (registers the environment ids)
 from cxsim.diagnostics import summary_omission
+from cxsim.diagnostics.omission import outcome_ceiling
 from cxsim.envs.scripted import ScriptedSummarizer, summary_recall
 
 
@@ -106,3 +108,18 @@ def test_real_scripted_summarizer_at_0_3_measures_0_3():
     stats = summary_omission(records)
     assert stats["omission/num_summaries"] == 2000
     assert _within_three_se(stats["omission/overall"], 0.3, stats["omission/num_facts"])
+
+
+def test_ceiling_splits_success_by_what_the_last_summary_kept():
+    def record(success: bool, kept: bool) -> SimpleNamespace:
+        return SimpleNamespace(success=success, summary_recall=[{"key": True}, {"key": kept}])
+
+    records = [record(True, True)] * 3 + [record(False, True)] + [record(False, False)] * 4
+    out = outcome_ceiling(records)
+    assert out["kept_share"] == 0.5 and out["success_if_kept"] == 0.75
+    assert out["success_if_lost"] == 0.0 and out["success"] == 0.375
+    # Var(R) = 0.234375; the split leaves 0.5 * 0.1875 -> 1 - 0.09375 / 0.234375
+    assert out["ev_ceiling"] == pytest.approx(0.6)
+    # the training diagnostic reports the same figure each iteration
+    assert summary_omission(records)["critic/ev_ceiling"] == pytest.approx(0.6)
+    assert "critic/ev_ceiling" not in summary_omission([record(True, True)] * 4)

@@ -43,7 +43,10 @@ def summary_omission(records: Sequence[RecallRecord | Mapping]) -> dict[str, flo
       compacted and never missed one; ``omission/success_if_uncompacted``: of
       rollouts without a summary; ``omission/success_gap`` = complete - omitted;
       ``omission/rollouts_omitted``, ``omission/rollouts_complete`` (counts);
-    - ``omission/num_summaries``, ``omission/num_facts`` (counts).
+    - ``omission/num_summaries``, ``omission/num_facts`` (counts);
+    - ``critic/ev_ceiling``: the explained variance of the outcome that knowing whether the
+      last summary kept the needed facts allows (:func:`outcome_ceiling`), the bar a
+      critic's explained variance at the last window is read against.
 
     Keys whose group is empty are left out.
     """
@@ -92,4 +95,36 @@ def summary_omission(records: Sequence[RecallRecord | Mapping]) -> dict[str, flo
     stats["omission/success_gap"] = rate["complete"] - rate["omitted"]
     stats["omission/rollouts_omitted"] = (group == 2).sum().double()
     stats["omission/rollouts_complete"] = (group == 1).sum().double()
+    ceiling = outcome_ceiling(recs)
+    if ceiling["ev_ceiling"] == ceiling["ev_ceiling"]:  # defined (outcomes vary)
+        stats["critic/ev_ceiling"] = torch.tensor(ceiling["ev_ceiling"])
     return to_floats(stats)
+
+
+def last_summary_kept(rec: RecallRecord) -> bool:
+    """The rollout's last summary kept every needed fact shown before it (False without one)."""
+    return bool(rec.summary_recall and rec.summary_recall[-1]) and all(
+        rec.summary_recall[-1].values()
+    )
+
+
+def outcome_ceiling(records: Sequence[RecallRecord | Mapping]) -> dict[str, float]:
+    """What a value that knows only whether the last summary kept the needed facts can
+    explain of the outcome: success in each group and ``ev_ceiling``, the explained
+    variance of predicting each rollout's success by its group's rate (between-group over
+    total variance; NaN when every outcome is equal). The critic at the last window sees
+    no more of the past than that summary, so this is the most its value can explain
+    there, on a task whose outcome is decided by the kept fact."""
+    recs = as_records(records)
+    success = torch.tensor([float(bool(r.success)) for r in recs], dtype=torch.float64)
+    kept = torch.tensor([last_summary_kept(r) for r in recs], dtype=torch.bool)
+    out = {"success": float(success.mean()), "kept_share": float(kept.double().mean())}
+    pred = torch.full_like(success, float(success.mean()))
+    for flag, name in ((True, "kept"), (False, "lost")):
+        if bool((kept == flag).any()):
+            out[f"success_if_{name}"] = float(success[kept == flag].mean())
+            pred[kept == flag] = success[kept == flag].mean()
+    total = float(((success - success.mean()) ** 2).sum())
+    residual = float(((success - pred) ** 2).sum())
+    out["ev_ceiling"] = 1.0 - residual / total if total > 0 else float("nan")
+    return out

@@ -72,6 +72,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "memory": ("cxsim.experiments.bench_memory", "loss-head peak memory and time per token"),
     "gpu": ("cxsim.experiments.bench_gpu", "0.5B-sized Qwen2 SFT + PPO on a GPU; tiny vs CPU"),
     "learning": ("cxsim.experiments.bench_learning", "regression check: CompactionRL still learns"),
+    "executors": ("cxsim.experiments.bench_executors", "a study on local processes vs Ray"),
     "horizons": (
         "cxsim.experiments.bench_horizons",
         "each horizon's share of the rollouts vs of the policy gradient, per loss mode",

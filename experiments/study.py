@@ -4,13 +4,16 @@ Reads top to bottom: parse and validate the study file (cxsim/studies/spec.py: e
 and name is checked before any run), pick what this invocation runs (``--only``,
 ``--seeds``), then either print the equivalent ``cxsim sft`` / ``train`` / ``eval`` commands
 (``--print-commands``, cxsim/studies/commands.py), or run every (setting, seed, arm) unit
-(cxsim/studies/runner.py, cached under ``--runs-dir``) and write the page
-(cxsim/studies/page.py) to ``--out``. The file's keys: docs/reference/study-files.md.
+(cxsim/studies/runner.py, cached under ``--runs-dir``) on an executor
+(cxsim/studies/executors.py: this machine's processes, or Ray with ``--executor ray``) and
+write the page (cxsim/studies/page.py) to ``--out``. The file's keys:
+docs/reference/study-files.md.
 
     cxsim study examples/my_study.toml                               # the study as written
     cxsim study examples/my_study.toml --budget smoke --seeds 0:2    # the pipeline, about a minute
     cxsim study examples/my_study.toml --only small:floor-helps
     cxsim study examples/my_study.toml --print-commands --seeds 3    # seed 3's runs, as commands
+    cxsim study examples/my_study.toml --executor ray --ray-address head:6379 --runs-dir /shared/r
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import tyro
 
@@ -46,9 +49,17 @@ class Config:
     budget: str | None = None
     """A ``[budgets.NAME]`` of the file, set over every setting (e.g. ``smoke``)."""
     jobs: int = 1
-    """Units run at once, each in its own single-threaded process."""
+    """Units run at once, each in its own single-threaded process (with ``--executor ray``
+    and no ``--ray-address``: the CPUs of the local Ray instance)."""
     device: str = "cpu"
-    """Device of every run (cpu, cuda, cuda:N, auto); part of the cache's key."""
+    """Device of every run (cpu, cuda, cuda:N, auto); part of the cache's key. With
+    ``--executor ray``: cpu, or cuda (one GPU per run)."""
+    executor: Literal["local", "ray"] = "local"
+    """Where units run: ``local`` (this machine's processes) or ``ray`` (one Ray task per
+    unit; ``pip install 'cxsim[ray]'``); the runs folder must be one every worker shares."""
+    ray_address: str | None = None
+    """A running Ray cluster to join (``HOST:PORT``; with ``--executor ray``); None starts a
+    local Ray instance with ``--jobs`` CPUs."""
     print_commands: bool = False
     """Print the ``cxsim sft`` / ``train`` / ``eval`` commands of each seed of ``--seeds``
     (without it, the file's first seed) instead of running."""
@@ -56,7 +67,14 @@ class Config:
     def __post_init__(self) -> None:
         if self.jobs < 1:
             raise ValueError(f"--jobs {self.jobs}: pass at least one process")
-        check_device_name(self.device)
+        if self.executor == "ray":
+            from cxsim.studies.executors import gpus_per_run
+
+            gpus_per_run(self.device)  # cpu or cuda; the cluster's GPUs are asked at start
+        else:
+            if self.ray_address is not None:
+                raise ValueError("--ray-address joins a Ray cluster: pass --executor ray too")
+            check_device_name(self.device)
 
     @property
     def folder(self) -> Path:
@@ -86,17 +104,23 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from cxsim.experiments.verdicts_page import commit
+    from cxsim.studies.executors import make_executor
     from cxsim.studies.page import summary, write_page
     from cxsim.studies.runner import log, run_study
 
     torch.set_num_threads(1)  # tiny models: one thread is faster on a busy machine
-    outcome = run_study(study, selection, runs_dir, cfg.device, cfg.jobs)
+    executor = make_executor(cfg.executor, cfg.jobs, cfg.device, cfg.ray_address)
+    try:
+        outcome = run_study(study, selection, runs_dir, cfg.device, executor=executor)
+    finally:
+        executor.close()
     made_by = {
         "command": shlex.join(["cxsim", "study", *argv]),
         "commit": commit(),
         "wall_time_s": time.perf_counter() - began,
         "runs_dir": runs_dir,
         "device": cfg.device,
+        "executor": cfg.executor,
     }
     paths = write_page(cfg.out_dir or str(cfg.folder / "page"), study, selection, outcome, made_by)
     for claim in summary(study, selection, outcome["runs"])["claims"]:

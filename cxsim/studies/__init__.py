@@ -13,7 +13,9 @@ One topic per module:
 - :mod:`cxsim.studies.spec`: the file parsed and validated into frozen dataclasses, every
   name checked before any run, and what a (setting, seed, arm) means for the main job;
 - :mod:`cxsim.studies.runner`: one (setting, seed, arm) unit as one function call with
-  plain arguments, cached; the study as a map of units over processes;
+  plain arguments, cached; the study as a map of units over an executor;
+- :mod:`cxsim.studies.executors`: where units run (this machine's processes, or Ray tasks
+  with ``--executor ray``);
 - :mod:`cxsim.studies.stats`: claims from per-seed results (intervals and power from
   cxsim/tables.py);
 - :mod:`cxsim.studies.page`: the Markdown page from plain results;

@@ -2,9 +2,10 @@
 
 A unit is one call of :func:`run_unit` with plain arguments (frozen dataclasses of
 :mod:`cxsim.studies.spec`, a seed, two strings), so that any executor can map units;
-:func:`run_study` maps them with experiments/processes.py ``map_in_processes``, ``--jobs``
-at a time. Seeds' SFT bases are made first (:func:`make_base`), so that two arms of one
-seed running side by side never both make the base they share.
+:func:`run_study` maps them with an executor of :mod:`cxsim.studies.executors` (this
+machine's processes, ``--jobs`` at a time, or Ray tasks), logging one line per finished
+call. Seeds' SFT bases are made first (:func:`make_base`, through the same executor), so
+that two arms of one seed running side by side never both make the base they share.
 
 Each stage is the main job's (``cxsim run``'s stage configs, experiments/run.py): SFT
 (experiments/sft.py ``run_sft``), PPO from that base (experiments/train.py ``train``) and
@@ -33,6 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cxsim.studies.executors import Executor, LocalExecutor
 from cxsim.studies.spec import BASE, Arm, Selection, Setting, Study, arm_ppo, main_job_config
 from cxsim.tables import cached_json, config_tag
 from cxsim.tracking import say, write_json
@@ -124,12 +126,19 @@ def make_base(setting: Setting, seed: int, runs_dir: str, device: str) -> dict[s
     """The seed's SFT base (cached); what was made and its results."""
     from cxsim.experiments import sft as sft_entry
 
+    began = time.perf_counter()
     made: list[str] = []
     cfg = sft_config(setting, seed, seed_folder(runs_dir, setting, seed, device), device)
     sft = cached_stage(
         Path(cfg.run_dir) / "results.json", lambda: sft_entry.run_sft(cfg), made, "sft"
     )
-    return {"setting": setting.name, "seed": seed, "made": made, "sft": sft}
+    return {
+        "setting": setting.name,
+        "seed": seed,
+        "made": made,
+        "sft": sft,
+        "wall_time_s": time.perf_counter() - began,
+    }
 
 
 def run_unit(
@@ -175,10 +184,6 @@ def run_unit(
             "ppo": trained["config"]["ppo"],
         }
     wall = time.perf_counter() - began
-    log(
-        f"{setting.name}, seed {seed}, {name}: {', '.join(made) or 'read from the cache'} "
-        f"({wall:.0f}s)"
-    )
     return {
         "setting": setting.name,
         "arm": name,
@@ -206,43 +211,44 @@ def log(message: str) -> None:
 
 
 def run_study(
-    study: Study, selection: Selection, runs_dir: str, device: str = "cpu", jobs: int = 1
+    study: Study,
+    selection: Selection,
+    runs_dir: str,
+    device: str = "cpu",
+    jobs: int = 1,
+    executor: Executor | None = None,
 ) -> dict[str, Any]:
-    """Every selected unit on every seed (cached), bases first; returns the units' results
-    as ``runs[setting][arm]`` (one dict per seed, in seed order), the predictions as first
-    recorded, and how many stages of each kind this call made."""
-    from cxsim.experiments.processes import map_in_processes
-
+    """Every selected unit on every seed (cached), bases first, through ``executor`` (None:
+    this machine's processes, ``jobs`` at a time, closed on return); returns the units'
+    results as ``runs[setting][arm]`` (one dict per seed, in seed order), the predictions as
+    first recorded, and how many stages of each kind this call made."""
+    if executor is None:
+        own = LocalExecutor(jobs)
+        try:
+            return run_study(study, selection, runs_dir, device, executor=own)
+        finally:
+            own.close()
     predictions = record_predictions(study, selection, runs_dir, device)
     settings = {s.name: s for s in study.settings}
     for name in dict.fromkeys(s for s, _ in selection.pairs):
         folder = setting_folder(runs_dir, settings[name], device)
         cached_json(folder / "settings.json", lambda n=name: base_settings(settings[n], device))
     bases = [
-        (settings[s], seed)
+        (settings[s], seed, runs_dir, device)
         for s in dict.fromkeys(s for s, _ in selection.pairs)
         for seed in study.seeds
     ]
-    n = len(bases)
-    log(f"{n} SFT bases ({len(study.seeds)} seeds), then {len(selection.pairs)} arms per seed")
-    made = map_in_processes(
-        make_base, jobs, [b[0] for b in bases], [b[1] for b in bases], [runs_dir] * n, [device] * n
+    log(
+        f"{len(bases)} SFT bases ({len(study.seeds)} seeds), then {len(selection.pairs)} arms "
+        f"per seed, on {executor.name} ({executor.workers} at once)"
     )
+    made = mapped(executor, make_base, bases, "SFT base")
     units = [
-        (settings[s], None if a == BASE else study.arm(a), seed)
+        (settings[s], None if a == BASE else study.arm(a), seed, runs_dir, device)
         for s, a in selection.pairs
         for seed in study.seeds
     ]
-    n = len(units)
-    results = map_in_processes(
-        run_unit,
-        jobs,
-        [u[0] for u in units],
-        [u[1] for u in units],
-        [u[2] for u in units],
-        [runs_dir] * n,
-        [device] * n,
-    )
+    results = mapped(executor, run_unit, units, "")
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for result in results:
         runs.setdefault(result["setting"], {}).setdefault(result["arm"], []).append(result)
@@ -251,6 +257,22 @@ def run_study(
         for stage in item["made"]:
             counts[stage] += 1
     return {"runs": runs, "predictions": predictions, "made": counts}
+
+
+def mapped(
+    executor: Executor, fn: Callable[..., dict[str, Any]], calls: list[tuple[Any, ...]], what: str
+) -> list[dict[str, Any]]:
+    """``[fn(*c) for c in calls]`` through ``executor``, in order; one log line per call as
+    it finishes (``what`` names a call; empty: its arm)."""
+    results: list[dict[str, Any]] = [{} for _ in calls]
+    for done, (index, result) in enumerate(executor.map(fn, calls), start=1):
+        results[index] = result
+        stages = ", ".join(result["made"]) or "read from the cache"
+        log(
+            f"[{done}/{len(calls)}] {result['setting']}, seed {result['seed']}, "
+            f"{what or result['arm']}: {stages} ({result['wall_time_s']:.0f}s)"
+        )
+    return results
 
 
 def record_predictions(

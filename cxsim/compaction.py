@@ -11,6 +11,13 @@ The runtime (``cxsim.runtime``) drives environments under one context strategy
   rebuilt as ``(s) + (u) + last k steps`` (a baseline).
 - ``external-summarizer``: like ``compacted`` but another agent (a scripted or
   frozen summarizer) writes the summary (the paper's Table 1 setting).
+- ``observation-masking``: no summary: the window is rebuilt as ``(s) + (u) +`` every
+  step, the observations of all but the last k replaced by a placeholder.
+- ``memory-state``: after every step the policy rewrites a bounded state and the window
+  is rebuilt as ``(s) + (u) + u_resume(state) +`` the latest step (MEM1-like).
+- ``self-compaction`` / ``self-compaction-drawn``: like ``compacted``, but the policy may
+  compact at any turn by answering ``summary``; the threshold stays a fallback (drawn per
+  task group in ``[T_comp, 1.5 T_comp]`` for ``-drawn``).
 - ``module:name`` or an installed plug-in's name: the user's own strategy
   (docs/training.md, "Your own context strategy").
 
@@ -31,7 +38,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import tyro
 
-from cxsim.strategies import STRATEGIES, ContextStrategy, window_full
+from cxsim.strategies import STRATEGIES, ContextStrategy, StepCost, TurnState, window_full
 
 if TYPE_CHECKING:  # annotations only: importing agents pulls torch, slowing every --help
     from cxsim.agents.chat import ChatFormat
@@ -51,9 +58,14 @@ class CompactionConfig:
     """How contexts are bounded and compacted. Sizes are in tokens."""
 
     protocol: Protocol = "compacted"
-    """Context strategy (cxsim/strategies/): ``compacted`` (paper), ``single`` (no compaction),
-    ``sliding-window`` (no summary), ``external-summarizer`` (another agent writes the
-    summaries), or module:name for your own (docs/training.md, "Your own context strategy")."""
+    """Context strategy (cxsim/strategies/) the run is sized, demonstrated, trained and evaluated
+    under: ``compacted`` (paper: the policy summarizes a full window), ``single`` (no
+    compaction), ``sliding-window`` (the last k steps, no summary), ``external-summarizer``
+    (another agent writes the summaries), ``observation-masking`` (every action and the last k
+    observations, older ones masked), ``memory-state`` (the policy rewrites a bounded state
+    after every step), ``self-compaction`` (the policy compacts when it answers ``summary``;
+    the threshold is a fallback), ``self-compaction-drawn`` (that fallback drawn per task
+    group), or module:name for your own (docs/training.md, "Context strategies")."""
     budget: int | None = 320
     """Working budget C: no context (window or summary prompt + summary) ever exceeds it.
     None: derived from the environment's text and the chat format (``fit_sizes``)."""
@@ -76,7 +88,8 @@ class CompactionConfig:
     ``sliding-window`` always keeps the task (it has no summary to carry it)."""
     keep_last: int = 2
     """k: steps (response + observation) copied into a rebuilt window; lowered to
-    k-1, ..., 0 until the rebuilt window leaves at least ``threshold`` tokens."""
+    k-1, ..., 0 until the rebuilt window leaves at least ``threshold`` tokens.
+    ``observation-masking``: the observations kept verbatim (not lowered)."""
     max_compactions: int = 3
     """Compactions allowed per episode (paper: 3, i.e. 4 windows); also bounds
     ``sliding-window`` rebuilds."""
@@ -177,8 +190,9 @@ def fit_sizes(
     - ``budget``: the smallest budget under which every episode ends within
       ``max_compactions + 1`` windows, replaying the runtime's rule (compact when
       ``budget - |h| < threshold``; rebuild as system + [task] + resume turn with
-      the episode's longest summary + the last k steps, k lowered until
-      ``threshold`` is free).
+      the episode's longest summary + the steps the strategy keeps, by default the last
+      k, k lowered until ``threshold`` is free; the strategy's ``turn_trigger`` and
+      ``rebuilt_steps`` decide).
 
     ``floors`` (published sizes) raise a derived size that falls below them.
     """
@@ -210,7 +224,7 @@ def fit_sizes(
     system = count("system", system_prompt)
     plans = [_episode_plan(sized, measured, system, e) for e in episodes]
     low = max(strategy.rebuilt_floor(sized, count, system), max(p.first for p in plans)) + threshold
-    high = max(p.first + sum(p.steps) for p in plans) + threshold
+    high = max(p.first + sum(step.full for step in p.steps) for p in plans) + threshold
     while low < high:  # smallest budget that fits every episode (the fit grows with budget)
         mid = (low + high) // 2
         if all(p.fits(sized, mid) for p in plans):
@@ -239,30 +253,50 @@ class _Measured:
 @dataclass(frozen=True)
 class _EpisodePlan:
     """One episode's window costs in tokens: the first window's fixed part, a rebuilt
-    window's fixed part, and each step (assistant header + response + end + observation)."""
+    window's fixed part, and each step (assistant header + response + end + observation),
+    verbatim and with its observation masked."""
 
     first: int
     rebuilt: int
-    steps: list[int]
+    steps: list[StepCost]
+    reserve: int = 0
+    """The strategy's summary reserve (its scripted oracle's compaction decisions read it)."""
 
     def fits(self, config: CompactionConfig, budget: int) -> bool:
-        """Whether the episode ends within ``max_compactions + 1`` windows of ``budget``:
-        the runtime's decisions (the strategy's trigger and kept steps) replayed on sizes."""
+        """Whether the episode ends within the windows the strategy allows at ``budget``:
+        the runtime's decisions (the strategy's turn trigger and rebuilt steps) replayed on
+        sizes."""
         config = replace(config, budget=budget)
         strategy = config.strategy
-        window, compactions = self.first, 0
-        for i, cost in enumerate(self.steps):
-            trigger = strategy.trigger(config, window, compactions)
-            if trigger == "end":
-                return False
-            if trigger != "act":  # a rebuilt window, with or without a summary
-                compactions += 1
-                k = strategy.steps_kept(config, self.rebuilt, self.steps[:i])
-                if k is None:
+        window, compactions, new_steps = self.first, 0, 0
+        held: list[StepCost] = []  # the window's steps, as it holds them
+        for cost in self.steps:
+            while True:  # the runtime asks again after each rebuild
+                turn = TurnState(window, compactions, new_steps)
+                trigger = strategy.turn_trigger(config, turn)
+                if trigger == "act" and self.oracle_asks(config, turn):
+                    trigger = strategy.turn_trigger(config, turn._replace(asked=True))
+                if trigger == "act":
+                    break
+                if trigger == "end":
                     return False
-                window = self.rebuilt + sum(self.steps[i - k : i])
-            window += cost
+                compactions += 1  # a rebuilt window, with or without a summary
+                kept = strategy.rebuilt_steps(config, self.rebuilt, held)
+                if kept is None:
+                    return False
+                held = [StepCost(held[i].masked, held[i].masked) if m else held[i] for i, m in kept]
+                window, new_steps = self.rebuilt + sum(step.full for step in held), 0
+            window += cost.full
+            held.append(cost)
+            new_steps += 1
         return True
+
+    def oracle_asks(self, config: CompactionConfig, turn: TurnState) -> bool:
+        """The scripted oracle asks to compact before acting (and a compaction is left)."""
+        strategy = config.strategy
+        return strategy.compactions_left(config, turn.compactions) and strategy.scripted_compacts(
+            config, self.reserve, turn
+        )
 
 
 def _episode_plan(
@@ -272,8 +306,12 @@ def _episode_plan(
     task = count("task", episode.task)
     rebuilt = config.strategy.rebuilt_size(config, count, system, task, episode.summaries)
     header = count("assistant_prefix")
-    steps = [
-        header + count("encode", a) + 1 + count("observation", o)
-        for a, o in zip(episode.actions, episode.observations, strict=True)
-    ]
-    return _EpisodePlan(first=system + task, rebuilt=rebuilt, steps=steps)
+    placeholder = config.strategy.placeholder
+    steps = []
+    for action, observation in zip(episode.actions, episode.observations, strict=True):
+        response = header + count("encode", action) + 1
+        full = response + count("observation", observation)
+        masked = full if placeholder is None else response + count("observation", placeholder)
+        steps.append(StepCost(full, masked))
+    reserve = config.strategy.summary_reserve(config, measured.chat)
+    return _EpisodePlan(first=system + task, rebuilt=rebuilt, steps=steps, reserve=reserve)

@@ -14,12 +14,14 @@ from typing import Annotated, Any, Literal
 import gymnasium as gym
 import tyro
 
-from cxsim.compaction import CompactionConfig
+from cxsim.compaction import PROTOCOLS, CompactionConfig
+from cxsim.compaction import Protocol as TrainProtocol
 from cxsim.critics import VALUE_HEADS, VALUE_LOSSES
 from cxsim.envs.defaults import DEFAULT_KWARGS, DefaultKwargs, default_kwargs
 from cxsim.estimators import ESTIMATORS
 from cxsim.loss_modes import LOSS_MODES
 from cxsim.pretrained import policy_path
+from cxsim.strategies import STRATEGIES
 from cxsim.tracking import RECORDED_WHEN_SET
 
 # The choices are the registries' (cxsim/estimators.py, cxsim/loss_modes.py): a name they
@@ -34,7 +36,9 @@ ValueLossName = Annotated[
 ADAPTIVE_SCOPES: tuple[str, ...] = ("segment", "rollout")  # cxsim.advantages.ADAPTIVE_SCOPES
 LAMBDA_SCOPES: tuple[str, ...] = ("fixed", *ADAPTIVE_SCOPES)
 LambdaScope = Literal[LAMBDA_SCOPES]  # type: ignore[valid-type]
-TrainProtocol = Literal["compacted", "single"]
+EvalProtocols = Annotated[
+    tuple[str, ...], tyro.conf.arg(metavar="{" + ",".join(PROTOCOLS) + "}|MODULE:NAME ...")
+]
 PolicySize = Literal["tiny", "small", "base"]
 
 DEFAULT_ENV = "cxsim/KeyRecall-v0"
@@ -207,8 +211,11 @@ class PPOConfig:
     """PPO with context compaction (docs/method.md sections 3-5); defaults are CompactionRL's."""
 
     protocol: TrainProtocol = "compacted"
-    """``compacted``: rollouts under the compaction runtime (CompactionRL);
-    ``single``: no compaction, an episode fails when its window fills ("PPO without compaction")."""
+    """Context strategy of the training rollouts (cxsim/strategies/): ``compacted`` (CompactionRL),
+    ``single`` (no compaction, an episode fails when its window fills: "PPO without compaction"),
+    any other ``--compaction.protocol`` value, or module:name. ``cxsim train`` sets it to
+    ``--compaction.protocol`` when only that is given; the window sizes always come from
+    ``--compaction.protocol``."""
     estimator: EstimatorName = "cross-segment"
     """Advantage estimator (cxsim/estimators.py): ``cross-segment`` (the paper: local GAE times
     (gamma lambda)^N_{>s}), ``local`` (no correction), ``stitched`` (exact GAE across
@@ -320,7 +327,7 @@ class PPOConfig:
         VALUE_LOSSES.check("value_loss", self.value_loss)
         self._check_critic_variants()
         _one_of("lambda_scope", self.lambda_scope, LAMBDA_SCOPES)
-        _one_of("protocol", self.protocol, ("compacted", "single"))
+        STRATEGIES.check("--ppo.protocol", self.protocol)
         if self.ratio_check_atol is not None and self.ratio_check_atol <= 0:
             raise ValueError(f"ratio_check_atol={self.ratio_check_atol} must be positive (or None)")
         if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.lam <= 1.0:
@@ -428,14 +435,16 @@ class PPOConfig:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """Evaluation under the Single and Compacted protocols."""
+    """Evaluation under the Single and Compacted protocols (or any context strategy)."""
 
     episodes: int = 64
     """Distinct tasks (episode seeds), disjoint from training seeds."""
     repeats: int = 1
     """Samples per task; Pass@1 averages them, the CI counts tasks (see cxsim.evaluation)."""
-    protocols: tuple[Literal["single", "compacted"], ...] = ("single", "compacted")
-    """Protocols to run."""
+    protocols: EvalProtocols = ("single", "compacted")
+    """Protocols to run: context strategies (cxsim/strategies/) by name, or module:name. Left at
+    the default, ``cxsim eval`` runs single and ``--compaction.protocol`` when that is not
+    compacted."""
     temperature: float = 1.0
     """Sampling temperature of an LM agent."""
     seed: int | None = None
@@ -450,7 +459,9 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.episodes < 1 or self.repeats < 1:
             raise ValueError("episodes and repeats must be >= 1")
+        if not self.protocols:
+            raise ValueError("--eval.protocols is empty: name at least one protocol")
         for p in self.protocols:
-            _one_of("protocol", p, ("single", "compacted"))
+            STRATEGIES.check("--eval.protocols", p)
         if self.temperature <= 0:
             raise ValueError(f"temperature={self.temperature} must be positive")

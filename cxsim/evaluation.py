@@ -2,9 +2,10 @@
 
 Protocols (docs/method.md, "Protocols"): **Compacted** runs the compaction runtime as
 configured; **Single** is the same runtime with no compaction allowed, so an
-episode whose context fills up fails. :func:`evaluate_protocol` also runs the
-runtime's other protocols, e.g. ``external-summarizer`` (a fixed executor with
-another agent writing the summaries: ``cxsim tables``' Table 1).
+episode whose context fills up fails. :func:`evaluate_protocol` runs any context
+strategy by name (``cxsim.strategies.STRATEGIES``, a plug-in's ``module:name`` too), e.g.
+``external-summarizer`` (a fixed executor with another agent writing the summaries:
+``cxsim tables``' Table 1) or ``observation-masking``.
 
 Pass@1 over N tasks (episode seeds) x M repeats (independent samples of the
 agent on the same task) is the mean success over all N*M runs. Its 95%
@@ -29,7 +30,7 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,8 +42,10 @@ if TYPE_CHECKING:  # torch and the runtime load where used: the interval maths s
     from cxsim.agents.chat import ChatFormat
     from cxsim.runtime import RolloutRecord
 
-Protocol = Literal["single", "compacted"]
+Protocol = RuntimeProtocol
+"""A context strategy's name (``cxsim.strategies.STRATEGIES``) or a plug-in's module:name."""
 PROTOCOLS: tuple[Protocol, ...] = ("single", "compacted")
+"""The protocols the paper evaluates (``cxsim eval``'s default pair)."""
 EVAL_SEED_OFFSET = 1_000_000_000
 """Evaluation task seeds start here; training seeds count up from 0, so they never meet."""
 Z95 = 1.959963984540054

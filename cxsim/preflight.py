@@ -3,16 +3,16 @@
 ``preflight`` first derives the compaction sizes left unset (``None``) from the
 environment's oracle episodes in the chat format's own tokens
 (``cxsim.compaction.fit_sizes``), then runs a few episodes of the scripted
-oracle with perfect summaries under Compacted. A run whose settings leave even
-the oracle unable to finish its tasks (observations that overflow the window,
-episodes longer than the windows allow) would train and evaluate to 0 without
+oracle with perfect summaries under the config's context strategy (Compacted by
+default). A run whose settings leave even the oracle unable to finish its tasks
+(observations that overflow the window, episodes longer than the windows allow, a
+strategy that drops what the task needs) would train and evaluate to 0 without
 any error; the pre-flight stops it first and says by how much it failed.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 from functools import lru_cache
 
 import gymnasium as gym
@@ -23,7 +23,6 @@ from cxsim.config import EnvConfig
 from cxsim.envs.defaults import PUBLISHED_SIZES, EpisodeText, sample_episodes
 from cxsim.envs.scripted import has_oracle
 from cxsim.runtime import collect_rollouts
-from cxsim.strategies.compacted import COMPACTED
 
 SIZING_EPISODES = 128
 """Oracle episodes whose text sizes the window (their longest pieces, and all of them must fit)."""
@@ -53,9 +52,10 @@ def preflight(
 ) -> CompactionConfig:
     """``compaction`` with its unset sizes derived, once the oracle solves the task under it.
 
-    The scripted oracle (omission rate 0) plays ``episodes`` tasks under the
-    Compacted protocol with the sized config; fewer than ``min_solved`` of them
-    solved raises a ValueError with the numbers (solved, end reasons, sizes).
+    The scripted oracle (omission rate 0: the scripted agents of the config's context
+    strategy) plays ``episodes`` tasks under that strategy with the sized config; fewer
+    than ``min_solved`` of them solved raises a ValueError with the numbers (solved, end
+    reasons, sizes).
     A user's own environment has no oracle: its sizes must all be given, and it
     skips the pre-flight.
     """
@@ -74,19 +74,26 @@ def preflight(
         texts = _episodes(env.env_id, tuple(sorted(env.kwargs.items())))
         floors = PUBLISHED_SIZES.get(env.env_id)
         sized = fit_sizes(compaction, chat, env.system_prompt, texts, floors)
-    runtime = replace(sized, protocol=COMPACTED.name)
-    agents = COMPACTED.scripted_agents(env.env_id, chat, omission_rate=0.0, seed=0)
+    agents = sized.strategy.scripted_agents_for(sized, env.env_id, chat, omission_rate=0.0)
     seeds = list(range(PREFLIGHT_SEED, PREFLIGHT_SEED + episodes))
     records = collect_rollouts(
-        env.env_id, env.kwargs, agents.actor, runtime, seeds, chat, agents.summarizer
+        env.env_id, env.kwargs, agents.actor, sized, seeds, chat, agents.summarizer
     ).records
     solved = sum(r.success for r in records)
     if solved < min_solved * episodes:
         ends = Counter(r.end_reason for r in records if not r.success)
         why = ", ".join(f"{reason} {n}" for reason, n in ends.most_common())
+        if ends.get("terminated", 0) * 2 >= sum(ends.values()):  # it ran out of facts, not room
+            raise ValueError(
+                f"pre-flight failed: {sized.protocol} cannot serve {env.env_id}: the scripted "
+                f"oracle solved {solved}/{episodes} tasks and answered wrong on "
+                f"{ends['terminated']} (failures: {why}): the context it keeps "
+                f"({sized.strategy.help}) lost facts the task needed; choose another "
+                "--compaction.protocol or change --env.kwargs"
+            )
         raise ValueError(
             f"pre-flight failed: the scripted oracle with perfect summaries solved {solved}/"
-            f"{episodes} {env.env_id} tasks under Compacted (failures: {why}) with budget "
+            f"{episodes} {env.env_id} tasks under {sized.protocol} (failures: {why}) with budget "
             f"{sized.budget}, threshold {sized.threshold}, max_response_tokens "
             f"{sized.max_response_tokens}, max_summary_tokens {sized.max_summary_tokens}, "
             f"max_compactions {sized.max_compactions}; leave the sizes unset to derive them, or "

@@ -42,7 +42,15 @@ Decisions the paper leaves open, made here:
   not recorded (they carry no training signal); summary segments are recorded
   only when the acting policy wrote the summary (a summary another agent wrote is
   not the policy's action). Segment indices count the recorded segments in time order.
-- **Rebuilds without a summary** count as compactions (bounded by ``max_compactions``).
+- **Rebuilds without a summary** count as compactions (bounded by ``max_compactions``, or
+  by the strategy's own ``compactions_left``).
+- **Compaction requests.** A response the strategy reads as the policy's request to
+  compact (``requests_compaction``) is not sent to the environment while a compaction is
+  left: its tokens stay in the window (trainable, a turn) and the strategy's trigger sees
+  ``asked`` before the next response.
+- **Masked steps.** A strategy may copy a step into a rebuilt window with its observation
+  turn replaced by its ``placeholder`` text (``rebuilt_steps``); the step's header and
+  response stay verbatim.
 - **A summary written by another agent** (the strategy's ``summary_by``) is asked for
   with the whole summary prompt and ``reset=True``: that agent holds none of the row.
 """
@@ -61,6 +69,7 @@ from cxsim.agents.chat import ChatFormat, WordChatFormat
 from cxsim.compaction import CompactionConfig
 from cxsim.envs.scripted import summary_recall
 from cxsim.segments import EpisodeEnd, Segment
+from cxsim.strategies import StepCost, TurnState
 
 __all__ = ["CompactionConfig", "RolloutBatch", "RolloutRecord", "collect_rollouts"]
 
@@ -108,8 +117,7 @@ def check_env_words(
         return
     vocabulary = getattr(env.unwrapped, "vocabulary", None)
     words = [*(vocabulary() if callable(vocabulary) else ()), *system_prompt.split()]
-    if config.summarizes:
-        words += [*config.summary_instruction.split(), *config.resume_instruction.split()]
+    words += config.strategy.words(config)
     where = (
         f"environment {env_id!r} (its vocabulary(), system prompt) or the compaction instructions"
     )
@@ -179,8 +187,12 @@ class _Row:
     trainable: list[bool] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     step_rewards: list[float] = field(default_factory=list)
-    steps: list[tuple[int, int]] = field(default_factory=list)
-    """[start, end) of each complete step in ``window``."""
+    steps: list[tuple[int, int, int]] = field(default_factory=list)
+    """(start, observation start, end) of each complete step in ``window``."""
+    new_steps: int = 0
+    """Steps taken since the window was built or rebuilt."""
+    asked: bool = False
+    """The policy's last response asked for a compaction the strategy honours."""
     sent: int = 0
     """Tokens of ``window`` the acting agent has already been given."""
     reset: bool = True
@@ -231,6 +243,13 @@ class _Runner:
         self.header = chat.assistant_prefix()
         self.q_sum = self.strategy.summary_prompt(config, chat)
         self.reserve = self.strategy.summary_reserve(config, chat)
+        placeholder = self.strategy.placeholder
+        self.masked = None if placeholder is None else chat.observation(placeholder)
+        """The observation turn of a masked step (None: the strategy masks none)."""
+
+    def reserved(self, row: _Row) -> int:
+        """The summary reserve, while the row may still compact (else 0)."""
+        return self.reserve if self.strategy.compactions_left(self.config, row.compactions) else 0
 
     def author(self, request: TurnRequest) -> int:
         """Who answers ``request``: 0 the acting agent, 1 the summarizer agent."""
@@ -242,7 +261,8 @@ class _Runner:
         cfg = self.config
         if row.turns >= cfg.max_turns:
             return self.end(row, "max_turns")
-        trigger = self.strategy.trigger(cfg, len(row.window), row.compactions)
+        turn = TurnState(len(row.window), row.compactions, row.new_steps, row.asked, row.seed)
+        trigger = self.strategy.turn_trigger(cfg, turn)
         if trigger == "end":
             return self.end(row, "window_full")
         if trigger == "rebuild":
@@ -252,8 +272,7 @@ class _Runner:
         if trigger == "summarize":
             return self.summary_request(row)
         row.extend(self.header)
-        reserve = self.reserve if row.compactions < cfg.max_compactions else 0
-        cap = min(cfg.max_response_tokens, cfg.budget - len(row.window) - reserve)
+        cap = min(cfg.max_response_tokens, cfg.budget - len(row.window) - self.reserved(row))
         row.pending = "act"
         return self.request(row, "act", row.window[row.sent :], row.reset, cap)
 
@@ -289,10 +308,18 @@ class _Runner:
     def apply_action(self, row: _Row, response: TurnResponse) -> None:
         step_start = len(row.window) - len(self.header)
         row.extend(response.token_ids, trainable=True, logprobs=list(response.logprobs))
+        observation_start = len(row.window)
         row.sent, row.reset = len(row.window), False
         row.transcript.append(
             f"[assistant] {response.text}" + ("" if response.finished else " ...")
         )
+        strategy = self.strategy
+        if strategy.requests_compaction(self.config, response.text) and strategy.compactions_left(
+            self.config, row.compactions
+        ):  # the policy's decision to compact: no environment step
+            row.turns += 1
+            row.asked = True
+            return
         obs, reward, terminated, truncated, info = row.env.step(response.text)
         row.turns += 1
         row.reward += float(reward)
@@ -307,12 +334,12 @@ class _Runner:
             return
         if response.token_ids:  # the step's reward, at the last token of its response
             row.step_rewards[len(row.window) - 1] += float(reward)
-        reserve = self.reserve if row.compactions < self.config.max_compactions else 0
-        if len(row.window) + len(obs_ids) > self.config.budget - reserve:
+        if len(row.window) + len(obs_ids) > self.config.budget - self.reserved(row):
             self.end(row, "observation_overflow")
             return
         row.extend(obs_ids)
-        row.steps.append((step_start, len(row.window)))
+        row.steps.append((step_start, observation_start, len(row.window)))
+        row.new_steps += 1
 
     def apply_summary(self, row: _Row, response: TurnResponse) -> None:
         """Closes the window, records what the strategy makes of the summary, rebuilds."""
@@ -344,27 +371,46 @@ class _Runner:
             row.segments.append(segment)
 
     def rebuild(self, row: _Row, summary: str | None) -> None:
-        """Replace the (closed) window by the strategy's rebuilt prefix + the last k steps
-        (k lowered until the window is not full)."""
+        """Replace the (closed) window by the strategy's rebuilt prefix + the steps it keeps
+        (``rebuilt_steps``: by default the last k, k lowered until the window is not full),
+        each verbatim or with its observation masked."""
         cfg = self.config
         base = self.strategy.rebuilt_prefix(cfg, self.chat, self.system, row.task, summary)
         old, steps = row.window, row.steps
-        k = self.strategy.steps_kept(cfg, len(base), [end - start for start, end in steps])
-        kept = steps[len(steps) - k :] if k is not None else []
+        costs = [self.step_cost(start, observation, end) for start, observation, end in steps]
+        kept = self.strategy.rebuilt_steps(cfg, len(base), costs)
         row.compactions += 1
         row.window, row.trainable, row.logprobs, row.steps = [], [], [], []
         row.step_rewards = []
-        row.sent, row.reset = 0, True
+        row.sent, row.reset, row.new_steps, row.asked = 0, True, 0, False
         row.extend(base)
-        if k is None:
-            # Even k = 0 leaves no room (a long task kept with keep_task).
+        if kept is None:
+            # No choice of steps leaves room (e.g. a long task kept with keep_task).
             self.end(row, "window_full")
             return
-        for start, end in kept:
+        for index, masked in kept:
+            start, observation, end = steps[index]
             new_start = len(row.window)
-            row.extend(old[start:end])
-            row.steps.append((new_start, len(row.window)))
-        row.transcript.append(f"== window {row.compactions + 1} (kept {len(kept)} steps) ==")
+            row.extend(old[start:observation])
+            new_observation = len(row.window)
+            row.extend(self.masked_turn() if masked else old[observation:end])
+            row.steps.append((new_start, new_observation, len(row.window)))
+        masked = sum(masked for _, masked in kept)
+        note = f", {masked} masked" if masked else ""
+        row.transcript.append(f"== window {row.compactions + 1} (kept {len(kept)} steps{note}) ==")
+
+    def step_cost(self, start: int, observation: int, end: int) -> StepCost:
+        """A step's tokens verbatim and with its observation turn masked."""
+        masked = end - start if self.masked is None else observation - start + len(self.masked)
+        return StepCost(end - start, masked)
+
+    def masked_turn(self) -> list[int]:
+        if self.masked is None:
+            raise ValueError(
+                f"context strategy {self.config.protocol!r} masked an observation but has no "
+                "placeholder: set its placeholder text"
+            )
+        return self.masked
 
     def end(self, row: _Row, reason: EndReason) -> None:
         row.end_reason = reason

@@ -9,6 +9,10 @@ from cxsim.envs.fact_update import FactUpdate
 from cxsim.envs.key_recall import KeyRecall
 from cxsim.envs.sim_repo import SimRepo
 
+OBSERVATION_PLACEHOLDER = "( truncated )"
+"""What stands in for an observation a context strategy masked (``observation-masking``): words
+every cxsim tokenizer already holds (SimRepo writes them), so the shipped checkpoint reads them."""
+
 # Registered name (without preset suffix) -> class.
 ENV_CLASSES: dict[str, type[TextEnv]] = {
     "KeyRecall": KeyRecall,
@@ -26,11 +30,11 @@ def env_class(env_id: str) -> type[TextEnv]:
 
 def vocabulary(env_ids: list[str] | None = None) -> list[str]:
     """Sorted union of the vocabularies of ``env_ids`` (all cxsim envs by default),
-    plus every word the scripted summarizer writes."""
+    plus every word the scripted summarizer writes and the masked-observation placeholder."""
     from cxsim.envs.scripted import SUMMARY_WORDS
 
     classes = set(ENV_CLASSES.values()) if env_ids is None else {env_class(i) for i in env_ids}
-    words = set(SUMMARY_WORDS)
+    words = {*SUMMARY_WORDS, *OBSERVATION_PLACEHOLDER.split()}
     for cls in classes:
         words.update(cls.vocabulary())
     return sorted(words)

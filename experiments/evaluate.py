@@ -4,10 +4,13 @@ Evaluates a policy checkpoint (``--policy PATH``) or a scripted agent
 (``--agent oracle`` / ``--agent random``, with ``--omission-rate`` for the
 scripted summarizer) on N tasks x M repeats per protocol, prints a table and
 writes the results as JSON (``--out``). The interval is a Wilson score
-interval over tasks (cxsim/evaluation.py explains why).
+interval over tasks (cxsim/evaluation.py explains why). The protocols are
+``--eval.protocols`` (any context strategy); left at their default, single and
+compacted, or single and ``--compaction.protocol`` when that is another one.
 
     cxsim eval --policy runs/main/train/checkpoints/iter-000040/policy --out eval.json
     cxsim eval --agent oracle --omission-rate 0.5 --eval.episodes 200
+    cxsim eval --agent oracle --compaction.protocol observation-masking
     cxsim eval --policy path/to/hf-model --device cuda --precision bf16 --chat.system-role merge
     cxsim eval --agent oracle --tokenizer path/to/hf-model   # the oracle in that chat format
 """
@@ -25,6 +28,7 @@ import tyro
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, check_policy_dir
 from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
+from cxsim.strategies import STRATEGIES, RolloutAgents
 from cxsim.tracking import say, write_json
 
 if TYPE_CHECKING:  # torch-heavy; imported where used, so that --help is fast
@@ -41,10 +45,13 @@ class Config:
     agent: Literal["oracle", "random"] | None = None
     """A scripted agent instead of a policy: the oracle (with the scripted summarizer) or random."""
     omission_rate: float = 0.0
-    """Scripted summarizer's omission rate (scripted agents only)."""
+    """Scripted summarizer's omission rate (scripted agents, and the summarizer of a protocol
+    whose summaries another agent writes, e.g. external-summarizer)."""
     env: EnvConfig = field(default_factory=EnvConfig)
     compaction: CompactionConfig = field(default_factory=lambda: DEFAULT_COMPACTION)
-    """Context budget and compaction (the Compacted protocol; Single uses the same budget)."""
+    """Context budget and compaction, sized under ``--compaction.protocol`` (every protocol
+    evaluated uses the same budget). ``--eval.protocols`` left at its default (single,
+    compacted) becomes single and ``--compaction.protocol`` when that is another one."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     out: str | None = None
     """Write the results here as JSON."""
@@ -63,6 +70,10 @@ class Config:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "eval", self.eval.seeded(0))
+        protocol = self.compaction.protocol
+        if self.eval.protocols == EvalConfig().protocols and protocol not in self.eval.protocols:
+            protocols = ("single", protocol)  # the run's strategy, beside Single
+            object.__setattr__(self, "eval", replace(self.eval, protocols=protocols))
         if (self.policy is None) == (self.agent is None):
             raise ValueError("pass exactly one of --policy PATH or --agent {oracle,random}")
         if self.policy is not None:
@@ -110,11 +121,12 @@ def scripted_chat(cfg: Config) -> ChatFormat:
     return HFChatFormat(tokenizer, cfg.chat)
 
 
-def build_agent(cfg: Config) -> tuple[Agent, ChatFormat, str]:
-    """The agent to evaluate, its chat format, and a label for tables."""
+def build_agent(cfg: Config) -> tuple[Agent | None, ChatFormat, str]:
+    """The agent to evaluate (None for the oracle: each protocol's own, ``protocol_agents``),
+    its chat format, and a label for tables."""
     from cxsim.agents import load_policy
     from cxsim.agents.lm_agent import LMAgent
-    from cxsim.agents.scripted import RandomAgent, ScriptedAgent
+    from cxsim.agents.scripted import RandomAgent
     from cxsim.devices import resolve_device
     from cxsim.generation import SamplingConfig
 
@@ -126,9 +138,25 @@ def build_agent(cfg: Config) -> tuple[Agent, ChatFormat, str]:
         return agent, chat, cfg.policy
     chat = scripted_chat(cfg)
     if cfg.agent == "oracle":
-        agent = ScriptedAgent(cfg.env.env_id, chat, cfg.omission_rate, seed=cfg.eval.seed)
-        return agent, chat, f"oracle (omission {cfg.omission_rate})"
+        return None, chat, f"oracle (omission {cfg.omission_rate})"
     return RandomAgent(chat, seed=cfg.eval.seed), chat, "random"
+
+
+def protocol_agents(
+    cfg: Config, protocol: str, chat: ChatFormat, agent: Agent | None
+) -> RolloutAgents:
+    """Who plays under ``protocol`` (``cfg.compaction`` sized): the evaluated agent (the
+    oracle: the protocol's scripted actor for these sizes) and, where another agent writes
+    the summaries (``summary_by="summarizer"``), the protocol's scripted summarizer, with
+    --omission-rate."""
+    strategy = STRATEGIES[protocol]
+    if agent is not None and strategy.summary_by != "summarizer":
+        return RolloutAgents(agent)
+    runtime = replace(cfg.compaction, protocol=protocol)
+    scripted = strategy.scripted_agents_for(
+        runtime, cfg.env.env_id, chat, cfg.omission_rate, cfg.eval.seed
+    )
+    return RolloutAgents(scripted.actor if agent is None else agent, scripted.summarizer)
 
 
 def evaluate(cfg: Config, label: str | None = None) -> dict[str, Any]:
@@ -141,10 +169,11 @@ def evaluate(cfg: Config, label: str | None = None) -> dict[str, Any]:
     cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))
     results = []
     for protocol in cfg.eval.protocols:
+        agents = protocol_agents(cfg, protocol, chat, agent)
         result, _ = evaluate_protocol(
             cfg.env.env_id,
             cfg.env.kwargs,
-            agent,
+            agents.actor,
             chat,
             cfg.compaction,
             protocol,
@@ -152,6 +181,7 @@ def evaluate(cfg: Config, label: str | None = None) -> dict[str, Any]:
             cfg.eval.repeats,
             cfg.eval.seed,
             threads=cfg.threads,
+            summarizer_agent=agents.summarizer,
         )
         results.append(result)
     payload = {

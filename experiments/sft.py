@@ -50,7 +50,8 @@ class Config:
     """Seed of torch/numpy/python, the model init, the demonstrations and the summarizer."""
     env: EnvConfig = field(default_factory=EnvConfig)
     compaction: CompactionConfig = field(default_factory=lambda: DEFAULT_COMPACTION)
-    """Context budget and compaction of the demonstrations (keep it as in training)."""
+    """Context budget and compaction of the demonstrations (keep it as in training): they are
+    the scripted agents of ``--compaction.protocol``'s strategy, under it."""
     sft: SFTConfig = field(default_factory=SFTConfig)
     policy: str | None = PRETRAINED
     """What SFT starts from: ``pretrained`` (the shipped starting checkpoint, the tiny model
@@ -73,11 +74,6 @@ class Config:
     """Show a tqdm progress bar with an ETA."""
 
     def __post_init__(self) -> None:
-        if not self.compaction.strategy.policy_summarizes:  # cxsim/strategies/
-            raise ValueError(
-                "demonstrations need summaries the policy writes: leave --compaction.protocol "
-                "at compacted"
-            )
         if self.micro_batch_rows < 1:
             raise ValueError("micro_batch_rows must be >= 1")
         check_device_name(self.device)
@@ -100,12 +96,13 @@ def check_starting_policy(policy: str | None, sft: SFTConfig) -> None:
 
 def demonstrations(cfg: Config, chat: ChatFormat, seeds: list[int]) -> RolloutBatch:
     """Scripted rollouts (oracle + scripted summarizer) under the compaction runtime: the
-    scripted agents of the config's context strategy (``ContextStrategy.scripted_agents``)."""
+    scripted agents of the config's context strategy for its sizes
+    (``ContextStrategy.scripted_agents_for``)."""
     from cxsim.runtime import collect_rollouts
 
-    agents = cfg.compaction.strategy.scripted_agents(
-        cfg.env.env_id, chat, omission_rate=cfg.sft.omission_rate, seed=cfg.seed,
-        skip_rate=cfg.sft.skip_rate,
+    agents = cfg.compaction.strategy.scripted_agents_for(
+        cfg.compaction, cfg.env.env_id, chat, omission_rate=cfg.sft.omission_rate,
+        seed=cfg.seed, skip_rate=cfg.sft.skip_rate,
     )  # fmt: skip
     return collect_rollouts(
         cfg.env.env_id, cfg.env.kwargs, agents.actor, cfg.compaction, seeds, chat, agents.summarizer

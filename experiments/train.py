@@ -18,7 +18,7 @@ the configs.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cxsim.compaction import CompactionConfig
@@ -57,7 +57,8 @@ class Config:
     """Seed of torch/numpy/python and of the training tasks."""
     env: EnvConfig = field(default_factory=EnvConfig)
     compaction: CompactionConfig = field(default_factory=lambda: DEFAULT_COMPACTION)
-    """Context budget and compaction; training rollouts use ``--ppo.protocol``."""
+    """Context budget and compaction; the window is sized under ``--compaction.protocol``, and
+    training rollouts run under it too unless ``--ppo.protocol`` names another (e.g. single)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     checkpoint_every: int = 5
     """Save a checkpoint every this many iterations (and at the end)."""
@@ -84,11 +85,15 @@ class Config:
     def __post_init__(self) -> None:
         check_device_name(self.device)
         check_precision(self.precision)
-        if self.compaction.protocol != "compacted":
-            raise ValueError(
-                f"--compaction.protocol {self.compaction.protocol!r}: training sets the protocol "
-                "with --ppo.protocol (compacted or single); leave --compaction.protocol at compacted"
-            )
+        protocol, default = self.compaction.protocol, PPOConfig().protocol
+        if protocol != default:  # the run's context strategy: the rollouts run under it
+            if self.ppo.protocol not in (default, protocol):
+                raise ValueError(
+                    f"--compaction.protocol {protocol} and --ppo.protocol {self.ppo.protocol} "
+                    "disagree: training rollouts run under one protocol; give only "
+                    "--compaction.protocol"
+                )
+            object.__setattr__(self, "ppo", replace(self.ppo, protocol=protocol))
         if self.checkpoint_every < 1 or self.keep_checkpoints < 1:
             raise ValueError("checkpoint_every and keep_checkpoints must be >= 1")
         if self.time_limit_s is not None and self.time_limit_s <= 0:

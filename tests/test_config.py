@@ -62,8 +62,9 @@ def test_other_configs_reject():
         EvalConfig(protocols=("both",))
     with pytest.raises(ValueError, match="threshold"):
         replace(DEFAULT_COMPACTION, budget=200, threshold=201)
-    with pytest.raises(ValueError, match=r"--ppo\.protocol"):
-        TrainConfig(compaction=replace(DEFAULT_COMPACTION, protocol="single"))
+    with pytest.raises(ValueError, match=r"--ppo\.protocol sliding-window disagree"):
+        single = replace(DEFAULT_COMPACTION, protocol="single")
+        TrainConfig(compaction=single, ppo=PPOConfig(protocol="sliding-window"))
     with pytest.raises(FileNotFoundError, match="cxsim sft"):
         check_policy_dir("/nonexistent/policy")
 

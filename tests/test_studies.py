@@ -125,8 +125,8 @@ BAD = [
      "reference = 'lokal' is not an arm of setting small"),
     (STUDY.replace('prediction = "none"', 'prediction = ""'), "write the prediction"),
     (STUDY + 'metric = "accuracy"\n', "metric = 'accuracy'; choose one of: pass_at_1"),
-    (STUDY + 'protocol = "single"\n', "protocol = 'single' is not evaluated"),
-    (STUDY + 'direction = "up"\n', "choose higher or lower"),
+    (STUDY + 'protocol = "singel"\n', "protocol = 'singel': protocol 'singel' is unknown"),
+    (STUDY + 'direction = "up"\n', "choose higher, lower or same"),
     (STUDY.replace('seeds = "0:2"', 'seeds = "4:2"'), "needs b > a"),
     (STUDY.replace("[arms.local]", "[arms.base]"), "'base' names each seed's SFT base"),
     (STUDY + "[budgets.smoke]\nppo.iteration = 1\n", "did you mean ppo.iterations?"),
@@ -205,7 +205,7 @@ def test_the_docs_study_files_parse_as_written(tmp_path: Path):
         ("loop-vs-correction", "main"), ("loop-vs-correction-credit", "credit"),
     ]  # fmt: skip
     assert study.setting("credit").sft.skip_rate == 0.5
-    (reference,) = code_blocks(docs / "reference" / "study-files.md", "toml")
+    reference = code_blocks(docs / "reference" / "study-files.md", "toml")[0]  # the example
     shutil.copy(EXAMPLES / "my_estimator.py", tmp_path)
     study = load_study(write(tmp_path, reference), budget="smoke")
     shipped = load_study(EXAMPLES / "my_study.toml", budget="smoke")

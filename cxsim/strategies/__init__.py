@@ -18,23 +18,32 @@ from cxsim.plugins import PluginError, Registry
 from cxsim.strategies.base import (
     SUMMARY_AUTHORS,
     ContextStrategy,
+    KeptStep,
     RebuiltWindow,
     RolloutAgents,
+    StepCost,
     Trigger,
+    TurnState,
     window_full,
 )
 from cxsim.strategies.compacted import COMPACTED
 from cxsim.strategies.external_summarizer import EXTERNAL_SUMMARIZER
+from cxsim.strategies.memory_state import MEMORY_STATE
+from cxsim.strategies.observation_masking import OBSERVATION_MASKING
+from cxsim.strategies.self_compaction import SELF_COMPACTION, SELF_COMPACTION_DRAWN
 from cxsim.strategies.single import SINGLE
 from cxsim.strategies.sliding_window import SLIDING_WINDOW
 
 __all__ = [
     "STRATEGIES",
     "ContextStrategy",
+    "KeptStep",
     "RebuiltWindow",
     "RolloutAgents",
+    "StepCost",
     "StrategyRegistry",
     "Trigger",
+    "TurnState",
     "window_full",
 ]
 
@@ -44,8 +53,9 @@ class StrategyRegistry(Registry[ContextStrategy]):
     (a strategy is a class with methods, not a dataclass of functions)."""
 
     def _unknown(self, field: str, name: str) -> str:
+        flag = field if field.startswith("--") else "--compaction.protocol"  # the flag checked
         return (
-            f"protocol {name!r} is unknown: set --compaction.protocol to one of "
+            f"protocol {name!r} is unknown: set {flag} to one of "
             f"{', '.join(self.choices())}, or module:name for your own {self.kind} "
             "(docs/training.md)"
         )
@@ -70,6 +80,8 @@ class StrategyRegistry(Registry[ContextStrategy]):
             ("compacts", "True or False", isinstance(found.compacts, bool)),
             ("summary_by", f"None or one of {SUMMARY_AUTHORS}", found.summary_by in
              (None, *SUMMARY_AUTHORS)),
+            ("placeholder", "None or a str", found.placeholder is None or
+             isinstance(found.placeholder, str)),
         ):  # fmt: skip
             if not ok:
                 raise PluginError(
@@ -78,8 +90,20 @@ class StrategyRegistry(Registry[ContextStrategy]):
         return found
 
 
+BUILT_IN: tuple[ContextStrategy, ...] = (
+    COMPACTED,
+    SINGLE,
+    SLIDING_WINDOW,
+    EXTERNAL_SUMMARIZER,
+    OBSERVATION_MASKING,
+    MEMORY_STATE,
+    SELF_COMPACTION,
+    SELF_COMPACTION_DRAWN,
+)
+"""cxsim's own strategies, in the registry's order (the first is the default)."""
+
 STRATEGIES = StrategyRegistry(
-    {s.name: s for s in (COMPACTED, SINGLE, SLIDING_WINDOW, EXTERNAL_SUMMARIZER)},
+    {s.name: s for s in BUILT_IN},
     entry_type=ContextStrategy,
     kind="context strategy",
     group="cxsim.strategies",

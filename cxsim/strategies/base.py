@@ -6,18 +6,25 @@ A :class:`ContextStrategy` is one protocol for bounding a row's context. The run
 no protocol of their own: they ask the strategy
 
 - **when to act**: :meth:`~ContextStrategy.trigger` turns a row's context length into
-  ``act``, ``summarize``, ``rebuild`` (a new window without a summary) or ``end``;
+  ``act``, ``summarize``, ``rebuild`` (a new window without a summary) or ``end``
+  (:meth:`~ContextStrategy.turn_trigger` sees the whole :class:`TurnState`: the steps taken
+  since the window was built too; :meth:`~ContextStrategy.compactions_left` bounds them);
 - **what the next context is**: :meth:`~ContextStrategy.layout` (system prompt, then the
   task and / or the resume turn with the summary), then the last k steps that still fit
-  (:meth:`~ContextStrategy.steps_kept`);
+  (:meth:`~ContextStrategy.steps_kept`), or any steps, each verbatim or with its
+  observation replaced by the strategy's ``placeholder`` (:meth:`~ContextStrategy.rebuilt_steps`);
 - **what it asks for**: the summary prompt q_sum (:meth:`~ContextStrategy.summary_prompt`)
   and who writes the summary (``summary_by``: the acting policy, another agent, or nobody);
 - **what it records**: the segment a closed window or a summary yields and its trainable
   tokens (:meth:`~ContextStrategy.window_segment`, :meth:`~ContextStrategy.summary_segment`);
 - **how much room it keeps**: the summary reserve, the checks that need the chat format
   (:meth:`~ContextStrategy.validate`) and the window sizes the sizing replays;
-- **what the scripted oracle does under it** (:meth:`~ContextStrategy.scripted_agents`):
-  the agents whose rollouts are demonstrations.
+- **what the policy may ask for**: a response that requests a compaction instead of acting
+  (:meth:`~ContextStrategy.requests_compaction`);
+- **what the scripted oracle does under it** (:meth:`~ContextStrategy.scripted_agents`, and
+  :meth:`~ContextStrategy.scripted_agents_for` for a sized config, with its own compaction
+  decisions, :meth:`~ContextStrategy.scripted_compacts`, which the sizing replays): the
+  agents whose rollouts are demonstrations.
 
 The compaction rule, ``C - |h| < T_comp`` (the window is full), is :func:`window_full`;
 every one of those decisions reads it from there.
@@ -62,6 +69,37 @@ class RebuiltWindow:
     """The resume turn u_resume(S) that carries the summary."""
 
 
+class TurnState(NamedTuple):
+    """What the runtime knows of a row before its next response (:meth:`ContextStrategy.turn_trigger`)."""
+
+    length: int
+    """Tokens in the window."""
+    compactions: int
+    """Windows rebuilt so far in the episode (with or without a summary)."""
+    new_steps: int
+    """Steps (response + observation) taken since the window was built or rebuilt."""
+    asked: bool = False
+    """The policy's last response asked for a compaction (:meth:`ContextStrategy.requests_compaction`)."""
+    seed: int | None = None
+    """The row's task seed (rows of one task group share it); None where no row is meant
+    (the sizing's replay)."""
+
+
+class StepCost(NamedTuple):
+    """One step of a full window, in tokens (:meth:`ContextStrategy.rebuilt_steps`)."""
+
+    full: int
+    """As the window holds it: assistant header, response, end token, observation turn."""
+    masked: int
+    """With its observation turn replaced by the strategy's ``placeholder`` (``full`` when
+    the strategy has none)."""
+
+
+KeptStep = tuple[int, bool]
+"""A step a rebuilt window copies: its index in the full window's steps, and whether its
+observation is replaced by the strategy's ``placeholder`` (masked)."""
+
+
 class TokenCount(Protocol):
     """``count(piece, *texts)``: ``len(chat.<piece>(*texts))`` (measured once per text)."""
 
@@ -91,6 +129,9 @@ class ContextStrategy:
     episode ends, truncated and failed."""
     summary_by: SummaryAuthor | None = None
     """Who writes the summary the rebuilt window carries; None: no summary."""
+    placeholder: str | None = None
+    """The text that stands in for a masked observation in a rebuilt window (its words must
+    be in a word-level tokenizer: ``cxsim.envs.vocab``); None: observations are never masked."""
 
     @property
     def summarizes(self) -> bool:
@@ -108,14 +149,38 @@ class ContextStrategy:
         assert config.budget is not None and config.threshold is not None
         return window_full(config.budget, config.threshold, length)
 
+    def compactions_left(self, config: CompactionConfig, compactions: int) -> bool:
+        """Whether a row may still compact after ``compactions`` compactions (while it may,
+        the summary reserve stays free): ``compactions < max_compactions``."""
+        return compactions < config.max_compactions
+
     def trigger(self, config: CompactionConfig, length: int, compactions: int) -> Trigger:
         """What a row whose window holds ``length`` tokens, after ``compactions``
         compactions, does before its next response."""
         if not self.full(config, length):
             return "act"
-        if not self.compacts or compactions >= config.max_compactions:
+        if not self.compacts or not self.compactions_left(config, compactions):
             return "end"
         return "summarize" if self.summarizes else "rebuild"
+
+    def turn_trigger(self, config: CompactionConfig, turn: TurnState) -> Trigger:
+        """What the row does before its next response, from all the runtime knows of it (the
+        runtime and the sizing ask this); by default :meth:`trigger`, on the window's length
+        and compactions alone."""
+        return self.trigger(config, turn.length, turn.compactions)
+
+    def requests_compaction(self, config: CompactionConfig, text: str) -> bool:
+        """Whether a response (its text) is the policy's request to compact rather than an
+        action for the environment: its tokens stay in the window, trainable, the environment
+        is not stepped, and :meth:`turn_trigger` sees ``asked``. The runtime honours it while
+        :meth:`compactions_left`. By default no response is."""
+        return False
+
+    def scripted_compacts(self, config: CompactionConfig, reserve: int, turn: TurnState) -> bool:
+        """Whether the scripted oracle asks to compact before its response in ``turn`` (its
+        agents ask it; the sizing replays it); ``reserve``: :meth:`summary_reserve`. By
+        default never: it leaves compaction to :meth:`trigger`."""
+        return False
 
     # -- what it asks for, and the room that keeps free -----------------------------
     def summary_prompt(self, config: CompactionConfig, chat: ChatFormat) -> list[int]:
@@ -130,6 +195,17 @@ class ContextStrategy:
         """Tokens kept free in a window while a compaction is left, so that the summary prompt
         plus the summary always fit in the budget: ``|q_sum| + max_summary_tokens``."""
         return len(self.summary_prompt(config, chat)) + self.summary_tokens(config)
+
+    def words(self, config: CompactionConfig) -> list[str]:
+        """The words the runtime itself writes into a window under this strategy (a
+        word-level policy's tokenizer must hold them): the summary and resume instructions
+        when rebuilt windows carry a summary, and the ``placeholder``."""
+        words: list[str] = []
+        if self.summarizes:
+            words += [*config.summary_instruction.split(), *config.resume_instruction.split()]
+        if self.placeholder is not None:
+            words += self.placeholder.split()
+        return words
 
     def check(self, config: CompactionConfig) -> None:
         """Checks of ``config`` that need no chat format; raises a one-line ValueError."""
@@ -226,6 +302,18 @@ class ContextStrategy:
                 return k
         return None
 
+    def rebuilt_steps(
+        self, config: CompactionConfig, prefix: int, steps: Sequence[StepCost]
+    ) -> list[KeptStep] | None:
+        """The steps of a full window (``steps``, oldest first) that its rebuilt window of
+        ``prefix`` tokens copies, oldest first, each verbatim or masked; None when no choice
+        leaves the window not full (the episode ends, ``window_full``). By default the last
+        :meth:`steps_kept` steps, verbatim."""
+        k = self.steps_kept(config, prefix, [step.full for step in steps])
+        if k is None:
+            return None
+        return [(i, False) for i in range(len(steps) - k, len(steps))]
+
     # -- what it records ------------------------------------------------------------
     def window_segment(
         self,
@@ -284,6 +372,21 @@ class ContextStrategy:
             skip_rate=skip_rate,
         )  # fmt: skip
         return RolloutAgents(actor)
+
+    def scripted_agents_for(
+        self,
+        config: CompactionConfig,
+        env_id: str,
+        chat: ChatFormat,
+        omission_rate: float = 0.0,
+        seed: int = 0,
+        epsilon: float = 0.0,
+        skip_rate: float = 0.0,
+    ) -> RolloutAgents:
+        """The scripted agents for a sized ``config`` (what the pre-flight, ``cxsim sft`` and
+        ``cxsim eval`` play): by default :meth:`scripted_agents`; a strategy whose scripted
+        oracle reads the sizes (its own compaction decisions) overrides this."""
+        return self.scripted_agents(env_id, chat, omission_rate, seed, epsilon, skip_rate)
 
 
 def _chat_count(chat: ChatFormat) -> TokenCount:

@@ -12,8 +12,9 @@ One topic per module:
 
 - :mod:`cxsim.studies.spec`: the file parsed and validated into frozen dataclasses, every
   name checked before any run, and what a (setting, seed, arm) means for the main job;
-- :mod:`cxsim.studies.runner`: one (setting, seed, arm) unit as one function call with
-  plain arguments, cached; the study as a map of units over an executor;
+- :mod:`cxsim.studies.runner`: a stage-0 checkpoint (candidates until one copies), then
+  one (setting, seed, arm) unit as one function call with plain arguments, cached; the
+  study as a map of units over an executor;
 - :mod:`cxsim.studies.executors`: where units run (this machine's processes, or Ray tasks
   with ``--executor ray``);
 - :mod:`cxsim.studies.stats`: claims from per-seed results (intervals and power from

@@ -5,11 +5,13 @@ Each command is built from the very config the runner uses (:mod:`cxsim.studies.
 every field that differs from the command's own default becomes a flag (nested groups as
 ``--ppo.lam 0.9``, booleans as ``--x`` / ``--no-x``, None as ``None``), and the task is
 always written out. Only the folders differ: the commands write under
-``<runs-dir>/replicate/<setting>/s<seed>/``, beside the study's cache.
+``<runs-dir>/replicate/<setting>/s<seed>/`` (a stage 0 under
+``<runs-dir>/replicate/stage0-<name>/``), beside the study's cache.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import MISSING, Field, fields, is_dataclass, replace
 from pathlib import Path
@@ -17,8 +19,22 @@ from typing import Any
 
 from cxsim.experiments.presets import preset_ppo
 from cxsim.pretrained import PRETRAINED
-from cxsim.studies.runner import eval_config, sft_config, train_config
-from cxsim.studies.spec import BASE, Selection, Study, arm_ppo
+from cxsim.studies.runner import (
+    chosen_file,
+    eval_config,
+    sft_config,
+    train_config,
+    under,
+)
+from cxsim.studies.spec import (
+    BASE,
+    Selection,
+    Stage0,
+    Study,
+    arm_ppo,
+    extra_protocols,
+    stage0_sft_config,
+)
 
 
 def field_default(f: Field) -> Any:
@@ -72,23 +88,54 @@ def field_values(config: Any) -> dict[str, Any]:
 def seed_commands(
     study: Study, selection: Selection, seed: int, runs_dir: str, device: str
 ) -> list[list[str]]:
-    """The commands of one seed, as argument lists (``cxsim`` first): per setting, its SFT
-    base, the base's evaluation, then each arm's training and evaluation."""
+    """The commands of one seed, as argument lists (``cxsim`` first; a comment is one ``#``
+    line): per setting, its stage 0's SFT (once), its SFT base (once per setting that makes
+    bases), the base's evaluation, then each arm's training and evaluation, and each
+    evaluation under a claim's protocol the setting lacks."""
     from cxsim.checkpoint import checkpoint_dir
     from cxsim.experiments import evaluate as evaluate_entry
     from cxsim.experiments import sft as sft_entry
     from cxsim.experiments import train as train_entry
 
+    replicate = Path(runs_dir) / "replicate"
     commands: list[list[str]] = []
+    starts: dict[str, str] = {}
+    bases: set[str] = set()
     for setting in study.settings:
         arms = [a for s, a in selection.pairs if s == setting.name]
         if not arms:
             continue
-        seed_dir = Path(runs_dir) / "replicate" / setting.name / f"s{seed}"
-        sft = sft_config(setting, seed, seed_dir, device)
-        commands.append(
-            ["cxsim", "sft", *config_flags(field_values(sft), sft_entry.Config, sft_entry.Config())]
-        )
+        seed_dir = replicate / setting.name / f"s{seed}"
+        base_dir = replicate / setting.bases_owner / f"s{seed}"
+        start = setting.policy
+        if setting.stage0 is not None:
+            stage = setting.stage0
+            if stage.name not in starts:
+                candidate = stage0_seed(stage, runs_dir, device)
+                cfg = stage0_sft_config(
+                    stage, candidate, replicate / f"stage0-{stage.name}" / f"p{candidate}", device
+                )
+                commands.append(
+                    [
+                        f"# stage0.{stage.name}: candidate seeds {list(stage.seeds)} are tried "
+                        "in turn until one's held-out execution loss (results.json final "
+                        f"losses/heldout_execution) is at most {stage.copy_loss:g}; seed "
+                        f"{candidate}'s"
+                        + (" (the study's choice)" if candidate != stage.seeds[0] else "")
+                        + ", the others differ only in --seed and --run-dir:"
+                    ]
+                )
+                commands.append(["cxsim", "sft", *sft_flags(cfg, sft_entry.Config)])
+                starts[stage.name] = str(Path(cfg.run_dir) / "policy")
+            start = starts[stage.name]
+        # built with a start that exists (a stage 0 is made by the commands above), then given it
+        sft = sft_config(setting, seed, base_dir, device)
+        if setting.bases_owner not in bases:
+            values = {**field_values(sft), "policy": start}
+            commands.append(
+                ["cxsim", "sft", *config_flags(values, sft_entry.Config, sft_entry.Config())]
+            )
+            bases.add(setting.bases_owner)
         base_policy = str(Path(sft.run_dir) / "policy")
         for name in arms:
             policy = base_policy
@@ -105,12 +152,29 @@ def seed_commands(
                 flags = config_flags(values, train_entry.Config, default)
                 commands.append(["cxsim", "train", "--preset", arm.preset, *flags])
                 policy = str(checkpoint_dir(train.run_dir, train.total_iterations) / "policy")
-            out = seed_dir / "eval" / f"{name}.json"
-            # built with a policy that exists (the shipped one), then given the one to evaluate
-            values = field_values(eval_config(setting, seed, seed_dir, PRETRAINED, out, device))
-            values["policy"] = policy
-            commands.append(["cxsim", "eval", *config_flags(values, evaluate_entry.Config)])
+            for protocol in (None, *extra_protocols(study, selection, setting.name, name)):
+                label = name + (f"@{protocol}" if protocol else "")
+                out = seed_dir / "eval" / f"{label}.json"
+                # built with a policy that exists (the shipped one), then given the one to evaluate
+                evaluated = under(setting, protocol)
+                values = field_values(
+                    eval_config(evaluated, seed, seed_dir, PRETRAINED, out, device)
+                )
+                values["policy"] = policy
+                commands.append(["cxsim", "eval", *config_flags(values, evaluate_entry.Config)])
     return commands
+
+
+def sft_flags(cfg: Any, config_type: type) -> list[str]:
+    return config_flags(field_values(cfg), config_type, config_type())
+
+
+def stage0_seed(stage: Stage0, runs_dir: str, device: str) -> int:
+    """The candidate the study chose, when its runs folder holds the choice; else the first."""
+    chosen = chosen_file(runs_dir, stage, device)
+    if chosen.is_file():
+        return int(json.loads(chosen.read_text())["seed"])
+    return stage.seeds[0]
 
 
 def print_commands(
@@ -140,5 +204,8 @@ def print_commands(
         )
     for seed in seeds:
         lines.append(f"# seed {seed}")
-        lines += [shlex.join(c) for c in seed_commands(study, selection, seed, runs_dir, device)]
+        lines += [
+            c[0] if c[0].startswith("#") else shlex.join(c)
+            for c in seed_commands(study, selection, seed, runs_dir, device)
+        ]
     return "\n".join(lines) + "\n"

@@ -16,8 +16,8 @@ from typing import Any
 
 from cxsim.evaluation import EVAL_SEED_OFFSET
 from cxsim.studies.spec import BASE, Claim, Selection, Setting, Study
-from cxsim.studies.stats import Comparison, compare, diagnostic, interval
-from cxsim.tables import Interval, fmt, markdown_table
+from cxsim.studies.stats import METRICS, Comparison, compare, diagnostic, interval
+from cxsim.tables import NAN_INTERVAL, Interval, fmt, markdown_table
 from cxsim.tracking import to_jsonable, write_json
 
 Runs = dict[str, dict[str, list[dict[str, Any]]]]
@@ -30,6 +30,8 @@ FINAL_ITERATIONS = 5
 def claim_statement(claim: Claim) -> str:
     if claim.statement:
         return claim.statement
+    if claim.direction == "same":
+        return f"`{claim.treatment}` within +/-{claim.margin:g} of `{claim.reference}`"
     word = "above" if claim.direction == "higher" else "below"
     return f"`{claim.treatment}` {word} `{claim.reference}`"
 
@@ -38,7 +40,31 @@ def comparison(runs: Runs, claim: Claim) -> Comparison:
     side = runs[claim.setting]
     treatment = [r["eval"][claim.protocol] for r in side[claim.treatment]]
     reference = [r["eval"][claim.protocol] for r in side[claim.reference]]
-    return compare(treatment, reference, claim.metric, claim.direction)
+    return compare(treatment, reference, claim.metric, claim.direction, claim.margin)
+
+
+def side_value(runs: Runs, claim: Claim, arm: str, key: str) -> Interval:
+    """One side of a claim on a diagnostic: an evaluation metric under the claim's protocol,
+    or a training figure (each seed's ``final`` mean; the base trains nothing)."""
+    results = runs[claim.setting][arm]
+    if key in METRICS:
+        return interval([r["eval"][claim.protocol] for r in results], key)
+    if arm == BASE:
+        return NAN_INTERVAL
+    return diagnostic([r["train"]["final"] for r in results], key)
+
+
+def diagnostic_cells(runs: Runs, claim: Claim) -> str:
+    """``key treatment vs reference`` for each of the claim's diagnostics."""
+    cells = []
+    for key in claim.diagnostics:
+        digits = 2 if key in METRICS else 3
+        pair = [
+            fmt(side_value(runs, claim, arm, key), digits)
+            for arm in (claim.treatment, claim.reference)
+        ]
+        cells.append(f"`{key}` {pair[0]} vs {pair[1]}")
+    return "; ".join(cells) or "-"
 
 
 def metric_label(claim: Claim) -> str:
@@ -50,18 +76,31 @@ def size_text(x: float | None) -> str:
 
 
 def powered(c: Comparison, claim: Claim) -> str:
-    """Whether the run could detect the predicted size (80% power)."""
-    if claim.predicted_size is None or math.isnan(c.detectable):
+    """Whether the run could detect the predicted size (80% power); for a ``same`` claim,
+    a difference as large as its margin."""
+    size = claim.margin if claim.direction == "same" else claim.predicted_size
+    if size is None or math.isnan(c.detectable):
         return "-"
-    return "yes" if c.detectable <= claim.predicted_size else "no"
+    return "yes" if c.detectable <= size else "no"
+
+
+def predicted_text(claim: Claim) -> str:
+    if claim.direction == "same":
+        return f"within +/-{claim.margin:g}"
+    return size_text(claim.predicted_size)
 
 
 # -- sections -------------------------------------------------------------------------------
 
 
-def header_lines(study: Study, runs: Runs, made_by: dict[str, Any]) -> list[str]:
-    stage_s = sum(stage_seconds(r) for arms in runs.values() for rs in arms.values() for r in rs)
-    stage_s += sum(base_seconds(arms) for arms in runs.values())
+def header_lines(
+    study: Study, runs: Runs, made_by: dict[str, Any], stage0: dict[str, Any]
+) -> list[str]:
+    units = {r["eval_file"]: r for arms in runs.values() for rs in arms.values() for r in rs}
+    stage_s = sum(stage_seconds(r) for r in units.values())
+    bases = {r["sft"]["run_dir"]: r["sft"] for r in units.values()}
+    stage_s += sum(float(b["wall_time_s"]) for b in bases.values())
+    stage_s += sum(float(t["sft_wall_time_s"]) for c in stage0.values() for t in c["tried"])
     lines = [f"# {study.title}", ""]
     if study.question:
         lines += [study.question, ""]
@@ -91,14 +130,42 @@ def stage_seconds(result: dict[str, Any]) -> float:
     return float(train) + float(result["eval_wall_time_s"])
 
 
-def base_seconds(arms: dict[str, list[dict[str, Any]]]) -> float:
-    first = next(iter(arms.values()))
-    return sum(float(r["sft"]["wall_time_s"]) for r in first)
+def stage0_lines(study: Study, selection: Selection, stage0: dict[str, Any]) -> list[str]:
+    """Each stage 0 the selected settings start from: how it was made, the candidates tried."""
+    lines = []
+    for name, chosen in stage0.items():
+        stage = next(s for s in study.stage0 if s.name == name)
+        users = [
+            s.name
+            for s in study.settings
+            if s.stage0 is not None
+            and s.stage0.name == name
+            and any(p[0] == s.name for p in selection.pairs)
+        ]
+        tried = ", ".join(
+            f"seed {t['seed']}: {t['heldout_execution']:.4f}" for t in chosen["tried"]
+        )
+        start = "a fresh model" if stage.policy is None else f"`{stage.policy}`"
+        lines += [
+            f"**Stage 0 `{name}`, shared.** Every seed's SFT in "
+            + ", ".join(f"**{u}**" for u in users)
+            + f" starts from one checkpoint made once: {start} cloned from "
+            f"{stage.sft.episodes} demonstrations x {stage.sft.epochs} epochs (omission "
+            f"{stage.sft.omission_rate:g}) on the task and compaction of setting "
+            f"**{stage.setting}**, with SFT seeds no study seed uses; the first candidate "
+            f"seed whose held-out execution loss fell to {stage.copy_loss:g} nats per token or "
+            f"below, i.e. that learned to copy: seed {chosen['seed']} (tried: {tried}). "
+            + (stage.about + " " if stage.about else "")
+            + f"Its SFT settings: {group_text(stage.sft, 'sft')}.",
+            "",
+        ]
+    return lines
 
 
 def claim_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
     if not selection.claims:
         return ["## Claims", "", "No claim's two arms were run in this invocation.", ""]
+    with_diagnostics = any(c.diagnostics for c in selection.claims)
     header = [
         "claim",
         "metric",
@@ -109,6 +176,7 @@ def claim_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
         "smallest detectable",
         "predicted size",
         "powered for it",
+        *(["diagnostics"] if with_diagnostics else []),
     ]
     rows = []
     for claim in selection.claims:
@@ -122,10 +190,12 @@ def claim_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
                 fmt(c.difference, signed=True),
                 f"**{c.verdict}**" if c.verdict in ("reproduced", "contradicted") else c.verdict,
                 size_text(c.detectable),
-                size_text(claim.predicted_size),
+                predicted_text(claim),
                 powered(c, claim),
+                *([diagnostic_cells(runs, claim)] if with_diagnostics else []),
             ]
         )
+    same = [c for c in selection.claims if c.direction == "same"]
     return [
         "## Claims",
         "",
@@ -135,10 +205,26 @@ def claim_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
         "seeds; Pass@1 at one seed: Wilson over tasks). *Paired difference*: treatment - "
         "reference on each seed, then the same interval (Pass@1 at one seed: Newcombe's). "
         "*reproduced*: the interval excludes 0 in the claim's direction; *contradicted*: it "
-        "excludes 0 the other way; *not resolved*: it covers 0. *Smallest detectable*: the "
-        "true difference a two-sided paired t-test over these seeds detects with 80% power, "
-        "at the spread of the per-seed differences measured here; *powered for it*: whether "
-        "that is at most the predicted size.",
+        "excludes 0 the other way; *not resolved*: it covers 0. "
+        + (
+            "A claim that the arms do not differ (*within +/-m*) is *reproduced* when the "
+            "interval lies inside [-m, +m], *contradicted* when it does not and excludes 0, "
+            "*not resolved* otherwise (the verdict page's rule). "
+            if same
+            else ""
+        )
+        + "*Smallest detectable*: the true difference a two-sided paired t-test over these "
+        "seeds detects with 80% power, at the spread of the per-seed differences measured "
+        "here; *powered for it*: whether that is at most the predicted size"
+        + (" (for a *within* claim, its margin)" if same else "")
+        + "."
+        + (
+            " *Diagnostics*: each side's value, an evaluation metric under the claim's "
+            "protocol or a training figure (per seed the mean of the run's last "
+            f"{FINAL_ITERATIONS} actor iterations), as mean [95% interval] over seeds."
+            if with_diagnostics
+            else ""
+        ),
         "",
     ]
 
@@ -153,8 +239,8 @@ def prediction_lines(selection: Selection, predictions: dict[str, dict[str, Any]
         notes = []
         if seen.get("results_existed"):
             notes.append("first seen when results of its arms already existed")
-        current = {"prediction": claim.prediction, "predicted_size": claim.predicted_size}
-        if seen and {k: seen[k] for k in current} != current:
+        current = claim.commitments
+        if seen and {k: seen.get(k) for k in current} != current:
             notes.append(
                 f'changed since it was first seen, from "{seen["prediction"]}" '
                 f"(size {size_text(seen['predicted_size'])})"
@@ -163,7 +249,7 @@ def prediction_lines(selection: Selection, predictions: dict[str, dict[str, Any]
             [
                 f"**{claim.name}**",
                 claim.prediction,
-                size_text(claim.predicted_size),
+                predicted_text(claim),
                 when + (f" ({'; '.join(notes)})" if notes else ""),
             ]
         )
@@ -184,7 +270,11 @@ def arm_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
         arms = [a for s, a in selection.pairs if s == setting.name]
         if not arms:
             continue
-        protocols = setting.eval.protocols
+        protocols = list(setting.eval.protocols)
+        for arm in arms:  # a claim's protocol evaluated besides the setting's
+            for protocol in runs[setting.name][arm][0]["eval"]:
+                if protocol not in protocols:
+                    protocols.append(protocol)
         header = [
             "arm",
             "how it trains",
@@ -194,7 +284,12 @@ def arm_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
         rows = []
         for arm in arms:
             results = runs[setting.name][arm]
-            cells = [fmt(interval([r["eval"][p] for r in results], "pass_at_1")) for p in protocols]
+            cells = [
+                fmt(interval([r["eval"][p] for r in results], "pass_at_1"))
+                if p in results[0]["eval"]
+                else "-"
+                for p in protocols
+            ]
             finals = [r["train"]["final"] if r["train"] else {} for r in results]
             diags = [
                 fmt(diagnostic(finals, k), 3) if arm != BASE else "-" for k in study.diagnostics
@@ -286,8 +381,24 @@ def setting_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
             ],
             [
                 "starting checkpoint",
-                f"policy {value_text(setting.policy)} (each seed's SFT starts from it)",
+                f"policy {value_text(setting.policy)} (each seed's SFT starts from it"
+                + (
+                    f": stage 0 `{setting.stage0.name}`, above)"
+                    if setting.stage0 is not None
+                    else ")"
+                ),
             ],
+            *(
+                [
+                    [
+                        "SFT bases",
+                        f"setting **{setting.bases_from}**'s (bases_from: same task, "
+                        "compaction, SFT and start), with their evaluations",
+                    ]
+                ]
+                if setting.bases_from
+                else []
+            ),
             [
                 "compaction",
                 group_text(setting.compaction, "compaction")
@@ -390,6 +501,7 @@ def summary(study: Study, selection: Selection, runs: Runs) -> dict[str, Any]:
                 "metric": claim.metric,
                 "protocol": claim.protocol,
                 "direction": claim.direction,
+                "margin": claim.margin,
                 "prediction": claim.prediction,
                 "predicted_size": claim.predicted_size,
                 "verdict": c.verdict,
@@ -398,6 +510,16 @@ def summary(study: Study, selection: Selection, runs: Runs) -> dict[str, Any]:
                 "difference": interval_data(c.difference),
                 "per_seed_difference": list(c.per_seed),
                 "smallest_detectable": c.detectable,
+                "diagnostics": {
+                    key: {
+                        side: interval_data(side_value(runs, claim, arm, key))
+                        for side, arm in (
+                            ("treatment", claim.treatment),
+                            ("reference", claim.reference),
+                        )
+                    }
+                    for key in claim.diagnostics
+                },
             }
         )
     arms = {
@@ -425,9 +547,10 @@ def summary(study: Study, selection: Selection, runs: Runs) -> dict[str, Any]:
 def render(
     study: Study, selection: Selection, outcome: dict[str, Any], made_by: dict[str, Any]
 ) -> str:
-    runs = outcome["runs"]
+    runs, stage0 = outcome["runs"], outcome.get("stage0", {})
     lines = [
-        *header_lines(study, runs, made_by),
+        *header_lines(study, runs, made_by, stage0),
+        *stage0_lines(study, selection, stage0),
         *claim_lines(study, selection, runs),
         *prediction_lines(selection, outcome["predictions"]),
         *arm_lines(study, selection, runs),
@@ -457,6 +580,7 @@ def write_page(
             **summary(study, selection, outcome["runs"]),
             "made_by": made_by,
             "made_now": outcome["made"],
+            "stage0": outcome.get("stage0", {}),
         },
     )
     return {"page": page, "results": data}

@@ -1,11 +1,12 @@
 """Running a study: (setting, seed, arm) units through the main job's machinery, cached.
 
 A unit is one call of :func:`run_unit` with plain arguments (frozen dataclasses of
-:mod:`cxsim.studies.spec`, a seed, two strings), so that any executor can map units;
-:func:`run_study` maps them with an executor of :mod:`cxsim.studies.executors` (this
-machine's processes, ``--jobs`` at a time, or Ray tasks), logging one line per finished
-call. Seeds' SFT bases are made first (:func:`make_base`, through the same executor), so
-that two arms of one seed running side by side never both make the base they share.
+:mod:`cxsim.studies.spec`, a seed, two strings, the extra protocols), so that any executor
+can map units; :func:`run_study` maps them with an executor of :mod:`cxsim.studies.executors`
+(this machine's processes, ``--jobs`` at a time, or Ray tasks), logging one line per finished
+call. A stage 0 is made first (:func:`make_stage0`: its candidates through the executor,
+a batch at a time, until one copies), then the seeds' SFT bases (:func:`make_base`), so
+that two arms of one seed running side by side never both make what they share.
 
 Each stage is the main job's (``cxsim run``'s stage configs, experiments/run.py): SFT
 (experiments/sft.py ``run_sft``), PPO from that base (experiments/train.py ``train``) and
@@ -14,11 +15,16 @@ seed, the training seed and the evaluation seed of every arm, as in ``cxsim verd
 
 The runs folder (``--runs-dir``)::
 
+    stage0-<name>-<hash>/p<seed>/sft/   a stage-0 candidate (``[stage0.NAME]``)
+    stage0-<name>-<hash>/chosen-<hash>.json   the candidate that copies, and those tried
+                                        (hash of the candidate seeds and copy loss)
     <setting>-<hash>/settings.json      what the hash stands for: task, compaction, SFT,
                                         starting checkpoint, device
-    <setting>-<hash>/s<seed>/sft/       the seed's SFT base
+    <setting>-<hash>/s<seed>/sft/       the seed's SFT base (a ``bases_from`` setting: in
+                                        that setting's folder, with its evaluation)
     <setting>-<hash>/s<seed>/train/<arm>-<hash of the arm's PPO config>/
     <setting>-<hash>/s<seed>/eval/<arm>-<hash of its PPO and eval configs>.json
+    <setting>-<hash>/s<seed>/eval/<arm>@<protocol>-<hash>.json   under a claim's protocol
     predictions.json                    each claim's prediction as first seen
 
 Every stage is read when its file is there and made otherwise (cxsim/tables.py
@@ -35,7 +41,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cxsim.studies.executors import Executor, LocalExecutor
-from cxsim.studies.spec import BASE, Arm, Selection, Setting, Study, arm_ppo, main_job_config
+from cxsim.studies.spec import (
+    BASE,
+    Arm,
+    Selection,
+    Setting,
+    Stage0,
+    Study,
+    StudyError,
+    arm_ppo,
+    extra_protocols,
+    main_job_config,
+    stage0_sft_config,
+)
 from cxsim.tables import cached_json, config_tag
 from cxsim.tracking import say, write_json
 
@@ -50,12 +68,17 @@ STAGES = ("sft", "train", "eval")
 
 
 def base_settings(setting: Setting, device: str) -> dict[str, Any]:
-    """What a seed's SFT base depends on besides the seed (the setting folder's hash)."""
+    """What a seed's SFT base depends on besides the seed (the setting folder's hash); a
+    stage-0 setting's policy is the stage's settings."""
+    policy: Any = setting.policy
+    if setting.stage0 is not None:  # what its checkpoint depends on
+        stage = setting.stage0
+        policy = {**stage0_settings(stage), "seeds": stage.seeds, "copy_loss": stage.copy_loss}
     return {
         "env": setting.env,
         "compaction": setting.compaction,
         "sft": setting.sft,
-        "policy": setting.policy,
+        "policy": policy,
         "device": device,
     }
 
@@ -68,24 +91,82 @@ def seed_folder(runs_dir: str | Path, setting: Setting, seed: int, device: str) 
     return setting_folder(runs_dir, setting, device) / f"s{seed}"
 
 
+def base_folder(runs_dir: str | Path, setting: Setting, seed: int, device: str) -> Path:
+    """The seed folder holding the seed's SFT base and its evaluations: the setting's own,
+    or that of the setting it takes its bases from (same task, compaction, SFT and start,
+    so the same hash)."""
+    tag = config_tag(setting.bases_owner, base_settings(setting, device))
+    return Path(runs_dir) / tag / f"s{seed}"
+
+
 def train_folder(seed_dir: Path, setting: Setting, arm: Arm) -> Path:
     return seed_dir / "train" / config_tag(arm.name, arm_ppo(setting, arm))
 
 
-def eval_file(seed_dir: Path, setting: Setting, arm: Arm | None) -> Path:
+def under(setting: Setting, protocol: str | None) -> Setting:
+    """The setting evaluated under ``protocol`` alone (None: its own protocols)."""
+    if protocol is None:
+        return setting
+    return replace(setting, eval=replace(setting.eval, protocols=(protocol,)))
+
+
+def eval_file(
+    seed_dir: Path, setting: Setting, arm: Arm | None, protocol: str | None = None
+) -> Path:
+    """An evaluation's file: under the setting's protocols, or ``protocol`` alone."""
     ppo = None if arm is None else arm_ppo(setting, arm)
-    name = BASE if arm is None else arm.name
-    return seed_dir / "eval" / f"{config_tag(name, {'ppo': ppo, 'eval': setting.eval})}.json"
+    name = (BASE if arm is None else arm.name) + (f"@{protocol}" if protocol else "")
+    evaluation = under(setting, protocol).eval
+    return seed_dir / "eval" / f"{config_tag(name, {'ppo': ppo, 'eval': evaluation})}.json"
+
+
+def unit_eval_file(
+    runs_dir: str | Path,
+    setting: Setting,
+    arm: Arm | None,
+    seed: int,
+    device: str,
+    protocol: str | None = None,
+) -> Path:
+    """Where a unit's evaluation goes: the base's beside the base, an arm's in its setting."""
+    seed_dir = (base_folder if arm is None else seed_folder)(runs_dir, setting, seed, device)
+    return eval_file(seed_dir, setting, arm, protocol)
+
+
+def stage0_settings(stage: Stage0) -> dict[str, Any]:
+    """What a stage-0 candidate's SFT depends on besides its seed (and the device)."""
+    return {
+        "env": stage.env,
+        "compaction": stage.compaction,
+        "sft": stage.sft,
+        "policy": stage.policy,
+    }
+
+
+def stage0_folder(runs_dir: str | Path, stage: Stage0, device: str) -> Path:
+    """The stage's candidates, ``p<seed>/sft/`` each: more candidate seeds or another copy
+    loss reuse the candidates made."""
+    settings = {**stage0_settings(stage), "device": device}
+    return Path(runs_dir) / config_tag(f"stage0-{stage.name}", settings)
+
+
+def chosen_file(runs_dir: str | Path, stage: Stage0, device: str) -> Path:
+    """The stage's choice among its candidates, for its candidate seeds and copy loss."""
+    tag = config_tag("chosen", {"seeds": stage.seeds, "copy_loss": stage.copy_loss})
+    return stage0_folder(runs_dir, stage, device) / f"{tag}.json"
 
 
 # -- the stage configs (the main job's) -----------------------------------------------------
 
 
-def sft_config(setting: Setting, seed: int, seed_dir: Path, device: str) -> sft_entry.Config:
-    """The seed's SFT base: ``cxsim run``'s SFT stage (SFT seed ``seed``)."""
+def sft_config(
+    setting: Setting, seed: int, seed_dir: Path, device: str, start: str | None = None
+) -> sft_entry.Config:
+    """The seed's SFT base: ``cxsim run``'s SFT stage (SFT seed ``seed``), from ``start``
+    for a stage-0 setting (the stage's checkpoint)."""
     from cxsim.experiments import run as run_entry
 
-    return run_entry.sft_config(main_job_config(setting, seed, seed_dir, device))
+    return run_entry.sft_config(main_job_config(setting, seed, seed_dir, device, start=start))
 
 
 def train_config(
@@ -122,13 +203,96 @@ def cached_stage(
     return cached_json(path, compute)
 
 
-def make_base(setting: Setting, seed: int, runs_dir: str, device: str) -> dict[str, Any]:
-    """The seed's SFT base (cached); what was made and its results."""
+def make_stage0_candidate(stage: Stage0, seed: int, runs_dir: str, device: str) -> dict[str, Any]:
+    """One stage-0 candidate (cached): SFT with the stage's settings, SFT seed ``seed``; its
+    held-out execution loss, whether that copies, and its policy folder."""
     from cxsim.experiments import sft as sft_entry
 
     began = time.perf_counter()
     made: list[str] = []
-    cfg = sft_config(setting, seed, seed_folder(runs_dir, setting, seed, device), device)
+    cfg = stage0_sft_config(
+        stage, seed, stage0_folder(runs_dir, stage, device) / f"p{seed}", device
+    )
+    result = cached_stage(
+        Path(cfg.run_dir) / "results.json", lambda: sft_entry.run_sft(cfg), made, "stage0"
+    )
+    loss = float(result["final"]["losses/heldout_execution"])
+    return {
+        "setting": f"stage0.{stage.name}",
+        "seed": seed,
+        "made": made,
+        "heldout_execution": loss,
+        "copies": loss <= stage.copy_loss,
+        "policy": result["policy"],
+        "sft_wall_time_s": float(result["wall_time_s"]),
+        "wall_time_s": time.perf_counter() - began,
+    }
+
+
+def make_stage0(
+    stage: Stage0, runs_dir: str, device: str, executor: Executor
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The stage's checkpoint (:func:`chosen_file`, cached): the first candidate seed, in order,
+    whose model copies, candidates made ``executor.workers`` at a time; returns it (policy,
+    seed, every candidate tried with its loss) and the candidate calls made now. None
+    copies: a one-line error that says what to change."""
+    chosen_path = chosen_file(runs_dir, stage, device)
+    if chosen_path.is_file():
+        return cached_json(chosen_path, dict), []
+    tried: list[dict[str, Any]] = []
+    seeds = list(stage.seeds)
+    for first in range(0, len(seeds), executor.workers):
+        batch = [
+            (stage, seed, runs_dir, device) for seed in seeds[first : first + executor.workers]
+        ]
+        tried += mapped(executor, make_stage0_candidate, batch, "candidate")
+        copies = [t for t in tried if t["copies"]]
+        if copies:
+            chosen = {
+                "stage0": stage.name,
+                "policy": copies[0]["policy"],
+                "seed": copies[0]["seed"],
+                "copy_loss": stage.copy_loss,
+                "tried": [
+                    {k: t[k] for k in ("seed", "heldout_execution", "copies", "sft_wall_time_s")}
+                    for t in tried[: tried.index(copies[0]) + 1]
+                ],
+            }
+            return cached_json(chosen_path, lambda c=chosen: c), tried
+    losses = ", ".join(f"{t['seed']}: {t['heldout_execution']:.4f}" for t in tried)
+    raise StudyError(
+        f"stage0.{stage.name}: no candidate seed learned to copy (held-out execution loss <= "
+        f"{stage.copy_loss:g}; {losses}); add candidate seeds (seeds) or sft.epochs"
+    )
+
+
+def stage0_policy(stage: Stage0, runs_dir: str, device: str) -> str:
+    """The stage's checkpoint, made already (:func:`make_stage0` runs before any base)."""
+    chosen = chosen_file(runs_dir, stage, device)
+    if not chosen.is_file():
+        raise StudyError(
+            f"stage0.{stage.name} is not made yet under {runs_dir}: run the study "
+            "(cxsim study), which makes it before any SFT base"
+        )
+    return str(cached_json(chosen, dict)["policy"])
+
+
+def start_of(setting: Setting, runs_dir: str, device: str) -> str | None:
+    """What the setting's SFT bases start from: its policy, or its stage 0's checkpoint."""
+    if setting.stage0 is None:
+        return setting.policy
+    return stage0_policy(setting.stage0, runs_dir, device)
+
+
+def make_base(setting: Setting, seed: int, runs_dir: str, device: str) -> dict[str, Any]:
+    """The seed's SFT base (cached; a ``bases_from`` setting's in that setting's folder);
+    what was made and its results."""
+    from cxsim.experiments import sft as sft_entry
+
+    began = time.perf_counter()
+    made: list[str] = []
+    start = start_of(setting, runs_dir, device)
+    cfg = sft_config(setting, seed, base_folder(runs_dir, setting, seed, device), device, start)
     sft = cached_stage(
         Path(cfg.run_dir) / "results.json", lambda: sft_entry.run_sft(cfg), made, "sft"
     )
@@ -142,12 +306,19 @@ def make_base(setting: Setting, seed: int, runs_dir: str, device: str) -> dict[s
 
 
 def run_unit(
-    setting: Setting, arm: Arm | None, seed: int, runs_dir: str, device: str
+    setting: Setting,
+    arm: Arm | None,
+    seed: int,
+    runs_dir: str,
+    device: str,
+    protocols: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """One (setting, seed, arm) unit: the seed's SFT base (made if missing), the arm's PPO
-    from it (``arm`` None: the base itself, untrained) and its evaluation, each cached.
-    Returns plain data: what was made now, the evaluation per protocol, the training's
-    ``final`` figures (mean of its last iterations) and where everything is."""
+    from it (``arm`` None: the base itself, untrained) and its evaluation, each cached;
+    ``protocols``: more protocols to evaluate it under, each its own evaluation (a claim's
+    protocol its setting does not evaluate). Returns plain data: what was made now, the
+    evaluation per protocol, the training's ``final`` figures (mean of its last
+    iterations) and where everything is."""
     from cxsim.experiments import evaluate as evaluate_entry
     from cxsim.experiments import train as train_entry
 
@@ -165,15 +336,21 @@ def run_unit(
             Path(train_dir) / "results.json", lambda: train_entry.train(cfg), made, "train"
         )
         policy = trained["policy"]
-    out = eval_file(seed_dir, setting, arm)
-    evaluated = cached_stage(
-        out,
-        lambda: evaluate_entry.evaluate(
-            eval_config(setting, seed, seed_dir, policy, out, device), label=name
-        ),
-        made,
-        "eval",
-    )
+    evaluations = []
+    for protocol in (None, *protocols):
+        out = unit_eval_file(runs_dir, setting, arm, seed, device, protocol)
+        evaluated_setting = under(setting, protocol)
+        evaluations.append(
+            cached_stage(
+                out,
+                lambda s=evaluated_setting, o=out: evaluate_entry.evaluate(
+                    eval_config(s, seed, seed_dir, policy, o, device), label=name
+                ),
+                made,
+                "eval",
+            )
+        )
+    out = unit_eval_file(runs_dir, setting, arm, seed, device)
     training = None
     if trained is not None:
         training = {
@@ -192,8 +369,8 @@ def run_unit(
         "wall_time_s": wall,
         "policy": policy,
         "eval_file": str(out),
-        "eval": {r["protocol"]: r for r in evaluated["results"]},
-        "eval_wall_time_s": float(evaluated["wall_time_s"]),
+        "eval": {r["protocol"]: r for e in evaluations for r in e["results"]},
+        "eval_wall_time_s": sum(float(e["wall_time_s"]) for e in evaluations),
         "sft": {
             "run_dir": str(Path(base["sft"]["policy"]).parent),
             "wall_time_s": float(base["sft"]["wall_time_s"]),
@@ -218,10 +395,11 @@ def run_study(
     jobs: int = 1,
     executor: Executor | None = None,
 ) -> dict[str, Any]:
-    """Every selected unit on every seed (cached), bases first, through ``executor`` (None:
-    this machine's processes, ``jobs`` at a time, closed on return); returns the units'
-    results as ``runs[setting][arm]`` (one dict per seed, in seed order), the predictions as
-    first recorded, and how many stages of each kind this call made."""
+    """Every selected unit on every seed (cached), stage 0 and bases first, through
+    ``executor`` (None: this machine's processes, ``jobs`` at a time, closed on return);
+    returns the units' results as ``runs[setting][arm]`` (one dict per seed, in seed order),
+    each stage 0's checkpoint (its chosen file), the predictions as first recorded, and how
+    many stages of each kind this call made."""
     if executor is None:
         own = LocalExecutor(jobs)
         try:
@@ -230,33 +408,57 @@ def run_study(
             own.close()
     predictions = record_predictions(study, selection, runs_dir, device)
     settings = {s.name: s for s in study.settings}
-    for name in dict.fromkeys(s for s, _ in selection.pairs):
+    selected = list(dict.fromkeys(s for s, _ in selection.pairs))
+    owners = list(dict.fromkeys(settings[s].bases_owner for s in selected))
+    for name in dict.fromkeys([*selected, *owners]):
         folder = setting_folder(runs_dir, settings[name], device)
         cached_json(folder / "settings.json", lambda n=name: base_settings(settings[n], device))
-    bases = [
-        (settings[s], seed, runs_dir, device)
-        for s in dict.fromkeys(s for s, _ in selection.pairs)
-        for seed in study.seeds
-    ]
+    stages = {
+        s.stage0.name: s.stage0 for s in (settings[n] for n in owners) if s.stage0 is not None
+    }
+    stage0: dict[str, dict[str, Any]] = {}
+    made: list[dict[str, Any]] = []
+    for name, stage in stages.items():
+        log(f"stage0.{name}: candidate seeds {list(stage.seeds)} until one copies")
+        stage0[name], candidates = make_stage0(stage, runs_dir, device, executor)
+        made += candidates
+        log(f"stage0.{name}: seed {stage0[name]['seed']}'s checkpoint")
+    bases = [(settings[s], seed, runs_dir, device) for s in owners for seed in study.seeds]
     log(
         f"{len(bases)} SFT bases ({len(study.seeds)} seeds), then {len(selection.pairs)} arms "
         f"per seed, on {executor.name} ({executor.workers} at once)"
     )
-    made = mapped(executor, make_base, bases, "SFT base")
+    made += mapped(executor, make_base, bases, "SFT base")
     units = [
-        (settings[s], None if a == BASE else study.arm(a), seed, runs_dir, device)
+        (
+            settings[s],
+            None if a == BASE else study.arm(a),
+            seed,
+            runs_dir,
+            device,
+            extra_protocols(study, selection, s, a),
+        )
         for s, a in selection.pairs
         for seed in study.seeds
     ]
-    results = mapped(executor, run_unit, units, "")
+    # a base shared between settings (bases_from) with the same evaluations runs once
+    keys = [(unit_eval_file(runs_dir, u[0], u[1], u[2], device), u[5]) for u in units]
+    first = {key: i for i, key in reversed(list(enumerate(keys)))}
+    distinct = sorted(set(first.values()))
+    done = dict(
+        zip(distinct, mapped(executor, run_unit, [units[i] for i in distinct], ""), strict=True)
+    )
+    results = [
+        {**done[first[key]], "setting": unit[0].name} for unit, key in zip(units, keys, strict=True)
+    ]
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for result in results:
         runs.setdefault(result["setting"], {}).setdefault(result["arm"], []).append(result)
-    counts = {stage: 0 for stage in STAGES}
-    for item in [*made, *results]:  # bases are made in the first pass, never by a unit
+    counts = {stage: 0 for stage in (*STAGES, *(("stage0",) if stages else ()))}
+    for item in [*made, *done.values()]:  # stage 0 and bases come first, never from a unit
         for stage in item["made"]:
             counts[stage] += 1
-    return {"runs": runs, "predictions": predictions, "made": counts}
+    return {"runs": runs, "stage0": stage0, "predictions": predictions, "made": counts}
 
 
 def mapped(
@@ -288,21 +490,22 @@ def record_predictions(
     now = time.strftime("%Y-%m-%d %H:%M")
     for claim in selection.claims:
         key = f"{claim.setting}:{claim.name}"
-        said = {"prediction": claim.prediction, "predicted_size": claim.predicted_size}
+        said = claim.commitments
         seen = record.get(key)
         if seen is None:
             setting = study.setting(claim.setting)
             sides = [
                 None if a == BASE else study.arm(a) for a in (claim.treatment, claim.reference)
             ]
+            protocol = None if claim.protocol in setting.eval.protocols else claim.protocol
             existed = any(
-                eval_file(seed_folder(runs_dir, setting, seed, device), setting, arm).is_file()
+                unit_eval_file(runs_dir, setting, arm, seed, device, protocol).is_file()
                 for seed in study.seeds
                 for arm in sides
             )
             record[key] = {**said, "first_seen": now, "results_existed": existed, "changes": []}
-        elif {k: seen[k] for k in said} != said and (
-            not seen["changes"] or {k: seen["changes"][-1][k] for k in said} != said
+        elif {k: seen.get(k) for k in said} != said and (
+            not seen["changes"] or {k: seen["changes"][-1].get(k) for k in said} != said
         ):
             seen["changes"].append({**said, "seen": now})
     write_json(path, record)

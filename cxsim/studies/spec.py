@@ -29,6 +29,13 @@ The file is TOML (every key, with an example: docs/reference/study-files.md)::
     [budgets.smoke]                    # --budget smoke: set over every setting
     sft.episodes = 6
 
+A setting may start from a checkpoint the study makes itself (``policy = "stage0:NAME"``
+and a ``[stage0.NAME]`` table: SFT on a setting's task, candidate seeds tried in turn until
+one copies; made once, shared by every seed of every setting that names it), or reuse
+another setting's SFT bases (``bases_from``). A claim may compare its arms under a
+protocol its setting does not evaluate (both arms are then evaluated under it too), or
+say that the arms do not differ (``direction = "same"`` with a ``margin``).
+
 Inside ``env``, ``compaction``, ``sft``, ``ppo`` and ``eval`` a key is the command line's flag
 without the leading ``--`` (``ppo.lambda-scope``, ``sft.heldout-episodes``; underscores are
 taken too), and a value is checked against the flag's type here, then by the config's own
@@ -60,12 +67,20 @@ from cxsim.studies.stats import METRICS
 
 if TYPE_CHECKING:
     from cxsim.experiments import run as run_entry
+    from cxsim.experiments import sft as sft_entry
 
 BASE = "base"
 """The name of a seed's SFT base among the arms (evaluated as it is; no arm may take it)."""
 ARM_PREFIX = "arm:"
 """``--only arm:NAME``: that arm in every setting that has it."""
-DIRECTIONS = ("higher", "lower")
+STAGE0_PREFIX = "stage0:"
+"""``policy = "stage0:NAME"``: each seed's SFT starts from the ``[stage0.NAME]`` checkpoint."""
+STAGE0_SEEDS = tuple(range(1000, 1008))
+"""A stage 0's candidate seeds unless its table names others (as ``cxsim verdicts``)."""
+COPY_LOSS = 0.01
+"""A stage-0 candidate copies when its held-out execution loss (nats per token) is at most
+this, unless its table says otherwise (as ``cxsim verdicts --copy-loss``)."""
+DIRECTIONS = ("higher", "lower", "same")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 """Setting, arm, claim and budget names: they name folders and ``--only`` items."""
 
@@ -78,9 +93,22 @@ GROUPS: dict[str, Any] = {
 }
 """The config groups a setting sets, with a study's defaults (the command line's; evaluation
 under Compacted only)."""
-BUDGET_GROUPS = ("compaction", "sft", "ppo", "eval")
-TOP_KEYS = ("title", "question", "seeds", "diagnostics", "settings", "arms", "claims", "budgets")
-SETTING_KEYS = ("about", "policy", "arms", *GROUPS)
+BUDGET_GROUPS = ("env", "compaction", "sft", "ppo", "eval")
+TOP_KEYS = (
+    "title",
+    "question",
+    "seeds",
+    "diagnostics",
+    "settings",
+    "stage0",
+    "arms",
+    "claims",
+    "budgets",
+)
+SETTING_OWN = ("about", "policy", "arms", "bases_from")
+SETTING_KEYS = (*SETTING_OWN, *GROUPS)
+STAGE0_OWN = ("about", "setting", "policy", "seeds", "copy_loss")
+"""A ``[stage0.NAME]`` table's own keys (``copy-loss`` is taken too); its group: ``sft.*``."""
 ARM_KEYS = ("about", "preset", "ppo")
 CLAIM_KEYS = (
     "name",
@@ -90,14 +118,39 @@ CLAIM_KEYS = (
     "metric",
     "protocol",
     "direction",
+    "margin",
     "prediction",
     "predicted_size",
     "statement",
+    "diagnostics",
 )
 
 
 class StudyError(ValueError):
     """A study file that cannot run as written: one line naming the key and what to change."""
+
+
+@dataclass(frozen=True)
+class Stage0:
+    """A starting checkpoint the study makes once (``[stage0.NAME]``) and every seed of the
+    settings that name it (``policy = "stage0:NAME"``) starts its SFT from, as every user of
+    a recipe starts from one pretrained model: SFT on the task and compaction of
+    ``setting``, from ``policy``, with each candidate seed in turn until one copies (its
+    held-out execution loss at most ``copy_loss``), as ``cxsim verdicts``'s stage 0."""
+
+    name: str
+    setting: str
+    """The setting whose task and compaction its demonstrations use."""
+    env: EnvConfig
+    compaction: CompactionConfig
+    sft: SFTConfig
+    policy: str | None = None
+    """What it starts from: None (a fresh ``sft.model``, the default), ``pretrained`` or a
+    folder."""
+    seeds: tuple[int, ...] = STAGE0_SEEDS
+    """Candidate SFT seeds, tried in this order."""
+    copy_loss: float = COPY_LOSS
+    about: str = ""
 
 
 @dataclass(frozen=True)
@@ -114,10 +167,21 @@ class Setting:
     eval: EvalConfig
     """Evaluation; its ``seed`` is replaced by each study seed."""
     policy: str | None
-    """What each seed's SFT starts from: ``pretrained``, a folder (absolute), None: fresh."""
+    """What each seed's SFT starts from: ``pretrained``, a folder (absolute), None: fresh,
+    or ``stage0:NAME`` (then :attr:`stage0` is that stage)."""
     arms: tuple[str, ...]
     """The arms trained in this setting (besides the base)."""
     about: str = ""
+    stage0: Stage0 | None = None
+    """The stage 0 whose checkpoint each seed's SFT starts from (``policy = "stage0:NAME"``)."""
+    bases_from: str = ""
+    """Another setting (same task, compaction, SFT and start) whose SFT bases this one uses,
+    with their evaluations; empty: its own."""
+
+    @property
+    def bases_owner(self) -> str:
+        """The setting whose folder holds this setting's SFT bases."""
+        return self.bases_from or self.name
 
 
 @dataclass(frozen=True)
@@ -148,11 +212,32 @@ class Claim:
     metric: str = "pass_at_1"
     """A key of :data:`cxsim.studies.stats.METRICS`."""
     protocol: str = "compacted"
-    direction: Literal["higher", "lower"] = "higher"
-    """The claim: treatment above (``higher``) or below (``lower``) the reference."""
+    """The evaluation protocol compared; both arms are evaluated under it (besides their
+    setting's ``eval.protocols``) when the setting does not name it."""
+    direction: Literal["higher", "lower", "same"] = "higher"
+    """The claim: treatment above (``higher``) or below (``lower``) the reference, or no
+    different (``same``: within +/- ``margin``)."""
     predicted_size: float | None = None
     """The predicted size of treatment - reference in the claim's direction (>= 0)."""
     statement: str = ""
+    margin: float | None = None
+    """``same`` claims: how close counts as the same (the verdict page's +/-0.05)."""
+    diagnostics: tuple[str, ...] = ()
+    """Figures shown beside the claim for both sides: evaluation metrics (a key of
+    :data:`cxsim.studies.stats.METRICS`, under the claim's protocol) or training history
+    keys (``charts/success_rate``; each run's ``final`` mean)."""
+
+    @property
+    def commitments(self) -> dict[str, Any]:
+        """What the claim commits to before the run (``predictions.json``): its prediction
+        and predicted size, and a ``same`` claim's margin."""
+        said: dict[str, Any] = {
+            "prediction": self.prediction,
+            "predicted_size": self.predicted_size,
+        }
+        if self.direction == "same":
+            said["margin"] = self.margin
+        return said
 
 
 @dataclass(frozen=True)
@@ -170,6 +255,8 @@ class Study:
     diagnostics: tuple[str, ...]
     budget: str | None = None
     """The ``[budgets.NAME]`` applied over every setting (None: the settings as written)."""
+    stage0: tuple[Stage0, ...] = ()
+    """The ``[stage0.NAME]`` checkpoints settings start from."""
 
     @property
     def stem(self) -> str:
@@ -232,10 +319,20 @@ def load_study(path: str | Path, seeds: str | None = None, budget: str | None = 
     if budget is not None and budget not in budgets:
         choices = ", ".join(budgets) or "none: add a [budgets.NAME] table"
         raise StudyError(f"--budget {budget}: {where} has no [budgets.{budget}]; choose: {choices}")
+    chosen_budget = budgets.get(budget or "", {})
     arms = parse_arms(table_of(raw, "arms", where), where)
     settings = parse_settings(
-        table_of(raw, "settings", where), arms, budgets.get(budget or "", {}), path.parent, where
+        table_of(raw, "settings", where), arms, chosen_budget, path.parent, where
     )
+    stage0 = parse_stage0(
+        table_of(raw, "stage0", where),
+        settings,
+        chosen_budget.get("stage0", {}),
+        path.parent,
+        where,
+    )
+    settings = attach_stage0(settings, stage0, where)
+    check_bases_from(settings, where)
     for setting in settings:  # every arm's PPO, and the main job's own checks
         for name in setting.arms:
             try:
@@ -246,16 +343,26 @@ def load_study(path: str | Path, seeds: str | None = None, budget: str | None = 
     seed_text = seeds if seeds is not None else raw.get("seeds")
     if seed_text is None:
         raise StudyError(f'{where}: name the seeds (seeds = "0:8"), or pass --seeds a:b')
+    seed_where = "--seeds" if seeds is not None else f"{where}: seeds"
+    study_seeds = parse_seeds(seed_text, seed_where)
+    for stage in stage0:
+        shared = sorted(set(stage.seeds) & set(study_seeds))
+        if shared:
+            raise StudyError(
+                f"{seed_where}: seed {shared[0]} is also a candidate seed of stage0.{stage.name}, "
+                "whose demonstrations must be tasks no seed uses; pick other seeds"
+            )
     return Study(
         path=str(path),
         title=text_of(raw, "title", where, default=path.stem),
         question=text_of(raw, "question", where),
-        seeds=parse_seeds(seed_text, "--seeds" if seeds is not None else f"{where}: seeds"),
+        seeds=study_seeds,
         settings=settings,
         arms=arms,
         claims=claims,
         diagnostics=parse_diagnostics(raw.get("diagnostics", []), where),
         budget=budget,
+        stage0=stage0,
     )
 
 
@@ -286,17 +393,46 @@ def parse_seeds(value: Any, where: str = "seeds") -> tuple[int, ...]:
 
 
 def parse_budgets(raw: Any, where: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each budget's groups (``sft``: its keys), and under ``stage0`` what it sets over every
+    ``[stage0.NAME]`` (``sft``: its keys, then ``seeds``, ``copy_loss``)."""
     if not isinstance(raw, dict):
         raise StudyError(f"{where}: budgets is a table of [budgets.NAME] tables")
     budgets = {}
     for name, table in raw.items():
         here = f"{where}: budgets.{name}"
         check_name(name, here)
+        table = dict(table) if isinstance(table, dict) else table
+        stage0 = table.pop("stage0", {}) if isinstance(table, dict) else {}
         groups, _ = split_groups(table, here, BUDGET_GROUPS, ())
         for group, values in groups.items():  # the names and types now; the values per setting
             build_group(group, GROUPS[group], values, here)
-        budgets[name] = groups
+        stage_here = f"{here}: stage0"
+        stage_groups, own = split_groups(
+            spelled_own(stage0), stage_here, ("sft",), ("seeds", "copy_loss")
+        )
+        build_group("sft", GROUPS["sft"], stage_groups.get("sft", {}), stage_here)
+        if "seeds" in own:
+            parse_seeds(own["seeds"], f"{stage_here}.seeds")
+        if "copy_loss" in own:
+            copy_loss(own["copy_loss"], stage_here)
+        budgets[name] = {**groups, "stage0": {**stage_groups, **own}}
     return budgets
+
+
+def spelled_own(table: Any) -> Any:
+    """A table with ``copy-loss`` spelled ``copy_loss`` (both are taken)."""
+    if not isinstance(table, dict):
+        return table
+    return {("copy_loss" if k == "copy-loss" else k): v for k, v in table.items()}
+
+
+def copy_loss(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise StudyError(
+            f"{where}: copy_loss = {value!r}: the held-out execution loss (nats per token) at "
+            "or below which a candidate copies, a number > 0 (e.g. 0.01)"
+        )
+    return float(value)
 
 
 def parse_arms(raw: dict[str, Any], where: str) -> tuple[Arm, ...]:
@@ -341,7 +477,7 @@ def parse_settings(
             raise StudyError(
                 f"{here}: 'arm' is kept for --only arm:NAME; call the setting otherwise"
             )
-        groups, own = split_groups(table, here, tuple(GROUPS), ("about", "policy", "arms"))
+        groups, own = split_groups(table, here, tuple(GROUPS), SETTING_OWN)
         built = {}
         for group, default in GROUPS.items():
             values = {**normalised(groups.get(group, {})), **normalised(budget.get(group, {}))}
@@ -364,20 +500,132 @@ def parse_settings(
         about = own.get("about", "")
         if not isinstance(about, str):
             raise StudyError(f"{here}: about is text")
-        policy = starting_policy(own.get("policy", PRETRAINED), folder, here)
-        settings.append(Setting(name, policy=policy, arms=tuple(chosen), about=about, **built))
+        policy = starting_policy(own.get("policy", PRETRAINED), folder, here, stage0=True)
+        bases_from = own.get("bases_from", "")
+        if not isinstance(bases_from, str):
+            raise StudyError(f"{here}: bases_from is the name of another setting, in quotes")
+        settings.append(
+            Setting(
+                name,
+                policy=policy,
+                arms=tuple(chosen),
+                about=about,
+                bases_from=bases_from,
+                **built,
+            )
+        )
     return tuple(settings)
 
 
-def starting_policy(value: Any, folder: Path, where: str) -> str | None:
-    """``pretrained``, ``"None"`` (a fresh model) or a folder, relative to the study file's."""
+def starting_policy(value: Any, folder: Path, where: str, stage0: bool = False) -> str | None:
+    """``pretrained``, ``"None"`` (a fresh model) or a folder, relative to the study file's;
+    with ``stage0``, also ``stage0:NAME`` (kept as it is)."""
     if not isinstance(value, str):
-        raise StudyError(f'{where}: policy is text: "pretrained", "None" or a folder')
+        also = ', "stage0:NAME"' if stage0 else ""
+        raise StudyError(f'{where}: policy is text: "pretrained", "None"{also} or a folder')
     if value == PRETRAINED:
         return PRETRAINED
     if value == "None":
         return None
+    if stage0 and value.startswith(STAGE0_PREFIX):
+        return value
     return str((folder / value).absolute()) if not Path(value).is_absolute() else value
+
+
+def parse_stage0(
+    raw: dict[str, Any],
+    settings: tuple[Setting, ...],
+    budget: dict[str, Any],
+    folder: Path,
+    where: str,
+) -> tuple[Stage0, ...]:
+    """The ``[stage0.NAME]`` tables, with the budget's ``stage0.*`` keys over each."""
+    stages = []
+    for name, table in raw.items():
+        here = f"{where}: stage0.{name}"
+        check_name(name, here)
+        groups, own = split_groups(spelled_own(table), here, ("sft",), STAGE0_OWN)
+        users = [s.name for s in settings if s.policy == STAGE0_PREFIX + name]
+        if not users:
+            raise StudyError(
+                f'{here}: no setting starts from it; name it in one (policy = "stage0:{name}") '
+                "or remove the table"
+            )
+        task = text_of(own, "setting", here, default=users[0])
+        task_setting = next((s for s in settings if s.name == task), None)
+        if task_setting is None:
+            names = ", ".join(s.name for s in settings)
+            raise StudyError(
+                f"{here}: setting = {task!r}: name the setting whose task and compaction its "
+                f"demonstrations use; choose one of: {names}"
+            )
+        values = {**normalised(groups.get("sft", {})), **normalised(budget.get("sft", {}))}
+        try:
+            sft = replace(SFTConfig(), **build_group("sft", GROUPS["sft"], values, here))
+        except (ValueError, TypeError, KeyError) as error:
+            raise StudyError(f"{here}: sft: {first_line(error)}") from error
+        seeds = budget.get("seeds", own.get("seeds", list(STAGE0_SEEDS)))
+        stage = Stage0(
+            name=name,
+            setting=task,
+            env=task_setting.env,
+            compaction=task_setting.compaction,
+            sft=sft,
+            policy=starting_policy(own.get("policy", "None"), folder, here),
+            seeds=parse_seeds(seeds, f"{here}: seeds"),
+            copy_loss=copy_loss(budget.get("copy_loss", own.get("copy_loss", COPY_LOSS)), here),
+            about=text_of(own, "about", here),
+        )
+        try:
+            stage0_sft_config(stage, stage.seeds[0], Path(), "cpu")  # the SFT stage's checks
+        except (ValueError, TypeError, KeyError, FileNotFoundError) as error:
+            raise StudyError(f"{here}: {first_line(error)}") from error
+        stages.append(stage)
+    return tuple(stages)
+
+
+def attach_stage0(
+    settings: tuple[Setting, ...], stages: tuple[Stage0, ...], where: str
+) -> tuple[Setting, ...]:
+    """Each setting whose policy is ``stage0:NAME`` with that stage; an unknown name fails."""
+    by_name = {s.name: s for s in stages}
+    attached = []
+    for setting in settings:
+        if setting.policy is not None and setting.policy.startswith(STAGE0_PREFIX):
+            name = setting.policy.removeprefix(STAGE0_PREFIX)
+            if name not in by_name:
+                choices = ", ".join(by_name) or "none: add a [stage0.NAME] table"
+                raise StudyError(
+                    f"{where}: settings.{setting.name}: policy = {setting.policy!r} names no "
+                    f"[stage0.{name}] table; choose: {choices}"
+                )
+            setting = replace(setting, stage0=by_name[name])
+        attached.append(setting)
+    return tuple(attached)
+
+
+def check_bases_from(settings: tuple[Setting, ...], where: str) -> None:
+    """``bases_from`` names another setting that makes its own bases, with the same task,
+    compaction, SFT and starting checkpoint."""
+    by_name = {s.name: s for s in settings}
+    for setting in settings:
+        if not setting.bases_from:
+            continue
+        here = f"{where}: settings.{setting.name}: bases_from = {setting.bases_from!r}"
+        other = by_name.get(setting.bases_from)
+        if other is None or other is setting:
+            names = ", ".join(n for n in by_name if n != setting.name)
+            raise StudyError(f"{here}: name another setting; choose one of: {names}")
+        if other.bases_from:
+            raise StudyError(
+                f"{here}: that setting uses the bases of {other.bases_from!r}; name that one"
+            )
+        for group in ("env", "compaction", "sft", "policy"):
+            if getattr(setting, group) != getattr(other, group):
+                raise StudyError(
+                    f"{here}: its {group} differs from that setting's; bases are shared only "
+                    "between settings with the same task, compaction, SFT and policy"
+                )
 
 
 def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[Claim, ...]:
@@ -391,14 +639,17 @@ def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[C
         check_keys(table, CLAIM_KEYS, here, "a claim")
         name = text_of(table, "name", here, required=True)
         check_name(name, here)
-        if any(c.name == name for c in claims):
-            raise StudyError(f"{here}: another claim is named {name!r}; names must differ")
         names = [s.name for s in settings]
         default_setting = names[0] if len(names) == 1 else None
         setting_name = text_of(table, "setting", here, default=default_setting or "")
         if setting_name not in names:
             said = f"setting = {setting_name!r}" if setting_name else "no setting"
             raise StudyError(f"{here}: {said}; choose one of: {', '.join(names)}")
+        if any((c.setting, c.name) == (setting_name, name) for c in claims):
+            raise StudyError(
+                f"{here}: another claim of setting {setting_name} is named {name!r}; names "
+                "must differ within a setting"
+            )
         setting = next(s for s in settings if s.name == setting_name)
         evaluated = (BASE, *setting.arms)
         sides = {}
@@ -416,14 +667,16 @@ def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[C
         if metric not in METRICS:
             raise StudyError(f"{here}: metric = {metric!r}; choose one of: {', '.join(METRICS)}")
         protocol = text_of(table, "protocol", here, default="compacted")
-        if protocol not in setting.eval.protocols:
-            raise StudyError(
-                f"{here}: protocol = {protocol!r} is not evaluated in setting {setting.name} "
-                f"(eval.protocols = {list(setting.eval.protocols)}); add it there"
-            )
+        try:  # a protocol the setting does not evaluate is evaluated for this claim's arms
+            replace(setting.eval, protocols=(protocol,))
+        except (ValueError, TypeError, KeyError) as error:
+            raise StudyError(f"{here}: protocol = {protocol!r}: {first_line(error)}") from error
         direction = text_of(table, "direction", here, default="higher")
         if direction not in DIRECTIONS:
-            raise StudyError(f"{here}: direction = {direction!r}; choose higher or lower")
+            raise StudyError(
+                f"{here}: direction = {direction!r}; choose higher, lower or same (with a margin)"
+            )
+        margin = claim_margin(table, direction, here)
         prediction = text_of(table, "prediction", here)
         if not prediction.strip():
             raise StudyError(
@@ -431,6 +684,11 @@ def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[C
                 'why"); the page records when it was first seen'
             )
         size = table.get("predicted_size")
+        if size is not None and direction == "same":
+            raise StudyError(
+                f"{here}: predicted_size is for higher or lower claims; a same claim predicts "
+                "no difference, and its margin says how close counts as the same"
+            )
         if size is not None and (
             isinstance(size, bool) or not isinstance(size, (int, float)) or size < 0
         ):
@@ -450,9 +708,44 @@ def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[C
                 direction,
                 None if size is None else float(size),
                 text_of(table, "statement", here),
+                margin,
+                claim_diagnostics(table.get("diagnostics", []), here),
             )
         )
     return tuple(claims)
+
+
+def claim_margin(table: dict[str, Any], direction: str, where: str) -> float | None:
+    """A ``same`` claim's margin (required, > 0); no other claim takes one."""
+    margin = table.get("margin")
+    if direction != "same":
+        if margin is not None:
+            raise StudyError(
+                f'{where}: margin goes with direction = "same" (the arms do not differ by more '
+                "than it); remove it or set that direction"
+            )
+        return None
+    if margin is None:
+        raise StudyError(
+            f'{where}: direction = "same" needs a margin: how close counts as the same, in the '
+            "metric's units (margin = 0.05, as on the verdict page)"
+        )
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin <= 0:
+        raise StudyError(f"{where}: margin = {margin!r}: a number > 0, e.g. 0.05")
+    return float(margin)
+
+
+def claim_diagnostics(raw: Any, where: str) -> tuple[str, ...]:
+    """A claim's diagnostics: metric names (METRICS) or training history keys (with a /)."""
+    if not isinstance(raw, list) or not all(
+        isinstance(k, str) and (k in METRICS or "/" in k) for k in raw
+    ):
+        raise StudyError(
+            f"{where}: diagnostics = {raw!r}: a list of evaluation metrics "
+            f"({', '.join(METRICS)}) or training history keys such as "
+            '"credit/abs_adv_seg0" (docs/tensorboard.md)'
+        )
+    return tuple(raw)
 
 
 def parse_diagnostics(raw: Any, where: str) -> tuple[str, ...]:
@@ -625,11 +918,26 @@ def first_line(error: BaseException) -> str:
 # -- what a (setting, seed, arm) means for the main job ------------------------------------
 
 
+def starting_point(setting: Setting, start: str | None = None) -> str | None:
+    """What a seed's SFT starts from: the setting's policy; for a stage-0 setting, ``start``
+    (the stage's checkpoint), or, while it is not made, the shipped checkpoint in its stead
+    (a saved model alike, for the checks)."""
+    if setting.stage0 is None:
+        return setting.policy
+    return start if start is not None else PRETRAINED
+
+
 def main_job_config(
-    setting: Setting, seed: int, seed_dir: Path, device: str, preset: str = DEFAULT_PRESET
+    setting: Setting,
+    seed: int,
+    seed_dir: Path,
+    device: str,
+    preset: str = DEFAULT_PRESET,
+    start: str | None = None,
 ) -> run_entry.Config:
     """``cxsim run``'s config for one seed of a setting: SFT seed, training seed and evaluation
-    tasks all ``seed``; the study's stage configs are derived from it."""
+    tasks all ``seed``; the study's stage configs are derived from it. ``start``: a stage-0
+    setting's checkpoint (:func:`starting_point`)."""
     from cxsim.experiments import run as run_entry
 
     return run_entry.Config(
@@ -645,8 +953,29 @@ def main_job_config(
         threads=1,
         progress_bar=False,
         device=device,
-        policy=setting.policy,
+        policy=starting_point(setting, start),
     )
+
+
+def stage0_sft_config(stage: Stage0, seed: int, folder: Path, device: str) -> sft_entry.Config:
+    """The SFT of one stage-0 candidate (``cxsim sft``'s config, SFT seed ``seed``): the main
+    job's SFT stage on the stage's task and compaction, from its policy, into ``folder/sft``."""
+    from cxsim.experiments import run as run_entry
+
+    rc = run_entry.Config(
+        run_dir=str(folder),
+        seeds=(seed,),
+        sft_seed=seed,
+        env=stage.env,
+        compaction=stage.compaction,
+        sft=stage.sft,
+        eval=EvalConfig(protocols=("compacted",), seed=seed),
+        threads=1,
+        progress_bar=False,
+        device=device,
+        policy=stage.policy,
+    )
+    return run_entry.sft_config(rc)
 
 
 def arm_ppo(setting: Setting, arm: Arm) -> PPOConfig:
@@ -664,12 +993,16 @@ def arm_ppo(setting: Setting, arm: Arm) -> PPOConfig:
 
 def select(study: Study, only: tuple[str, ...] = ()) -> Selection:
     """The (setting, arm) pairs ``--only`` keeps (all without it), and the claims whose two
-    sides are among them. Items: ``SETTING`` (its base and arms), ``SETTING:CLAIM`` (the two
-    sides of that claim), ``arm:NAME`` (that arm wherever it is trained)."""
+    sides are among them (a claim under a protocol its setting does not evaluate: when
+    named, or its whole setting is). Items: ``SETTING`` (its base and arms),
+    ``SETTING:CLAIM`` (the two sides of that claim), ``arm:NAME`` (that arm wherever it is
+    trained)."""
     every = [(s.name, a) for s in study.settings for a in (BASE, *s.arms)]
     if not only:
         return Selection(tuple(every), study.claims)
     chosen: set[tuple[str, str]] = set()
+    named: set[tuple[str, str]] = set()
+    whole: set[str] = set()
     settings = [s.name for s in study.settings]
     for item in only:
         if item.startswith(ARM_PREFIX):
@@ -685,8 +1018,10 @@ def select(study: Study, only: tuple[str, ...] = ()) -> Selection:
                 names = ", ".join(f"{c.setting}:{c.name}" for c in study.claims) or "none"
                 raise StudyError(f"--only {item}: no such claim; claims: {names}")
             pairs = {(setting, found[0].treatment), (setting, found[0].reference)}
+            named.add((setting, claim))
         elif item in settings:
             pairs = {p for p in every if p[0] == item}
+            whole.add(item)
         else:
             raise StudyError(
                 f"--only {item}: not a setting, SETTING:CLAIM or arm:NAME; settings: "
@@ -695,6 +1030,25 @@ def select(study: Study, only: tuple[str, ...] = ()) -> Selection:
         chosen |= pairs
     kept = tuple(p for p in every if p in chosen)
     claims = tuple(
-        c for c in study.claims if {(c.setting, c.treatment), (c.setting, c.reference)} <= chosen
+        c
+        for c in study.claims
+        if {(c.setting, c.treatment), (c.setting, c.reference)} <= chosen
+        and (
+            c.protocol in study.setting(c.setting).eval.protocols
+            or (c.setting, c.name) in named
+            or c.setting in whole
+        )
     )
     return Selection(kept, claims)
+
+
+def extra_protocols(study: Study, selection: Selection, setting: str, arm: str) -> tuple[str, ...]:
+    """The protocols the selected claims compare ``arm`` of ``setting`` under that the
+    setting's ``eval.protocols`` lacks (each evaluated on its own, after those), in order."""
+    evaluated = study.setting(setting).eval.protocols
+    wanted = [
+        c.protocol
+        for c in selection.claims
+        if c.setting == setting and arm in (c.treatment, c.reference)
+    ]
+    return tuple(dict.fromkeys(p for p in wanted if p not in evaluated))

@@ -9,7 +9,10 @@ tasks and a difference Newcombe's; other metrics have no interval at one seed.
 
 The verdict of a claim (treatment ``higher`` or ``lower`` than the reference):
 *reproduced* when the paired interval excludes 0 in the claim's direction, *contradicted*
-when it excludes 0 the other way, *not resolved* when it covers 0.
+when it excludes 0 the other way, *not resolved* when it covers 0. A claim that the arms
+do not differ (``same``, with a margin m) is the verdict page's "does not change" rule
+(experiments/verdicts_page.py ``verdict_of``): *reproduced* when the interval lies inside
+[-m, +m], *contradicted* when it does not and excludes 0, *not resolved* otherwise.
 """
 
 from __future__ import annotations
@@ -94,9 +97,10 @@ def compare(
     reference: Sequence[dict[str, Any]],
     metric: str,
     direction: str = "higher",
+    margin: float | None = None,
 ) -> Comparison:
     """Treatment against reference on ``metric``, each a list of per-seed evaluation results
-    (one protocol's) in the same seed order."""
+    (one protocol's) in the same seed order; ``margin``: a ``same`` claim's."""
     if len(treatment) != len(reference):
         raise ValueError(
             f"one result per seed on each side; got {len(treatment)} and {len(reference)}"
@@ -114,17 +118,23 @@ def compare(
         difference=difference,
         per_seed=per_seed,
         detectable=detectable_difference(per_seed),
-        verdict=verdict(difference, direction),
+        verdict=verdict(difference, direction, margin),
     )
 
 
-def verdict(difference: Interval, direction: str) -> str:
+def verdict(difference: Interval, direction: str, margin: float | None = None) -> str:
     """``reproduced`` / ``contradicted`` / ``not resolved`` for a claim that the difference
-    is ``higher`` (above 0) or ``lower`` (below 0)."""
+    is ``higher`` (above 0), ``lower`` (below 0) or the ``same`` (within +/- ``margin``)."""
     if math.isnan(difference.mean):
         return "not measured"
     if math.isnan(difference.low):
         return "not resolved (one seed: no interval)"
+    if direction == "same":
+        if margin is None or margin <= 0:
+            raise ValueError(f"a same claim needs a margin > 0; got {margin!r}")
+        if -margin <= difference.low and difference.high <= margin:
+            return "reproduced"
+        return "contradicted" if difference.excludes_zero() else "not resolved"
     sign = 1.0 if direction == "higher" else -1.0
     low, high = sorted((sign * difference.low, sign * difference.high))
     if low > 0:

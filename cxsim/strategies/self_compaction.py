@@ -1,0 +1,138 @@
+"""``self-compaction``: the policy decides when to compact; the threshold is a hard fallback.
+
+At any turn the policy may answer :data:`COMPACTION_REQUEST` (``summary``, a word every
+cxsim tokenizer holds; any chat format encodes it) instead of an action: while a
+compaction is left the runtime does not send it to the environment, and before the next
+response the row compacts as under ``compacted`` (the same policy summarizes ``h + q_sum``,
+the window is rebuilt around the summary). A window that fills up anyway
+(``C - |h| < T_comp``) is compacted as under ``compacted``: the threshold stays a hard
+fallback, and the summary reserve stays free while a compaction is left, so the request
+always has room.
+
+Trained: the decision is a response like any other, so its tokens (the word and the end
+token) are trainable in the window that asked, with the actions; each summary is a summary
+segment (trainable on the summary), as under ``compacted``. A window that reaches the
+fallback holds no decision: what is trained there is acting on.
+
+**Drawn threshold** (``SelfCompaction(threshold_draw=f)``, registered as
+``self-compaction-drawn`` with f = 0.5): each task group's fallback threshold is drawn
+once, uniformly in ``[T_comp, T_comp + round(f T_comp)]``, from its task seed (the rows of
+a group share it), so that no fixed fill level tells the policy when the window will be
+compacted for it; a rebuilt window is held to ``T_comp`` until its first step. The sizing
+replays the earliest fallback, ``T_comp + round(f T_comp)``.
+
+**Scripted oracle** (``scripted_agents_for``: ``cxsim.agents.scripted.CompactingOracle``
+around the usual oracle): it asks to compact at the first turn after a step at which the
+window is within one step of the highest fallback, ``C - |h| < T_hi + (T_comp - reserve)``
+(``T_comp - reserve`` is the room the threshold keeps for one step:
+assistant header, response, observation), so it compacts slightly before the fallback
+would, and its demonstrations teach the decision; the sizing (``fit_sizes``) replays the
+same rule (``scripted_compacts``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from cxsim.strategies.base import RolloutAgents, Trigger, TurnState, window_full
+from cxsim.strategies.compacted import Compacted
+
+if TYPE_CHECKING:
+    from cxsim.agents.chat import ChatFormat
+    from cxsim.compaction import CompactionConfig
+
+COMPACTION_REQUEST = "summary"
+"""The response that asks to compact (the word the summary request opens with)."""
+
+
+class SelfCompaction(Compacted):
+    """Compacted, with the compaction decided by the policy (the threshold as a fallback)."""
+
+    name = "self-compaction"
+    help = (
+        "the policy compacts when it answers summary (a trained decision); a window that "
+        "fills up is compacted anyway"
+    )
+
+    def __init__(self, threshold_draw: float = 0.0, name: str | None = None) -> None:
+        if not 0.0 <= threshold_draw <= 1.0:
+            raise ValueError(f"threshold_draw ({threshold_draw}) must lie in [0, 1]")
+        self.threshold_draw = threshold_draw
+        if name is not None:
+            self.name = name
+            self.help = (
+                f"self-compaction with the fallback threshold drawn per task group in "
+                f"[T_comp, {1 + threshold_draw:g} T_comp]"
+            )
+
+    def fallback(self, config: CompactionConfig, seed: int | None) -> int:
+        """The fallback threshold of a task's rows: ``T_comp`` plus a draw from its seed in
+        ``[0, round(threshold_draw T_comp)]``; the highest when ``seed`` is None."""
+        assert config.threshold is not None
+        spread = round(self.threshold_draw * config.threshold)
+        if spread == 0 or seed is None:
+            return config.threshold + spread
+        return config.threshold + int(np.random.default_rng(seed).integers(spread + 1))
+
+    def turn_trigger(self, config: CompactionConfig, turn: TurnState) -> Trigger:
+        """Compact when the policy asked; else the fallback (a rebuilt window is held to
+        ``T_comp`` until its first step)."""
+        assert config.budget is not None and config.threshold is not None
+        left = self.compactions_left(config, turn.compactions)
+        if turn.asked and left:
+            return "summarize"
+        threshold = self.fallback(config, turn.seed) if turn.new_steps else config.threshold
+        if not window_full(config.budget, threshold, turn.length):
+            return "act"
+        return "summarize" if left else "end"
+
+    def requests_compaction(self, config: CompactionConfig, text: str) -> bool:
+        return text.strip() == COMPACTION_REQUEST
+
+    def words(self, config: CompactionConfig) -> list[str]:
+        return [*super().words(config), COMPACTION_REQUEST]
+
+    def scripted_compacts(self, config: CompactionConfig, reserve: int, turn: TurnState) -> bool:
+        """After a step, once the window is within one step of the highest fallback."""
+        assert config.budget is not None and config.threshold is not None
+        zone = self.fallback(config, None) + config.threshold - reserve
+        return turn.new_steps > 0 and window_full(config.budget, zone, turn.length)
+
+    def validate(self, config: CompactionConfig, chat: ChatFormat, system_prompt: str) -> None:
+        super().validate(config, chat, system_prompt)
+        highest = self.fallback(config, None)
+        assert config.budget is not None
+        if highest >= config.budget:
+            raise ValueError(
+                f"the highest drawn threshold ({highest}) must be < budget ({config.budget}): "
+                "raise --compaction.budget or lower the strategy's threshold_draw"
+            )
+
+    def scripted_agents_for(
+        self,
+        config: CompactionConfig,
+        env_id: str,
+        chat: ChatFormat,
+        omission_rate: float = 0.0,
+        seed: int = 0,
+        epsilon: float = 0.0,
+        skip_rate: float = 0.0,
+    ) -> RolloutAgents:
+        """The oracle, asking to compact slightly before the fallback (``scripted_compacts``)."""
+        from cxsim.agents.scripted import CompactingOracle
+
+        agents = self.scripted_agents(env_id, chat, omission_rate, seed, epsilon, skip_rate)
+        reserve = self.summary_reserve(config, chat)
+
+        def asks(turn: TurnState) -> bool:
+            return self.compactions_left(config, turn.compactions) and self.scripted_compacts(
+                config, reserve, turn
+            )
+
+        return RolloutAgents(CompactingOracle(agents.actor, chat, COMPACTION_REQUEST, asks))
+
+
+SELF_COMPACTION = SelfCompaction()
+SELF_COMPACTION_DRAWN = SelfCompaction(threshold_draw=0.5, name="self-compaction-drawn")

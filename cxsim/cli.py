@@ -297,11 +297,17 @@ def _set_threads() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    quiet_before = os.environ.get("CXSIM_QUIET")
     try:
         _main(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
+    finally:  # a command called in-process (a test, a notebook) leaves --quiet behind it
+        if quiet_before is None:
+            os.environ.pop("CXSIM_QUIET", None)
+        else:
+            os.environ["CXSIM_QUIET"] = quiet_before
 
 
 def _main(argv: list[str]) -> None:

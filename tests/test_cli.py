@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -82,6 +83,10 @@ def test_quiet_prints_nothing(tmp_path: Path, capsys, monkeypatch):
     said = capsys.readouterr()
     assert said.out == "" and said.err == ""
     assert out.is_file()  # the work was done
+    assert os.environ["CXSIM_QUIET"] == "0"  # the caller's setting is back after the command
+    monkeypatch.delenv("CXSIM_QUIET")
+    cxsim(["eval", "--agent", "oracle", "--eval.episodes", "2", "--out", str(out), "--quiet"])
+    assert "CXSIM_QUIET" not in os.environ  # nor left set where it was unset
 
 
 @pytest.mark.parametrize("command", ["run", "eval", "tables", "report", "lab", "bench"])

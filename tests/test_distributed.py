@@ -329,7 +329,7 @@ def test_torchrun_trains_two_processes_and_resumes(tmp_path):
              "--run-dir", str(run_dir), *env_flags, "--ppo.rollouts-per-batch", "4",
              "--ppo.critic-warmup", "1", "--ppo.minibatches", "1", "--ppo.epochs", "1",
              "--checkpoint-every", "1", "--no-progress-bar"]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {k: v for k, v in os.environ.items() if k != "CXSIM_QUIET"} | {"OMP_NUM_THREADS": "1"}
     first = subprocess.run([*train, "--ppo.iterations", "1"], env=env, capture_output=True,
                            text=True, timeout=240)  # fmt: skip
     assert first.returncode == 0, first.stderr[-2000:]

@@ -221,6 +221,10 @@ def evaluate_protocol(
         "mean_turns": float(np.mean([rec.turns for rec in records])),
         "truncated_rate": float(np.mean([rec.truncated for rec in records])),
         "tokens_generated": int(sum(rec.tokens_generated for rec in records)),
+        "tokens_processed": float(
+            np.mean([rec.tokens_prefilled + rec.tokens_generated for rec in records])
+        ),
+        "model_calls": float(np.mean([rec.model_calls for rec in records])),
         "per_task_success": success.mean(axis=1).tolist(),
     }
     return result, records

@@ -161,6 +161,8 @@ class RolloutRecord:
     """Longest context of the rollout (window, or summary prompt + summary), in tokens."""
     group_id: int = -1
     transcript: str = ""
+    model_calls: int = 0
+    """Requests the agents answered: actions, summaries and any state or note they wrote."""
 
 
 @dataclass
@@ -212,6 +214,7 @@ class _Row:
     tokens_prefilled: int = 0
     tokens_summarised: int = 0
     peak_context: int = 0
+    model_calls: int = 0
     end_reason: EndReason | None = None
 
     def extend(
@@ -299,6 +302,7 @@ class _Runner:
     def apply(self, row: _Row, request: TurnRequest, response: TurnResponse) -> None:
         row.tokens_prefilled += len(request.append)
         row.tokens_generated += len(response.token_ids)
+        row.model_calls += 1
         row.pending = None
         if request.kind == "summarize":
             self.apply_summary(row, response)
@@ -446,6 +450,7 @@ class _Runner:
             peak_context=row.peak_context,
             group_id=row.group_id,
             transcript="\n".join(row.transcript),
+            model_calls=row.model_calls,
         )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 import numpy as np
@@ -16,12 +17,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from cxsim.estimators import ESTIMATORS
-from cxsim.experiments.lab import Config
 from cxsim.experiments.lab_page import render
 from cxsim.lab import measure
 from cxsim.lab.backend import array_module
 from cxsim.lab.process import Critic, ProcessSpec, build_layout, simulate
 from cxsim.tracking import say
+
+if TYPE_CHECKING:  # the settings of the entry point, which imports this module to run
+    from cxsim.experiments.lab import Config
 
 PAGE_ESTIMATORS: tuple[str, ...] = ("local", "cross-segment", "stitched", "group-broadcast")
 """The estimators the page's findings and throughput speak of, in its order (registry names)."""

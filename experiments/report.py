@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import numpy as np
 import tyro
 
+from cxsim.experiments.run_table import chance_level, report_notes, report_table
 from cxsim.tables import Interval, Proportion, markdown_table, paired_difference
 
 if TYPE_CHECKING:
@@ -129,8 +130,6 @@ class Evaluations:
 def evaluations(results: dict[str, Any]) -> Evaluations:
     """Chance, the base's and each preset's Compacted evaluation, and the gains, from a
     run's results.json (a training run's: chance only)."""
-    from cxsim.experiments.run import chance_level
-
     chance = chance_level(results["config"]["env"])
     if "table" not in results:
         return Evaluations(chance)
@@ -425,8 +424,6 @@ def write_report(cfg: Config) -> Path:
     sections = [f"# cxsim report: `{run_dir}`\n"]
     if "table" in results:
         rows = [r | {"summary_recall": _nan(r["summary_recall"])} for r in results["table"]]
-        from cxsim.experiments.run import report_notes, report_table
-
         sections.append(f"## Evaluation\n\n{report_table(rows)}\n\n{report_notes(rows, results)}\n")
     if runs:
         plotted = plot_curves(by_preset(runs), out_dir / "curves.png", marks=marks)
@@ -455,7 +452,6 @@ def write_run_page(
     settings, the pooled table and its notes, the learning curves, one row per run, where
     the trained policy is, and the timings. Returns the page's path."""
     from cxsim.evaluation import format_table
-    from cxsim.experiments.run import report_notes, report_table
 
     cfg = results["config"]
     rows = [r | {"summary_recall": _nan(r["summary_recall"])} for r in results["table"]]

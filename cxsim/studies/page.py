@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cxsim.evaluation import EVAL_SEED_OFFSET
-from cxsim.studies.spec import BASE, Claim, Selection, Setting, Study
+from cxsim.studies.spec import BASE, Claim, Selection, Setting, Side, Study
 from cxsim.studies.stats import METRICS, Comparison, compare, diagnostic, interval
 from cxsim.tables import NAN_INTERVAL, Interval, fmt, markdown_table
 from cxsim.tracking import to_jsonable, write_json
@@ -30,28 +30,31 @@ FINAL_ITERATIONS = 5
 def claim_statement(claim: Claim) -> str:
     if claim.statement:
         return claim.statement
+    treatment, reference = (claim.side_label(side) for side in claim.sides)
     if claim.direction == "same":
-        return f"`{claim.treatment}` within +/-{claim.margin:g} of `{claim.reference}`"
+        return f"`{treatment}` within +/-{claim.margin:g} of `{reference}`"
     word = "above" if claim.direction == "higher" else "below"
-    return f"`{claim.treatment}` {word} `{claim.reference}`"
+    return f"`{treatment}` {word} `{reference}`"
+
+
+def side_evaluations(runs: Runs, side: Side) -> list[dict[str, Any]]:
+    """One side's evaluation result under its protocol, per seed."""
+    return [r["eval"][side.protocol] for r in runs[side.setting][side.arm]]
 
 
 def comparison(runs: Runs, claim: Claim) -> Comparison:
-    side = runs[claim.setting]
-    treatment = [r["eval"][claim.protocol] for r in side[claim.treatment]]
-    reference = [r["eval"][claim.protocol] for r in side[claim.reference]]
+    treatment, reference = (side_evaluations(runs, side) for side in claim.sides)
     return compare(treatment, reference, claim.metric, claim.direction, claim.margin)
 
 
-def side_value(runs: Runs, claim: Claim, arm: str, key: str) -> Interval:
-    """One side of a claim on a diagnostic: an evaluation metric under the claim's protocol,
+def side_value(runs: Runs, side: Side, key: str) -> Interval:
+    """One side of a claim on a diagnostic: an evaluation metric under the side's protocol,
     or a training figure (each seed's ``final`` mean; the base trains nothing)."""
-    results = runs[claim.setting][arm]
     if key in METRICS:
-        return interval([r["eval"][claim.protocol] for r in results], key)
-    if arm == BASE:
+        return interval(side_evaluations(runs, side), key)
+    if side.arm == BASE:
         return NAN_INTERVAL
-    return diagnostic([r["train"]["final"] for r in results], key)
+    return diagnostic([r["train"]["final"] for r in runs[side.setting][side.arm]], key)
 
 
 def diagnostic_cells(runs: Runs, claim: Claim) -> str:
@@ -59,16 +62,14 @@ def diagnostic_cells(runs: Runs, claim: Claim) -> str:
     cells = []
     for key in claim.diagnostics:
         digits = 2 if key in METRICS else 3
-        pair = [
-            fmt(side_value(runs, claim, arm, key), digits)
-            for arm in (claim.treatment, claim.reference)
-        ]
+        pair = [fmt(side_value(runs, side, key), digits) for side in claim.sides]
         cells.append(f"`{key}` {pair[0]} vs {pair[1]}")
     return "; ".join(cells) or "-"
 
 
 def metric_label(claim: Claim) -> str:
-    return f"{claim.metric} ({claim.protocol})"
+    protocols = dict.fromkeys(side.protocol for side in claim.sides)
+    return f"{claim.metric} ({' vs '.join(protocols)})"
 
 
 def size_text(x: float | None) -> str:
@@ -185,8 +186,8 @@ def claim_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
             [
                 f"**{claim.name}** ({claim.setting}): {claim_statement(claim)}",
                 metric_label(claim),
-                f"`{claim.treatment}` {fmt(c.treatment)}",
-                f"`{claim.reference}` {fmt(c.reference)}",
+                f"`{claim.side_label(claim.treatment_side)}` {fmt(c.treatment)}",
+                f"`{claim.side_label(claim.reference_side)}` {fmt(c.reference)}",
                 fmt(c.difference, signed=True),
                 f"**{c.verdict}**" if c.verdict in ("reproduced", "contradicted") else c.verdict,
                 size_text(c.detectable),
@@ -449,20 +450,19 @@ def per_seed_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
         arms = [a for s, a in selection.pairs if s == setting.name]
         if not arms:
             continue
+        protocol = setting.eval.protocols[0]
         rows = [
             [
                 f"`{arm}`",
                 *(
-                    f"{r['eval']['compacted']['pass_at_1']:.3f}"
-                    if "compacted" in r["eval"]
-                    else "-"
+                    f"{r['eval'][protocol]['pass_at_1']:.3f}" if protocol in r["eval"] else "-"
                     for r in runs[setting.name][arm]
                 ),
             ]
             for arm in arms
         ]
         lines += [
-            f"Setting **{setting.name}**, Pass@1 (compacted):",
+            f"Setting **{setting.name}**, Pass@1 ({protocol}):",
             "",
             markdown_table(["arm", *seeds], rows),
             "",
@@ -471,7 +471,7 @@ def per_seed_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
         if claims:
             rows = [
                 [
-                    f"**{c.name}** ({c.metric}, {c.protocol})",
+                    f"**{c.name}** ({metric_label(c)})",
                     *(f"{d:+.3f}" for d in comparison(runs, c).per_seed),
                 ]
                 for c in claims
@@ -496,10 +496,11 @@ def summary(study: Study, selection: Selection, runs: Runs) -> dict[str, Any]:
             {
                 "name": claim.name,
                 "setting": claim.setting,
-                "treatment": claim.treatment,
-                "reference": claim.reference,
+                "treatment": claim.side_label(claim.treatment_side),
+                "reference": claim.side_label(claim.reference_side),
                 "metric": claim.metric,
                 "protocol": claim.protocol,
+                "protocols": [side.protocol for side in claim.sides],
                 "direction": claim.direction,
                 "margin": claim.margin,
                 "prediction": claim.prediction,
@@ -512,11 +513,8 @@ def summary(study: Study, selection: Selection, runs: Runs) -> dict[str, Any]:
                 "smallest_detectable": c.detectable,
                 "diagnostics": {
                     key: {
-                        side: interval_data(side_value(runs, claim, arm, key))
-                        for side, arm in (
-                            ("treatment", claim.treatment),
-                            ("reference", claim.reference),
-                        )
+                        name: interval_data(side_value(runs, side, key))
+                        for name, side in zip(("treatment", "reference"), claim.sides, strict=True)
                     }
                     for key in claim.diagnostics
                 },

@@ -46,6 +46,7 @@ from cxsim.studies.spec import (
     Arm,
     Selection,
     Setting,
+    Side,
     Stage0,
     Study,
     StudyError,
@@ -131,6 +132,14 @@ def unit_eval_file(
     """Where a unit's evaluation goes: the base's beside the base, an arm's in its setting."""
     seed_dir = (base_folder if arm is None else seed_folder)(runs_dir, setting, seed, device)
     return eval_file(seed_dir, setting, arm, protocol)
+
+
+def side_eval_file(study: Study, side: Side, runs_dir: str | Path, seed: int, device: str) -> Path:
+    """The evaluation file of one side of a claim on one seed."""
+    setting = study.setting(side.setting)
+    arm = None if side.arm == BASE else study.arm(side.arm)
+    protocol = None if side.protocol in setting.eval.protocols else side.protocol
+    return unit_eval_file(runs_dir, setting, arm, seed, device, protocol)
 
 
 def stage0_settings(stage: Stage0) -> dict[str, Any]:
@@ -493,15 +502,10 @@ def record_predictions(
         said = claim.commitments
         seen = record.get(key)
         if seen is None:
-            setting = study.setting(claim.setting)
-            sides = [
-                None if a == BASE else study.arm(a) for a in (claim.treatment, claim.reference)
-            ]
-            protocol = None if claim.protocol in setting.eval.protocols else claim.protocol
             existed = any(
-                unit_eval_file(runs_dir, setting, arm, seed, device, protocol).is_file()
+                side_eval_file(study, side, runs_dir, seed, device).is_file()
                 for seed in study.seeds
-                for arm in sides
+                for side in claim.sides
             )
             record[key] = {**said, "first_seen": now, "results_existed": existed, "changes": []}
         elif {k: seen.get(k) for k in said} != said and (

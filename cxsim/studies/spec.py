@@ -104,7 +104,10 @@ TOP_KEYS = (
     "arms",
     "claims",
     "budgets",
+    "metrics",
+    "figure",
 )
+FIGURE_KEYS = ("x", "y", "arm")
 SETTING_OWN = ("about", "policy", "arms", "bases_from")
 SETTING_KEYS = (*SETTING_OWN, *GROUPS)
 STAGE0_OWN = ("about", "setting", "policy", "seeds", "copy_loss")
@@ -199,9 +202,25 @@ class Arm:
         return dict(self.ppo)
 
 
+OWN_PROTOCOL = "own"
+"""``protocol = "own"``: each side of a claim is evaluated under its own setting's first
+``eval.protocols`` (two context strategies compared, each under its own)."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a claim: an arm (or ``base``) of a setting, under one protocol."""
+
+    setting: str
+    arm: str
+    protocol: str
+
+
 @dataclass(frozen=True)
 class Claim:
-    """Two evaluations of one setting paired by seed, with the prediction made before the run."""
+    """Two evaluations paired by seed, with the prediction made before the run: two arms of
+    one setting, or (``SETTING:ARM`` sides) of two settings, such as two context strategies
+    each trained from its own SFT base."""
 
     name: str
     setting: str
@@ -226,6 +245,41 @@ class Claim:
     """Figures shown beside the claim for both sides: evaluation metrics (a key of
     :data:`cxsim.studies.stats.METRICS`, under the claim's protocol) or training history
     keys (``charts/success_rate``; each run's ``final`` mean)."""
+    treatment_setting: str = ""
+    reference_setting: str = ""
+    """The setting of each side (empty: :attr:`setting`)."""
+    treatment_protocol: str = ""
+    reference_protocol: str = ""
+    """The protocol each side is evaluated under (empty: :attr:`protocol`; with ``protocol =
+    "own"``, its setting's first ``eval.protocols``)."""
+
+    @property
+    def treatment_side(self) -> Side:
+        return Side(
+            self.treatment_setting or self.setting,
+            self.treatment,
+            self.treatment_protocol or self.protocol,
+        )
+
+    @property
+    def reference_side(self) -> Side:
+        return Side(
+            self.reference_setting or self.setting,
+            self.reference,
+            self.reference_protocol or self.protocol,
+        )
+
+    @property
+    def sides(self) -> tuple[Side, Side]:
+        return (self.treatment_side, self.reference_side)
+
+    @property
+    def across_settings(self) -> bool:
+        return self.treatment_side.setting != self.reference_side.setting
+
+    def side_label(self, side: Side) -> str:
+        """How the page names a side: its arm, with its setting when the claim pairs two."""
+        return f"{side.setting}:{side.arm}" if self.across_settings else side.arm
 
     @property
     def commitments(self) -> dict[str, Any]:
@@ -238,6 +292,17 @@ class Claim:
         if self.direction == "same":
             said["margin"] = self.margin
         return said
+
+
+@dataclass(frozen=True)
+class Figure:
+    """``[figure]``: one point per (setting, arm) with its 95% intervals on both axes, two
+    evaluation metrics (each side under its setting's first ``eval.protocols``)."""
+
+    x: str
+    y: str
+    arm: str = ""
+    """Only this arm of each setting (empty: every arm and the base)."""
 
 
 @dataclass(frozen=True)
@@ -257,6 +322,10 @@ class Study:
     """The ``[budgets.NAME]`` applied over every setting (None: the settings as written)."""
     stage0: tuple[Stage0, ...] = ()
     """The ``[stage0.NAME]`` checkpoints settings start from."""
+    metrics: tuple[str, ...] = ()
+    """Evaluation metrics shown for every (setting, arm) in one table (keys of
+    :data:`cxsim.studies.stats.METRICS`), each under its setting's first protocol."""
+    figure: Figure | None = None
 
     @property
     def stem(self) -> str:
@@ -363,7 +432,38 @@ def load_study(path: str | Path, seeds: str | None = None, budget: str | None = 
         diagnostics=parse_diagnostics(raw.get("diagnostics", []), where),
         budget=budget,
         stage0=stage0,
+        metrics=parse_metrics(raw.get("metrics", []), where),
+        figure=parse_figure(raw.get("figure"), arms, where),
     )
+
+
+def parse_metrics(raw: Any, where: str) -> tuple[str, ...]:
+    """``metrics = ["pass_at_1", "tokens_processed"]``: keys of METRICS."""
+    if not isinstance(raw, list) or not all(isinstance(k, str) for k in raw):
+        raise StudyError(f'{where}: metrics is a list such as ["pass_at_1", "model_calls"]')
+    for key in raw:
+        if key not in METRICS:
+            raise StudyError(f"{where}: metrics: {key!r}; choose from: {', '.join(METRICS)}")
+    return tuple(raw)
+
+
+def parse_figure(raw: Any, arms: tuple[Arm, ...], where: str) -> Figure | None:
+    """``[figure]``: ``x`` and ``y`` (keys of METRICS) and optionally one ``arm``."""
+    if raw is None:
+        return None
+    here = f"{where}: figure"
+    check_keys(raw, FIGURE_KEYS, here, "a figure")
+    axes = {}
+    for axis in ("x", "y"):
+        axes[axis] = text_of(raw, axis, here, required=True)
+        if axes[axis] not in METRICS:
+            raise StudyError(f"{here}.{axis} = {axes[axis]!r}; choose from: {', '.join(METRICS)}")
+    arm = text_of(raw, "arm", here)
+    if arm and arm != BASE and arm not in [a.name for a in arms]:
+        raise StudyError(
+            f"{here}.arm = {arm!r} is no arm of the file; arms: " + ", ".join(a.name for a in arms)
+        )
+    return Figure(axes["x"], axes["y"], arm)
 
 
 def parse_seeds(value: Any, where: str = "seeds") -> tuple[int, ...]:
@@ -651,26 +751,29 @@ def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[C
                 "must differ within a setting"
             )
         setting = next(s for s in settings if s.name == setting_name)
-        evaluated = (BASE, *setting.arms)
-        sides = {}
+        sides: dict[str, tuple[Setting, str]] = {}
         for side in ("treatment", "reference"):
-            value = text_of(table, side, here, required=True)
-            if value not in evaluated:
-                raise StudyError(
-                    f"{here}: {side} = {value!r} is not an arm of setting "
-                    f"{setting.name}; choose one of: {', '.join(evaluated)}"
-                )
-            sides[side] = value
+            sides[side] = claim_side(text_of(table, side, here, required=True), setting, settings)
+            if isinstance(sides[side], str):
+                raise StudyError(f"{here}: {side} = {sides[side]}")
         if sides["treatment"] == sides["reference"]:
             raise StudyError(f"{here}: treatment and reference are the same; pair two arms")
         metric = text_of(table, "metric", here, default="pass_at_1")
         if metric not in METRICS:
             raise StudyError(f"{here}: metric = {metric!r}; choose one of: {', '.join(METRICS)}")
         protocol = text_of(table, "protocol", here, default="compacted")
-        try:  # a protocol the setting does not evaluate is evaluated for this claim's arms
-            replace(setting.eval, protocols=(protocol,))
-        except (ValueError, TypeError, KeyError) as error:
-            raise StudyError(f"{here}: protocol = {protocol!r}: {first_line(error)}") from error
+        protocols = {}
+        for side, (side_setting, _) in sides.items():
+            protocols[side] = (
+                side_setting.eval.protocols[0] if protocol == OWN_PROTOCOL else protocol
+            )
+            try:  # a protocol the setting does not evaluate is evaluated for this claim's arms
+                replace(side_setting.eval, protocols=(protocols[side],))
+            except (ValueError, TypeError, KeyError) as error:
+                raise StudyError(
+                    f'{here}: protocol = {protocol!r}: {first_line(error)} (or "own": each '
+                    "side under its setting's first eval.protocols)"
+                ) from error
         direction = text_of(table, "direction", here, default="higher")
         if direction not in DIRECTIONS:
             raise StudyError(
@@ -700,8 +803,8 @@ def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[C
             Claim(
                 name,
                 setting.name,
-                sides["treatment"],
-                sides["reference"],
+                sides["treatment"][1],
+                sides["reference"][1],
                 prediction,
                 metric,
                 protocol,
@@ -710,9 +813,36 @@ def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[C
                 text_of(table, "statement", here),
                 margin,
                 claim_diagnostics(table.get("diagnostics", []), here),
+                treatment_setting=sides["treatment"][0].name,
+                reference_setting=sides["reference"][0].name,
+                treatment_protocol=protocols["treatment"],
+                reference_protocol=protocols["reference"],
             )
         )
     return tuple(claims)
+
+
+def claim_side(
+    value: str, home: Setting, settings: tuple[Setting, ...]
+) -> tuple[Setting, str] | str:
+    """A claim side's (setting, arm): ``ARM`` (an arm of the claim's setting, or ``base``) or
+    ``SETTING:ARM`` (of another setting); what is wrong with it, in words, otherwise."""
+    setting = home
+    arm = value
+    if ":" in value:
+        name, _, arm = value.partition(":")
+        found = [s for s in settings if s.name == name]
+        if not found:
+            names = ", ".join(s.name for s in settings)
+            return f"{value!r} names no setting {name!r}; settings: {names}"
+        setting = found[0]
+    evaluated = (BASE, *setting.arms)
+    if arm not in evaluated:
+        return (
+            f"{value!r} is not an arm of setting {setting.name}; choose one of: "
+            f"{', '.join(evaluated)} (or SETTING:ARM for another setting's)"
+        )
+    return setting, arm
 
 
 def claim_margin(table: dict[str, Any], direction: str, where: str) -> float | None:
@@ -1017,7 +1147,7 @@ def select(study: Study, only: tuple[str, ...] = ()) -> Selection:
             if not found:
                 names = ", ".join(f"{c.setting}:{c.name}" for c in study.claims) or "none"
                 raise StudyError(f"--only {item}: no such claim; claims: {names}")
-            pairs = {(setting, found[0].treatment), (setting, found[0].reference)}
+            pairs = {(side.setting, side.arm) for side in found[0].sides}
             named.add((setting, claim))
         elif item in settings:
             pairs = {p for p in every if p[0] == item}
@@ -1032,11 +1162,11 @@ def select(study: Study, only: tuple[str, ...] = ()) -> Selection:
     claims = tuple(
         c
         for c in study.claims
-        if {(c.setting, c.treatment), (c.setting, c.reference)} <= chosen
+        if {(side.setting, side.arm) for side in c.sides} <= chosen
         and (
-            c.protocol in study.setting(c.setting).eval.protocols
+            all(side.protocol in study.setting(side.setting).eval.protocols for side in c.sides)
             or (c.setting, c.name) in named
-            or c.setting in whole
+            or {side.setting for side in c.sides} <= whole
         )
     )
     return Selection(kept, claims)
@@ -1047,8 +1177,9 @@ def extra_protocols(study: Study, selection: Selection, setting: str, arm: str) 
     setting's ``eval.protocols`` lacks (each evaluated on its own, after those), in order."""
     evaluated = study.setting(setting).eval.protocols
     wanted = [
-        c.protocol
+        side.protocol
         for c in selection.claims
-        if c.setting == setting and arm in (c.treatment, c.reference)
+        for side in c.sides
+        if (side.setting, side.arm) == (setting, arm)
     ]
     return tuple(dict.fromkeys(p for p in wanted if p not in evaluated))

@@ -49,6 +49,12 @@ METRICS: dict[str, Metric] = {
     "truncated_rate": Metric("the share of episodes the runtime cut off", (0.0, 1.0)),
     "mean_compactions": Metric("compactions per episode", (0.0, math.inf)),
     "mean_turns": Metric("assistant turns per episode", (0.0, math.inf)),
+    "tokens_processed": Metric(
+        "tokens the agents encoded or generated per episode (prefill plus decoding, what a "
+        "user pays for)",
+        (0.0, math.inf),
+    ),
+    "model_calls": Metric("requests the agents answered per episode", (0.0, math.inf)),
 }
 """The metrics a claim may name (cxsim/evaluation.py ``evaluate_protocol``'s result keys)."""
 

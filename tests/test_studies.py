@@ -373,3 +373,123 @@ def test_example_study_at_its_smoke_budget(tmp_path: Path):
         assert len(claim["per_seed_difference"]) == 2
     page = (out / "my_study.md").read_text()
     assert "**floor-helps** (small)" in page and "ppo.estimator my_estimator:floored" in page
+
+
+# -- claims across settings, metrics, the figure ----------------------------------------------
+
+TWO_STRATEGIES = """
+seeds = "0:2"
+metrics = ["pass_at_1", "tokens_processed"]
+[figure]
+x = "tokens_processed"
+y = "pass_at_1"
+arm = "compactionrl"
+[settings.summary]
+compaction.protocol = "compacted"
+eval.protocols = ["compacted"]
+[settings.masked]
+compaction.protocol = "observation-masking"
+eval.protocols = ["observation-masking"]
+[arms.compactionrl]
+preset = "compactionrl"
+[[claims]]
+name = "masking-wins"
+setting = "masked"
+treatment = "masked:compactionrl"
+reference = "summary:compactionrl"
+protocol = "own"
+prediction = "higher"
+[[claims]]
+name = "cheaper"
+setting = "masked"
+treatment = "masked:compactionrl"
+reference = "summary:compactionrl"
+metric = "tokens_processed"
+protocol = "own"
+direction = "lower"
+prediction = "lower"
+"""
+
+
+def test_a_claim_pairs_arms_of_two_settings_each_under_its_own_protocol(tmp_path: Path):
+    study = load_study(write(tmp_path, TWO_STRATEGIES))
+    wins = study.claims[0]
+    assert [(s.setting, s.arm, s.protocol) for s in wins.sides] == [
+        ("masked", "compactionrl", "observation-masking"),
+        ("summary", "compactionrl", "compacted"),
+    ]
+    assert wins.across_settings and wins.side_label(wins.reference_side) == "summary:compactionrl"
+    one = select(study, ("masked:masking-wins",))
+    assert one.pairs == (("summary", "compactionrl"), ("masked", "compactionrl"))
+    assert [c.name for c in one.claims] == ["masking-wins", "cheaper"]  # the same two runs
+    # a setting alone leaves out the claims that need the other one
+    assert select(study, ("masked",)).claims == ()
+    assert study.metrics == ("pass_at_1", "tokens_processed")
+    assert (study.figure.x, study.figure.y, study.figure.arm) == (
+        "tokens_processed", "pass_at_1", "compactionrl",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('treatment = "masked:compactionrl"', 'treatment = "maskd:compactionrl"',
+         "names no setting 'maskd'; settings: summary, masked"),
+        ('treatment = "masked:compactionrl"', 'treatment = "masked:local"',
+         "'masked:local' is not an arm of setting masked"),
+        ('x = "tokens_processed"', 'x = "tokens"', "figure.x = 'tokens'; choose from"),
+        ('metrics = ["pass_at_1", "tokens_processed"]', 'metrics = ["calls"]',
+         "metrics: 'calls'; choose from"),
+    ],
+)  # fmt: skip
+def test_bad_sides_metrics_and_figures_fail_in_one_line(
+    tmp_path: Path, old: str, new: str, message: str
+):
+    with pytest.raises(StudyError, match=re.escape(message)):
+        load_study(write(tmp_path, TWO_STRATEGIES.replace(old, new, 1)))
+
+
+def unit(setting: str, arm: str, seed: int, protocol: str, solved: list[float], tokens: float):
+    result = {**evaluation(solved), "protocol": protocol, "tokens_processed": tokens}
+    return {"setting": setting, "arm": arm, "seed": seed, "eval": {protocol: result},
+            "train": None, "eval_file": f"{setting}/{arm}/{seed}"}  # fmt: skip
+
+
+def test_the_page_compares_two_settings_and_draws_the_figure(tmp_path: Path):
+    from cxsim.studies.page import comparison, draw_figure, metric_lines
+
+    study = load_study(write(tmp_path, TWO_STRATEGIES))
+    masked = [[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]]
+    summary = [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 0, 0]]
+    runs = {
+        "masked": {"compactionrl": [
+            unit("masked", "compactionrl", s, "observation-masking", x, 400.0 + s)
+            for s, x in enumerate(masked)]},
+        "summary": {"compactionrl": [
+            unit("summary", "compactionrl", s, "compacted", x, 300.0 + 2 * s)
+            for s, x in enumerate(summary)]},
+    }  # fmt: skip
+    selection = select(study, ("arm:compactionrl",))
+    wins, cheaper = study.claims
+    c = comparison(runs, wins)
+    assert c.per_seed == pytest.approx((0.5, 0.5, 0.5)) and c.verdict == "reproduced"
+    costs = comparison(runs, cheaper)
+    assert costs.per_seed == pytest.approx((100.0, 99.0, 98.0))
+    assert costs.verdict == "contradicted"  # more tokens, not fewer
+    lines = "\n".join(metric_lines(study, selection, runs, "study.png"))
+    assert "| `masked:compactionrl` | observation-masking | 0.75 [" in lines
+    assert "| `summary:compactionrl` | compacted | 0.25 [" in lines and "](study.png)" in lines
+    figure = tmp_path / "study.png"
+    assert draw_figure(study, selection, runs, figure) and figure.stat().st_size > 1000
+
+
+def test_the_strategies_study_file_parses_with_every_claim_across_settings():
+    study = load_study(EXAMPLES.parent / "studies" / "strategies.toml", budget="smoke")
+    protocols = {s.name: s.compaction.protocol for s in study.settings}
+    assert {s.name: s.eval.protocols for s in study.settings} == {
+        name: (protocol,) for name, protocol in protocols.items()
+    }
+    assert {s.compaction.budget for s in study.settings if s.name.startswith("keyrecall")} == {228}
+    for claim in study.claims:
+        for side in claim.sides:
+            assert side.protocol == protocols[side.setting]

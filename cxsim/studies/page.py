@@ -315,6 +315,94 @@ def arm_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
     return lines
 
 
+def metric_points(study: Study, selection: Selection, runs: Runs) -> list[tuple[Side, str]]:
+    """Every selected (setting, arm) as a side under its setting's first protocol, with the
+    label the metrics table and the figure give it."""
+    points = []
+    for setting in study.settings:
+        protocol = setting.eval.protocols[0]
+        for name, arm in selection.pairs:
+            if name == setting.name and protocol in runs[name][arm][0]["eval"]:
+                points.append((Side(name, arm, protocol), f"{name}:{arm}"))
+    return points
+
+
+def metric_lines(study: Study, selection: Selection, runs: Runs, figure: str = "") -> list[str]:
+    """``metrics``: one row per (setting, arm), each metric's mean over seeds with its
+    interval, under the setting's first protocol; then the figure, when one was drawn."""
+    if not study.metrics:
+        return []
+    rows = []
+    for side, label in metric_points(study, selection, runs):
+        cells = [
+            fmt(side_value(runs, side, key), 2 if METRICS[key].bounds[1] <= 1 else 1)
+            for key in study.metrics
+        ]
+        rows.append([f"`{label}`", side.protocol, *cells])
+    lines = [
+        "## Metrics by setting",
+        "",
+        markdown_table(
+            ["setting:arm", "evaluated under", *(f"`{k}`" for k in study.metrics)], rows
+        ),
+        "",
+        "Each cell: the mean over seeds with its 95% interval, under the setting's own "
+        "protocol. " + " ".join(f"`{k}`: {METRICS[k].about}." for k in study.metrics),
+        "",
+    ]
+    if figure:
+        lines += [f"![{study.figure.y} against {study.figure.x}]({figure})", ""]
+    return lines
+
+
+def draw_figure(study: Study, selection: Selection, runs: Runs, path: Path) -> bool:
+    """The ``[figure]``: one point per (setting, arm) (only ``arm`` when it names one), with
+    the 95% intervals of both metrics as error bars; False when nothing was drawn."""
+    chosen = study.figure
+    if chosen is None:
+        return False
+    points = [
+        (side, label)
+        for side, label in metric_points(study, selection, runs)
+        if not chosen.arm or side.arm == chosen.arm
+    ]
+    if not points:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for side, label in points:
+        x, y = side_value(runs, side, chosen.x), side_value(runs, side, chosen.y)
+        errors = [
+            [[value.mean - value.low], [value.high - value.mean]]
+            if not math.isnan(value.low)
+            else None
+            for value in (x, y)
+        ]
+        ax.errorbar(x.mean, y.mean, xerr=errors[0], yerr=errors[1], fmt="o", capsize=3)
+        ax.annotate(
+            side.setting if chosen.arm else label,
+            (x.mean, y.mean),
+            textcoords="offset points",
+            xytext=(5, 4),
+            fontsize=8,
+        )
+    xs = [side_value(runs, side, chosen.x).mean for side, _ in points]
+    if min(xs) > 0 and max(xs) / min(xs) > 5:
+        ax.set_xscale("log")
+    ax.set_xlabel(f"{chosen.x} (mean over seeds, 95% interval)")
+    ax.set_ylabel(f"{chosen.y} (mean over seeds, 95% interval)")
+    ax.set_title(f"{study.title}: {len(study.seeds)} seeds", fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def how_it_trains(study: Study, arm: str) -> str:
     if arm == BASE:
         return "the seed's SFT base, untrained"
@@ -543,14 +631,20 @@ def summary(study: Study, selection: Selection, runs: Runs) -> dict[str, Any]:
 
 
 def render(
-    study: Study, selection: Selection, outcome: dict[str, Any], made_by: dict[str, Any]
+    study: Study,
+    selection: Selection,
+    outcome: dict[str, Any],
+    made_by: dict[str, Any],
+    figure: str = "",
 ) -> str:
+    """The page's Markdown; ``figure``: the file name of the drawn ``[figure]`` (empty: none)."""
     runs, stage0 = outcome["runs"], outcome.get("stage0", {})
     lines = [
         *header_lines(study, runs, made_by, stage0),
         *stage0_lines(study, selection, stage0),
         *claim_lines(study, selection, runs),
         *prediction_lines(selection, outcome["predictions"]),
+        *metric_lines(study, selection, runs, figure),
         *arm_lines(study, selection, runs),
         *setting_lines(study, selection, runs),
         *per_seed_lines(study, selection, runs),
@@ -565,13 +659,15 @@ def write_page(
     outcome: dict[str, Any],
     made_by: dict[str, Any],
 ) -> dict[str, Path]:
-    """``<stem>.md`` and ``<stem>.json`` in ``out_dir``; returns their paths. ``outcome``:
-    :func:`cxsim.studies.runner.run_study`'s result; ``made_by``: ``command``, ``commit``,
-    ``wall_time_s``, ``runs_dir``, ``device``."""
+    """``<stem>.md`` and ``<stem>.json`` in ``out_dir`` (and ``<stem>.png``, the study's
+    ``[figure]``); returns their paths. ``outcome``: :func:`cxsim.studies.runner.run_study`'s
+    result; ``made_by``: ``command``, ``commit``, ``wall_time_s``, ``runs_dir``, ``device``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     page, data = out / f"{study.stem}.md", out / f"{study.stem}.json"
-    page.write_text(render(study, selection, outcome, made_by))
+    drawn = out / f"{study.stem}.png"
+    figure = drawn.name if draw_figure(study, selection, outcome["runs"], drawn) else ""
+    page.write_text(render(study, selection, outcome, made_by, figure))
     write_json(
         data,
         {
@@ -581,4 +677,4 @@ def write_page(
             "stage0": outcome.get("stage0", {}),
         },
     )
-    return {"page": page, "results": data}
+    return {"page": page, "results": data, **({"figure": drawn} if figure else {})}

@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from cxsim.experiments.verdicts_page import commit
+    from cxsim.studies.checks import check_lines, run_checks
     from cxsim.studies.executors import make_executor
     from cxsim.studies.page import summary, write_page
     from cxsim.studies.runner import log, run_study
@@ -131,6 +132,12 @@ def main(argv: list[str] | None = None) -> None:
         )
     made = ", ".join(f"{n} {stage}" for stage, n in outcome["made"].items())
     log(f"made now: {made}; wrote {paths['page']} ({made_by['wall_time_s']:.0f}s)")
+    checks = run_checks(study, selection, outcome["runs"])
+    for line in check_lines(checks):
+        log(line)
+    failed = [c["name"] for c in checks if not c["passed"]]
+    if failed:
+        raise SystemExit(f"{len(failed)} of {len(checks)} checks failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

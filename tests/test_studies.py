@@ -493,3 +493,35 @@ def test_the_strategies_study_file_parses_with_every_claim_across_settings():
     for claim in study.claims:
         for side in claim.sides:
             assert side.protocol == protocols[side.setting]
+
+
+CHECKED = (
+    STUDY
+    + """
+[[checks]]
+name = "gain"
+arm = "compactionrl"
+minus = "base"
+metric = "pass_at_1"
+at_least = 0.2
+[budgets.quick]
+checks = ["gain"]
+"""
+)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("at_least = 0.2", "", "give at_least, each_at_least or range"),
+        ('minus = "base"', 'minus = "bse"', "minus = 'bse' is not an arm of setting small"),
+        ('metric = "pass_at_1"', 'metric = "accuracy"', "an evaluation metric (pass_at_1"),
+        ('metric = "pass_at_1"', 'metric = "pass_at_1"\nover = "max"', "over = 'max'"),
+        ('metric = "pass_at_1"', 'metric = "critic/explained_variance"', "the base trains nothing"),
+        ("at_least = 0.2", "range = [1, 0]", "write [low, high] with low <= high"),
+        ('checks = ["gain"]', 'checks = ["gains"]', "checks names 'gains', which is no check"),
+    ],
+)  # fmt: skip
+def test_a_bad_check_fails_in_one_line(tmp_path: Path, old: str, new: str, message: str):
+    with pytest.raises(StudyError, match=re.escape(message)):
+        load_study(write(tmp_path, CHECKED.replace(old, new, 1)), budget="quick")

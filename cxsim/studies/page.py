@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cxsim.evaluation import EVAL_SEED_OFFSET
+from cxsim.studies.checks import check_lines, run_checks
 from cxsim.studies.spec import BASE, Claim, Selection, Setting, Side, Study
 from cxsim.studies.stats import METRICS, Comparison, compare, diagnostic, interval
 from cxsim.tables import NAN_INTERVAL, Interval, fmt, markdown_table
@@ -313,6 +314,22 @@ def arm_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
                 "",
             ]
     return lines
+
+
+def checks_section(study: Study, selection: Selection, runs: Runs) -> list[str]:
+    results = run_checks(study, selection, runs)
+    if not results:
+        return []
+    failed = [r["name"] for r in results if not r["passed"]]
+    verdict = f"**{len(failed)} failed**: {', '.join(failed)}" if failed else "all passed"
+    return [
+        "## Checks",
+        "",
+        f"{len(results)} pass/fail thresholds of the file (`[[checks]]`): {verdict}.",
+        "",
+        *(f"- {line}" for line in check_lines(results)),
+        "",
+    ]
 
 
 def metric_points(study: Study, selection: Selection, runs: Runs) -> list[tuple[Side, str]]:
@@ -644,6 +661,7 @@ def render(
         *stage0_lines(study, selection, stage0),
         *claim_lines(study, selection, runs),
         *prediction_lines(selection, outcome["predictions"]),
+        *checks_section(study, selection, runs),
         *metric_lines(study, selection, runs, figure),
         *arm_lines(study, selection, runs),
         *setting_lines(study, selection, runs),
@@ -672,6 +690,7 @@ def write_page(
         data,
         {
             **summary(study, selection, outcome["runs"]),
+            "checks": run_checks(study, selection, outcome["runs"]),
             "made_by": made_by,
             "made_now": outcome["made"],
             "stage0": outcome.get("stage0", {}),

@@ -367,6 +367,7 @@ def run_unit(
             "iterations_done": int(trained["iterations_done"]),
             "wall_time_s": float(trained["wall_time_s"]),
             "final": trained["final"],
+            **actor_reductions(trained["history"]),
             "ppo": trained["config"]["ppo"],
         }
     wall = time.perf_counter() - began
@@ -387,6 +388,20 @@ def run_unit(
         },
         "train": training,
     }
+
+
+def actor_reductions(history: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each history key's ``actor_max`` and ``actor_mean`` over the run's actor iterations
+    (value-only warm-up iterations left out), for ``[[checks]]`` with ``over = "max"`` or
+    ``"mean"``."""
+    actor = [h for h in history if not h.get("warmup")]
+    keys = dict.fromkeys(k for h in actor for k, v in h.items() if isinstance(v, (int, float)))
+    top: dict[str, float] = {}
+    mean: dict[str, float] = {}
+    for key in keys:
+        values = [float(h[key]) for h in actor if key in h and isinstance(h[key], (int, float))]
+        top[key], mean[key] = max(values), sum(values) / len(values)
+    return {"actor_max": top, "actor_mean": mean}
 
 
 # -- the study ------------------------------------------------------------------------------

@@ -106,8 +106,14 @@ TOP_KEYS = (
     "budgets",
     "metrics",
     "figure",
+    "checks",
 )
 FIGURE_KEYS = ("x", "y", "arm")
+CHECK_KEYS = ("name", "setting", "arm", "metric", "minus", "over", "at_least",
+              "each_at_least", "range", "about")  # fmt: skip
+CHECK_OVER = ("final", "max", "mean")
+"""How a check reads a training history key per seed: ``final`` (the mean of the run's last
+5 actor iterations, results.json ``final``), ``max`` or ``mean`` over its actor iterations."""
 SETTING_OWN = ("about", "policy", "arms", "bases_from")
 SETTING_KEYS = (*SETTING_OWN, *GROUPS)
 STAGE0_OWN = ("about", "setting", "policy", "seeds", "copy_loss")
@@ -306,6 +312,31 @@ class Figure:
 
 
 @dataclass(frozen=True)
+class Check:
+    """``[[checks]]``: a pass/fail threshold on one figure per seed, for regression suites
+    (``cxsim bench learning``): an arm's evaluation metric or training figure, optionally
+    minus another arm's on the same seed; the study exits 1 when one fails."""
+
+    name: str
+    setting: str
+    arm: str
+    metric: str
+    """A key of METRICS (evaluated under the setting's first protocol) or a training
+    history key (``losses/first_log_ratio_max``)."""
+    minus: str = ""
+    """Another arm (or ``base``) whose figure is subtracted seed by seed (a paired gain)."""
+    over: str = "final"
+    """A history key's reduction per seed: :data:`CHECK_OVER`."""
+    at_least: float | None = None
+    """The mean over seeds must reach it."""
+    each_at_least: float | None = None
+    """Every seed must reach it."""
+    range: tuple[float, float] | None = None
+    """Every seed must lie inside [low, high] (NaN never does)."""
+    about: str = ""
+
+
+@dataclass(frozen=True)
 class Study:
     """A parsed, validated study file."""
 
@@ -322,6 +353,8 @@ class Study:
     """The ``[budgets.NAME]`` applied over every setting (None: the settings as written)."""
     stage0: tuple[Stage0, ...] = ()
     """The ``[stage0.NAME]`` checkpoints settings start from."""
+    checks: tuple[Check, ...] = ()
+    """Pass/fail thresholds (``[[checks]]``); any failing makes the study exit 1."""
     metrics: tuple[str, ...] = ()
     """Evaluation metrics shown for every (setting, arm) in one table (keys of
     :data:`cxsim.studies.stats.METRICS`), each under its setting's first protocol."""
@@ -432,9 +465,113 @@ def load_study(path: str | Path, seeds: str | None = None, budget: str | None = 
         diagnostics=parse_diagnostics(raw.get("diagnostics", []), where),
         budget=budget,
         stage0=stage0,
+        checks=budget_checks(
+            parse_checks(raw.get("checks", []), settings, where), chosen_budget, budget, where
+        ),
         metrics=parse_metrics(raw.get("metrics", []), where),
         figure=parse_figure(raw.get("figure"), arms, where),
     )
+
+
+def parse_checks(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[Check, ...]:
+    """``[[checks]]`` tables: each names an arm of a setting, a figure and at least one of
+    ``at_least``, ``each_at_least``, ``range``."""
+    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
+        raise StudyError(f"{where}: checks are [[checks]] tables")
+    names = [s.name for s in settings]
+    checks: list[Check] = []
+    for i, table in enumerate(raw, start=1):
+        here = f"{where}: check {i}" + (f" ({table['name']})" if "name" in table else "")
+        check_keys(table, CHECK_KEYS, here, "a check")
+        name = text_of(table, "name", here, required=True)
+        check_name(name, here)
+        if any(c.name == name for c in checks):
+            raise StudyError(f"{here}: another check is named {name!r}")
+        default = names[0] if len(names) == 1 else ""
+        setting_name = text_of(table, "setting", here, default=default)
+        if setting_name not in names:
+            raise StudyError(
+                f"{here}: setting = {setting_name!r}; choose one of: {', '.join(names)}"
+            )
+        setting = next(s for s in settings if s.name == setting_name)
+        arms = {}
+        for key in ("arm", "minus"):
+            value = text_of(table, key, here, required=key == "arm")
+            if value and value not in (BASE, *setting.arms):
+                raise StudyError(
+                    f"{here}: {key} = {value!r} is not an arm of setting {setting.name}; "
+                    f"choose one of: {', '.join((BASE, *setting.arms))}"
+                )
+            arms[key] = value
+        metric = text_of(table, "metric", here, required=True)
+        if metric not in METRICS and "/" not in metric:
+            raise StudyError(
+                f"{here}: metric = {metric!r}: an evaluation metric ({', '.join(METRICS)}) or "
+                'a training history key such as "critic/explained_variance"'
+            )
+        if "/" in metric and BASE in (arms["arm"], arms["minus"]):
+            raise StudyError(f"{here}: the base trains nothing, so it has no {metric!r}")
+        over = text_of(table, "over", here, default="final")
+        if over not in CHECK_OVER or (over != "final" and metric in METRICS):
+            raise StudyError(
+                f"{here}: over = {over!r}: for a training history key, one of "
+                f"{', '.join(CHECK_OVER)} (evaluation metrics take none)"
+            )
+        bounds = {key: check_number(table, key, here) for key in ("at_least", "each_at_least")}
+        span = table.get("range")
+        if span is not None:
+            if (
+                not isinstance(span, list)
+                or len(span) != 2
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in span)
+                or span[0] > span[1]
+            ):
+                raise StudyError(f"{here}: range = {span!r}: write [low, high] with low <= high")
+            span = (float(span[0]), float(span[1]))
+        if span is None and all(v is None for v in bounds.values()):
+            raise StudyError(f"{here}: give at_least, each_at_least or range (what passes)")
+        checks.append(
+            Check(
+                name,
+                setting.name,
+                arms["arm"],
+                metric,
+                arms["minus"],
+                over,
+                bounds["at_least"],
+                bounds["each_at_least"],
+                span,
+                text_of(table, "about", here),
+            )
+        )
+    return tuple(checks)
+
+
+def budget_checks(
+    checks: tuple[Check, ...], chosen: dict[str, Any], budget: str | None, where: str
+) -> tuple[Check, ...]:
+    """The checks that hold under ``--budget``: those its ``checks`` list names (every check
+    when it names none, or with no budget)."""
+    names = chosen.get("checks")
+    if names is None:
+        return checks
+    known = [c.name for c in checks]
+    for name in names:
+        if name not in known:
+            raise StudyError(
+                f"{where}: budgets.{budget}: checks names {name!r}, which is no check; checks: "
+                + (", ".join(known) or "none")
+            )
+    return tuple(c for c in checks if c.name in names)
+
+
+def check_number(table: dict[str, Any], key: str, where: str) -> float | None:
+    value = table.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise StudyError(f"{where}: {key} = {value!r} must be a number")
+    return float(value)
 
 
 def parse_metrics(raw: Any, where: str) -> tuple[str, ...]:
@@ -503,6 +640,11 @@ def parse_budgets(raw: Any, where: str) -> dict[str, dict[str, dict[str, Any]]]:
         check_name(name, here)
         table = dict(table) if isinstance(table, dict) else table
         stage0 = table.pop("stage0", {}) if isinstance(table, dict) else {}
+        checks = table.pop("checks", None) if isinstance(table, dict) else None
+        if checks is not None and (
+            not isinstance(checks, list) or not all(isinstance(c, str) for c in checks)
+        ):
+            raise StudyError(f'{here}: checks = {checks!r}: a list of check names, e.g. ["gain"]')
         groups, _ = split_groups(table, here, BUDGET_GROUPS, ())
         for group, values in groups.items():  # the names and types now; the values per setting
             build_group(group, GROUPS[group], values, here)
@@ -516,6 +658,8 @@ def parse_budgets(raw: Any, where: str) -> dict[str, dict[str, dict[str, Any]]]:
         if "copy_loss" in own:
             copy_loss(own["copy_loss"], stage_here)
         budgets[name] = {**groups, "stage0": {**stage_groups, **own}}
+        if checks is not None:
+            budgets[name]["checks"] = checks
     return budgets
 
 

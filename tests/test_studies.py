@@ -379,6 +379,7 @@ def test_example_study_at_its_smoke_budget(tmp_path: Path):
 
 TWO_STRATEGIES = """
 seeds = "0:2"
+reading = "Masking wins **here** because the key is in the task."
 metrics = ["pass_at_1", "tokens_processed"]
 [figure]
 x = "tokens_processed"
@@ -456,7 +457,7 @@ def unit(setting: str, arm: str, seed: int, protocol: str, solved: list[float], 
 
 
 def test_the_page_compares_two_settings_and_draws_the_figure(tmp_path: Path):
-    from cxsim.studies.page import comparison, draw_figure, metric_lines
+    from cxsim.studies.page import comparison, draw_figure, metric_lines, reading_lines
 
     study = load_study(write(tmp_path, TWO_STRATEGIES))
     masked = [[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]]
@@ -481,6 +482,8 @@ def test_the_page_compares_two_settings_and_draws_the_figure(tmp_path: Path):
     assert "| `summary:compactionrl` | compacted | 0.25 [" in lines and "](study.png)" in lines
     figure = tmp_path / "study.png"
     assert draw_figure(study, selection, runs, figure) and figure.stat().st_size > 1000
+    assert reading_lines(study)[0] == "## What it means"
+    assert "Masking wins **here** because the key is in the task." in reading_lines(study)
 
 
 def test_the_strategies_study_file_parses_with_every_claim_across_settings():

@@ -316,6 +316,19 @@ def arm_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
     return lines
 
 
+def reading_lines(study: Study) -> list[str]:
+    if not study.reading.strip():
+        return []
+    return [
+        "## What it means",
+        "",
+        "Written after the runs (the study file's `reading`), unlike the predictions below.",
+        "",
+        study.reading.strip(),
+        "",
+    ]
+
+
 def checks_section(study: Study, selection: Selection, runs: Runs) -> list[str]:
     results = run_checks(study, selection, runs)
     if not results:
@@ -660,6 +673,7 @@ def render(
         *header_lines(study, runs, made_by, stage0),
         *stage0_lines(study, selection, stage0),
         *claim_lines(study, selection, runs),
+        *reading_lines(study),
         *prediction_lines(selection, outcome["predictions"]),
         *checks_section(study, selection, runs),
         *metric_lines(study, selection, runs, figure),

@@ -107,6 +107,7 @@ TOP_KEYS = (
     "metrics",
     "figure",
     "checks",
+    "reading",
 )
 FIGURE_KEYS = ("x", "y", "arm")
 CHECK_KEYS = ("name", "setting", "arm", "metric", "minus", "over", "at_least",
@@ -359,6 +360,9 @@ class Study:
     """Evaluation metrics shown for every (setting, arm) in one table (keys of
     :data:`cxsim.studies.stats.METRICS`), each under its setting's first protocol."""
     figure: Figure | None = None
+    reading: str = ""
+    """What the results mean, written after a run (Markdown; the page shows it under the
+    claims). The predictions are the file's claims, written before."""
 
     @property
     def stem(self) -> str:
@@ -469,6 +473,7 @@ def load_study(path: str | Path, seeds: str | None = None, budget: str | None = 
             parse_checks(raw.get("checks", []), settings, where), chosen_budget, budget, where
         ),
         metrics=parse_metrics(raw.get("metrics", []), where),
+        reading=text_of(raw, "reading", where),
         figure=parse_figure(raw.get("figure"), arms, where),
     )
 

@@ -252,7 +252,8 @@ def test_the_reference_pages_stage0_tables_parse_beside_the_example(tmp_path: Pa
 
     from test_studies import code_blocks
 
-    example, stage0 = code_blocks(ROOT / "docs" / "reference" / "study-files.md", "toml")
+    blocks = code_blocks(ROOT / "docs" / "reference" / "study-files.md", "toml")
+    example, stage0 = blocks[0], next(b for b in blocks if "[stage0." in b)
     shutil.copy(ROOT / "examples" / "my_estimator.py", tmp_path)
     for claim in ("beats-base", "floor-helps"):  # two settings now: each claim names its own
         example = example.replace(f'name = "{claim}"', f'name = "{claim}"\nsetting = "small"')
@@ -402,7 +403,7 @@ def test_print_commands_start_the_bases_from_the_stage0_command(
     import tyro
 
     from cxsim.experiments import sft as sft_entry
-    from cxsim.studies.spec import stage0_sft_config
+    from cxsim.studies.stages import stage0_sft_config
 
     runs = tmp_path / "runs"
     cxsim(["study", str(VERDICTS), "--budget", "smoke", "--seeds", "8", "--runs-dir", str(runs),

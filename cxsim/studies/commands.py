@@ -31,10 +31,9 @@ from cxsim.studies.spec import (
     Selection,
     Stage0,
     Study,
-    arm_ppo,
     extra_protocols,
-    stage0_sft_config,
 )
+from cxsim.studies.stages import arm_ppo, stage0_sft_config
 
 
 def field_default(f: Field) -> Any:

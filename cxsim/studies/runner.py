@@ -49,12 +49,10 @@ from cxsim.studies.spec import (
     Side,
     Stage0,
     Study,
-    StudyError,
-    arm_ppo,
     extra_protocols,
-    main_job_config,
-    stage0_sft_config,
 )
+from cxsim.studies.stages import arm_ppo, main_job_config, stage0_sft_config
+from cxsim.studies.values import StudyError
 from cxsim.tables import cached_json, config_tag
 from cxsim.tracking import say, write_json
 
@@ -182,7 +180,7 @@ def train_config(
     setting: Setting, arm: Arm, seed: int, seed_dir: Path, base_policy: str, device: str
 ) -> train_entry.Config:
     """An arm's PPO from the seed's base: ``cxsim run``'s training stage for the arm's preset,
-    with the arm's PPO config (:func:`cxsim.studies.spec.arm_ppo`), training seed ``seed``."""
+    with the arm's PPO config (:func:`cxsim.studies.stages.arm_ppo`), training seed ``seed``."""
     from cxsim.experiments import run as run_entry
 
     rc = main_job_config(setting, seed, seed_dir, device, arm.preset)
@@ -367,7 +365,7 @@ def run_unit(
             "iterations_done": int(trained["iterations_done"]),
             "wall_time_s": float(trained["wall_time_s"]),
             "final": trained["final"],
-            **actor_reductions(trained["history"]),
+            **actor_reductions(trained.get("history", [])),
             "ppo": trained["config"]["ppo"],
         }
     wall = time.perf_counter() - began

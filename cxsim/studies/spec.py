@@ -49,25 +49,32 @@ An arm's PPO settings are its setting's ``ppo`` table, then its preset's changes
 
 from __future__ import annotations
 
-import difflib
 import re
 import sys
-import types
-import typing
-from dataclasses import dataclass, fields, replace
-from functools import cache
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal
 
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
 from cxsim.experiments.presets import DEFAULT_PRESET, PRESETS
 from cxsim.pretrained import PRETRAINED
+from cxsim.studies.stages import arm_ppo, stage0_sft_config
 from cxsim.studies.stats import METRICS
+from cxsim.studies.values import (
+    StudyError,
+    build_group,
+    check_keys,
+    check_name,
+    first_line,
+    normalised,
+    split_groups,
+    table_of,
+    text_of,
+)
 
 if TYPE_CHECKING:
-    from cxsim.experiments import run as run_entry
-    from cxsim.experiments import sft as sft_entry
+    pass
 
 BASE = "base"
 """The name of a seed's SFT base among the arms (evaluated as it is; no arm may take it)."""
@@ -81,8 +88,6 @@ COPY_LOSS = 0.01
 """A stage-0 candidate copies when its held-out execution loss (nats per token) is at most
 this, unless its table says otherwise (as ``cxsim verdicts --copy-loss``)."""
 DIRECTIONS = ("higher", "lower", "same")
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-"""Setting, arm, claim and budget names: they name folders and ``--only`` items."""
 
 GROUPS: dict[str, Any] = {
     "env": EnvConfig(),
@@ -134,10 +139,6 @@ CLAIM_KEYS = (
     "statement",
     "diagnostics",
 )
-
-
-class StudyError(ValueError):
-    """A study file that cannot run as written: one line naming the key and what to change."""
 
 
 @dataclass(frozen=True)
@@ -1034,240 +1035,6 @@ def parse_diagnostics(raw: Any, where: str) -> tuple[str, ...]:
             '"credit/abs_adv_seg0" (docs/tensorboard.md lists them)'
         )
     return tuple(raw)
-
-
-# -- names and values ---------------------------------------------------------------------
-
-
-def check_keys(table: Any, allowed: tuple[str, ...], where: str, what: str) -> None:
-    if not isinstance(table, dict):
-        raise StudyError(f"{where}: expected a table")
-    for key in table:
-        if key not in allowed:
-            raise StudyError(unknown(key, allowed, where, what))
-
-
-def unknown(key: str, allowed: Any, where: str, what: str) -> str:
-    close = difflib.get_close_matches(key, list(allowed), n=1)
-    hint = f"did you mean {close[0]}?" if close else f"{what} takes: {', '.join(allowed)}"
-    return f"{where}: unknown key {key!r} ({hint})"
-
-
-def check_name(name: str, where: str) -> None:
-    if not NAME.fullmatch(name):
-        raise StudyError(f"{where}: the name {name!r} may hold letters, digits, - and _ only")
-
-
-def table_of(raw: dict[str, Any], key: str, where: str) -> dict[str, Any]:
-    value = raw.get(key, {})
-    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
-        raise StudyError(f"{where}: {key} holds [{key}.NAME] tables")
-    return value
-
-
-def text_of(
-    table: dict[str, Any], key: str, where: str, default: str = "", required: bool = False
-) -> str:
-    if key not in table:
-        if required:
-            raise StudyError(f"{where}: {key} is missing")
-        return default
-    value = table[key]
-    if not isinstance(value, str):
-        raise StudyError(f"{where}: {key} = {value!r} must be text (in quotes)")
-    return value
-
-
-def split_groups(
-    table: Any, where: str, groups: tuple[str, ...], own: tuple[str, ...]
-) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """A table's config groups (``ppo.lam = 1`` and ``"ppo.lam" = 1`` alike) and its own keys."""
-    if not isinstance(table, dict):
-        raise StudyError(f"{where}: expected a table")
-    found: dict[str, dict[str, Any]] = {}
-    mine: dict[str, Any] = {}
-    for key, value in table.items():
-        group, dot, rest = key.partition(".")
-        if dot:
-            value = {rest: value}
-        if group in groups:
-            if not isinstance(value, dict):
-                raise StudyError(f"{where}: {key} is a table of {key}.* keys")
-            found.setdefault(group, {}).update(value)
-        elif group in own and not dot:
-            mine[group] = value
-        else:
-            leaf = next(iter(value), "") if isinstance(value, dict) else ""
-            shown = f"{group}.{leaf}" if leaf else key
-            close = difflib.get_close_matches(group, [*groups, *own], n=1)
-            if close and close[0] in groups and leaf:
-                hint = f"did you mean {close[0]}.{leaf}?"
-            elif close:
-                hint = f"did you mean {close[0]}?"
-            else:
-                hint = "this table takes " + ", ".join([*own, *(f"{g}.*" for g in groups)])
-            raise StudyError(f"{where}: unknown key {shown!r} ({hint})")
-    return found, mine
-
-
-def normalised(table: dict[str, Any]) -> dict[str, Any]:
-    return {key.replace("-", "_"): value for key, value in table.items()}
-
-
-@cache
-def type_hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls, include_extras=True)
-
-
-def build_group(group: str, default: Any, table: dict[str, Any], where: str) -> dict[str, Any]:
-    """``table``'s keys as field names of ``default``'s config, with values of the flags'
-    types (the config's own validation runs where the values are set into it)."""
-    hints = type_hints(type(default))
-    names = [f.name for f in fields(default)]
-    changes = {}
-    for key, value in table.items():
-        attr = key.replace("-", "_")
-        shown = f"{group}.{key}"
-        if attr not in names:
-            flags = [f"{group}.{n.replace('_', '-')}" for n in names]
-            command = "cxsim train" if group == "ppo" else "cxsim run"
-            close = difflib.get_close_matches(f"{group}.{key.replace('_', '-')}", flags, n=1)
-            hint = f"did you mean {close[0]}?" if close else f"`{command} --help` lists the names"
-            raise StudyError(f"{where}: unknown key {shown!r} ({hint})")
-        changes[attr] = coerce(value, hints[attr], f"{where}: {shown}")
-    return changes
-
-
-def coerce(value: Any, hint: Any, where: str) -> Any:
-    """``value`` (as TOML gives it) as a value of type ``hint``; StudyError otherwise."""
-    origin, args = get_origin(hint), get_args(hint)
-    if origin is Annotated:
-        return coerce(value, args[0], where)
-    if origin in (Union, types.UnionType):
-        if value == "None" and type(None) in args:
-            return None
-        for option in (a for a in args if a is not type(None)):
-            try:
-                return coerce(value, option, where)
-            except StudyError:
-                pass
-        raise StudyError(f"{where} = {value!r}: expected {described(hint)}")
-    if origin is Literal:
-        if value in args:
-            return value
-        raise StudyError(f"{where} = {value!r}: choose one of {', '.join(map(str, args))}")
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise StudyError(f'{where} = {value!r}: expected a list, e.g. ["compacted"]')
-        return tuple(coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise StudyError(f"{where} = {value!r}: expected a table, e.g. {{ memory_length = 5 }}")
-        return {str(k): coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is bool and isinstance(value, bool):
-        return value
-    if hint is int and number and isinstance(value, int):
-        return value
-    if hint is float and number:
-        return float(value)
-    if hint is str and isinstance(value, str):
-        return value
-    raise StudyError(f"{where} = {value!r}: expected {described(hint)}")
-
-
-def described(hint: Any) -> str:
-    origin, args = get_origin(hint), get_args(hint)
-    if origin is Annotated:
-        return described(args[0])
-    if origin in (Union, types.UnionType):
-        return " or ".join('"None"' if a is type(None) else described(a) for a in args)
-    if origin is Literal:
-        return "one of " + ", ".join(map(str, args))
-    return {bool: "true or false", int: "an integer", float: "a number", str: "text"}.get(
-        hint, str(hint)
-    )
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip().strip("'\"")
-    return text.splitlines()[0] if text else type(error).__name__
-
-
-# -- what a (setting, seed, arm) means for the main job ------------------------------------
-
-
-def starting_point(setting: Setting, start: str | None = None) -> str | None:
-    """What a seed's SFT starts from: the setting's policy; for a stage-0 setting, ``start``
-    (the stage's checkpoint), or, while it is not made, the shipped checkpoint in its stead
-    (a saved model alike, for the checks)."""
-    if setting.stage0 is None:
-        return setting.policy
-    return start if start is not None else PRETRAINED
-
-
-def main_job_config(
-    setting: Setting,
-    seed: int,
-    seed_dir: Path,
-    device: str,
-    preset: str = DEFAULT_PRESET,
-    start: str | None = None,
-) -> run_entry.Config:
-    """``cxsim run``'s config for one seed of a setting: SFT seed, training seed and evaluation
-    tasks all ``seed``; the study's stage configs are derived from it. ``start``: a stage-0
-    setting's checkpoint (:func:`starting_point`)."""
-    from cxsim.experiments import run as run_entry
-
-    return run_entry.Config(
-        run_dir=str(seed_dir),
-        presets=(preset,),
-        seeds=(seed,),
-        sft_seed=seed,
-        env=setting.env,
-        compaction=setting.compaction,
-        sft=setting.sft,
-        ppo=setting.ppo,
-        eval=replace(setting.eval, seed=seed),
-        threads=1,
-        progress_bar=False,
-        device=device,
-        policy=starting_point(setting, start),
-    )
-
-
-def stage0_sft_config(stage: Stage0, seed: int, folder: Path, device: str) -> sft_entry.Config:
-    """The SFT of one stage-0 candidate (``cxsim sft``'s config, SFT seed ``seed``): the main
-    job's SFT stage on the stage's task and compaction, from its policy, into ``folder/sft``."""
-    from cxsim.experiments import run as run_entry
-
-    rc = run_entry.Config(
-        run_dir=str(folder),
-        seeds=(seed,),
-        sft_seed=seed,
-        env=stage.env,
-        compaction=stage.compaction,
-        sft=stage.sft,
-        eval=EvalConfig(protocols=("compacted",), seed=seed),
-        threads=1,
-        progress_bar=False,
-        device=device,
-        policy=stage.policy,
-    )
-    return run_entry.sft_config(rc)
-
-
-def arm_ppo(setting: Setting, arm: Arm) -> PPOConfig:
-    """An arm's PPO config in a setting: the setting's ``ppo``, the preset's changes
-    (``cxsim run``'s ``preset_ppo``), then the arm's own keys."""
-    from cxsim.experiments import run as run_entry
-
-    where = f"arms.{arm.name} in settings.{setting.name}"
-    try:
-        rc = main_job_config(setting, 0, Path(), "cpu", arm.preset)
-        return replace(run_entry.preset_ppo(rc, arm.preset), **arm.overrides)
-    except (ValueError, TypeError, KeyError, FileNotFoundError) as error:
-        raise StudyError(f"{where}: {first_line(error)}") from error
 
 
 def select(study: Study, only: tuple[str, ...] = ()) -> Selection:

@@ -209,3 +209,38 @@ class _Followed:
     compactions: int = 0
     new_steps: int = 0
     last: str = ""
+
+
+class FoldingOracle:
+    """A scripted agent that also opens and closes child windows (``folding``): every request
+    goes to ``agent``; for an ``act`` request, ``move(request, proposed)`` may replace the
+    proposed action's text with another response (the strategy's branching call or its
+    return word), which is encoded, ended with ``chat.end_id`` and cut to the request's cap
+    (a branching call drops trailing goal words first)."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        chat: ChatFormat,
+        move: Callable[[TurnRequest, str], str | None],
+    ):
+        self.agent = agent
+        self.chat = chat
+        self.move = move
+
+    def respond(self, requests: list[TurnRequest]) -> list[TurnResponse]:
+        responses = self.agent.respond(requests)
+        out = []
+        for request, response in zip(requests, responses, strict=True):
+            text = self.move(request, response.text) if request.kind == "act" else None
+            out.append(response if text is None else self.answer(text, request.max_new_tokens))
+        return out
+
+    def answer(self, text: str, cap: int) -> TurnResponse:
+        words = text.split()
+        while len(words) > 1 and len(self.chat.encode(" ".join(words))) + 1 > cap:
+            words.pop()  # the goal's last words, so that the call ends within the cap
+        ids = [*self.chat.encode(" ".join(words)), self.chat.end_id][:cap]
+        return TurnResponse(
+            ids, [0.0] * len(ids), self.chat.decode(ids), ids[-1] == self.chat.end_id
+        )

@@ -25,6 +25,45 @@ enter any output. The recurrence is a first-order linear recurrence
 solved by a log-depth parallel scan (no Python loop over tokens or segments,
 no host synchronisation except one validation check per call).
 
+Segment trees
+-------------
+
+A rollout's segments form a tree when a context strategy opens child windows
+(``folding``, ``cxsim.strategies.folding``): ``parent_index`` (S,) names each row's
+parent segment (-1 for the rollout's first), and a segment that opened a child window
+has two children, the child and its own continuation after the child returned. A linear
+rollout is the chain in which each segment's parent is the previous one; the estimators
+below take ``parent_index=None`` for that reading (every figure then as before) and read
+any tree so:
+
+- **The path of a segment.** From segment s the path goes down to s's latest child (the
+  child with the highest ``segment_index``), then to that one's latest child, and so on
+  to a leaf: ``path(s) = (s, c(s), c(c(s)), ...)``, ``c(s)`` the latest child of s. On a
+  chain it is every later segment. It ends at the last segment, in time, of the subtree
+  under s: for the rollout's first segment, the rollout's last segment (where the
+  episode ended); for a child window that returned, its own last segment (the summary it
+  returned to its parent).
+- **The leaf of a path carries the reward.** The rollout's terminal reward ``R`` is put
+  at the last trainable token of every path's leaf: the main path's leaf, as on a chain,
+  and each returned child's (the child's summary is its outcome, credited with the
+  rollout's outcome as the main path's last action is, FoldGRPO-style). Step rewards stay
+  at their own tokens.
+- **Later tokens on a tree.** ``N_>s`` counts the trainable tokens of the segments after
+  s on its path: ``N_>s = sum_{j in path(s), j != s} n_j``. On a chain that is every later
+  segment, the paper's ``N_>s``. A child window's tokens are not later tokens of its
+  parent (the parent's path goes on through its continuation), and the parent's
+  continuation is not on the child's path.
+- **Stitched GAE on a tree** is the exact GAE along the same paths: a token bootstraps from
+  the next trainable token on its segment's path (across a boundary: the first trainable
+  token of ``c(s)``), and the leaf's last one gets ``R``. So at zero values
+  cross-segment equals stitched on trees too: token i of s gets
+  ``R (gamma lam)^{N_>s + n_s - i}``.
+- Since each segment has at most one predecessor on any path (its parent, when it is the
+  parent's latest child), the paths cut the tree into disjoint chains (:func:`segment_chains`);
+  both estimators run on those chains as on rollouts. ``group_broadcast`` (and
+  ``adaptive_lambda``) read only rollout ids: every segment of a rollout, on any path, gets
+  the rollout's group-normalised return, the same as on a chain.
+
 Sources: GAE (Schulman et al. 2016); the cross-segment correction is Eq. 15 of
 CompactionRL (arXiv 2607.05378, section 4.2); the stitched estimator is the
 exact GAE over the concatenated rollout, the reference the correction
@@ -45,6 +84,8 @@ from cxsim.scans import (
     reverse_linear_scan,
     rollout_order,
 )
+
+Checks = list[tuple[torch.Tensor, str]]
 
 AdaptiveScope = Literal["segment", "rollout"]
 ADAPTIVE_SCOPES: tuple[AdaptiveScope, ...] = ("segment", "rollout")
@@ -245,13 +286,20 @@ def _segment_gae(values, trainable, rewards, gamma, lam_rows, step_rewards=None)
 
 
 def tokens_after(
-    trainable: torch.Tensor, rollout_id: torch.Tensor, segment_index: torch.Tensor
+    trainable: torch.Tensor,
+    rollout_id: torch.Tensor,
+    segment_index: torch.Tensor,
+    *,
+    parent_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``N_{>s} = sum_{j > s} n_j``: trainable tokens in later segments of the same rollout.
+    """``N_{>s} = sum_{j > s} n_j``: trainable tokens in later segments of the same rollout;
+    on a tree (``parent_index``), in the later segments of s's path (module docstring,
+    "Segment trees").
 
     Args:
         trainable: (S, T) bool.
         rollout_id, segment_index: (S,) integer; rows in any order.
+        parent_index: (S,) integer or None (chains).
 
     Returns:
         (S,) int64.
@@ -263,8 +311,78 @@ def tokens_after(
     _check_rows("rollout_id", rollout_id, num_rows, integer=True)
     _check_rows("segment_index", segment_index, num_rows, integer=True)
     order = rollout_order(rollout_id, segment_index)
-    _raise_if_any([_duplicate_check(rollout_id, segment_index, order)])
-    return _tokens_after(trainable, rollout_id, order)
+    checks = [_duplicate_check(rollout_id, segment_index, order)]
+    keys, order, tree_checks = _path_keys(rollout_id, segment_index, parent_index, order)
+    _raise_if_any(checks + tree_checks)
+    return _tokens_after(trainable, keys, order)
+
+
+def segment_chains(
+    rollout_id: torch.Tensor, segment_index: torch.Tensor, parent_index: torch.Tensor
+) -> torch.Tensor:
+    """(S,) long: the chain of each row when a rollout's segments form a tree (module
+    docstring, "Segment trees"): rows on one path from a chain's first segment to its leaf
+    share an id. A chain that starts at a rollout's first segment (parent -1) keeps the
+    rollout's id, so a linear rollout is one chain with its own id; every other chain gets
+    ``max(rollout_id) + 1 + `` the row of its first segment.
+
+    Raises ValueError when a parent is not among the rollout's rows or not earlier
+    (``-1 <= parent < segment_index``), or when a rollout has no first segment or two.
+    """
+    num_rows = rollout_id.shape[0]
+    _check_rows("rollout_id", rollout_id, num_rows, integer=True)
+    _check_rows("segment_index", segment_index, num_rows, integer=True)
+    _check_rows("parent_index", parent_index, num_rows, integer=True)
+    order = rollout_order(rollout_id, segment_index)
+    chains, checks = _segment_chains(rollout_id, segment_index, parent_index, order)
+    _raise_if_any([_duplicate_check(rollout_id, segment_index, order), *checks])
+    return chains
+
+
+def _segment_chains(rollout_id, segment_index, parent_index, order) -> tuple[torch.Tensor, Checks]:
+    num_rows = rollout_id.shape[0]
+    rid, seg, parent = rollout_id.long(), segment_index.long(), parent_index.long()
+    rows = torch.arange(num_rows, device=rid.device)
+    # one integer key per (rollout, segment), sorted like ``order``: the parent's row by search
+    width = seg.max() + 2
+    offset = rid - rid.min()
+    keys_sorted = (offset * width + seg + 1)[order]
+    position = torch.searchsorted(keys_sorted, offset * width + parent + 1).clamp(max=num_rows - 1)
+    root = parent == -1
+    found = keys_sorted[position] == offset * width + parent + 1
+    parent_row = torch.where(root | ~found, rows, order[position])
+    # the latest child of each row: the highest segment_index among the rows naming it
+    target = torch.where(root | ~found, num_rows, parent_row)
+    latest = torch.full((num_rows + 1,), -1, dtype=torch.long, device=rid.device)
+    latest = latest.scatter_reduce(0, target, seg, reduce="amax")[:num_rows]
+    follows = ~root & found & (latest[parent_row] == seg)  # on its parent's path
+    head = torch.where(follows, parent_row, rows)
+    for _ in range(max(1, (num_rows - 1).bit_length())):  # pointer doubling to the chain's first
+        head = head[head]
+    chains = torch.where(root[head], rid, rid.max() + 1 + head)
+    roots = per_group_sum(root.to(torch.float32), rid)
+    checks: Checks = [
+        (
+            (~root & ~found).any() | (parent < -1).any() | (parent >= seg).any(),
+            "parent_index: every segment's parent must be -1 or an earlier segment "
+            "(parent < segment_index) of the same rollout, present in the batch",
+        ),
+        (
+            (roots != 1).any(),
+            "parent_index: every rollout needs exactly one segment with parent -1",
+        ),
+    ]
+    return chains, checks
+
+
+def _path_keys(rollout_id, segment_index, parent_index, order):
+    """The rows' sequence keys and their order: rollouts (chains) without ``parent_index``,
+    else the tree's paths (:func:`segment_chains`)."""
+    if parent_index is None:
+        return rollout_id, order, []
+    _check_rows("parent_index", parent_index, rollout_id.shape[0], integer=True)
+    chains, checks = _segment_chains(rollout_id, segment_index, parent_index, order)
+    return chains, rollout_order(chains, segment_index), checks
 
 
 def _tokens_after(trainable, rollout_id, order):
@@ -278,8 +396,18 @@ def _tokens_after(trainable, rollout_id, order):
 
 
 def _check_segmented(
-    values, trainable, rewards, rollout_id, segment_index, gamma, lam, step_rewards=None
+    values,
+    trainable,
+    rewards,
+    rollout_id,
+    segment_index,
+    gamma,
+    lam,
+    step_rewards=None,
+    parent_index=None,
 ):
+    """Validated (S,) lambdas, the rows' sequence keys (rollout ids, or the tree's chains)
+    and the order that sorts rows by (key, segment_index)."""
     num_rows, _ = _check_tokens(values, trainable)
     _check_rows("rewards", rewards, num_rows, integer=False)
     _check_rows("rollout_id", rollout_id, num_rows, integer=True)
@@ -287,16 +415,19 @@ def _check_segmented(
     _check_gamma(gamma)
     lam_rows, lam_checks = _lam_rows(lam, num_rows, values)
     order = rollout_order(rollout_id, segment_index)
+    duplicates = _duplicate_check(rollout_id, segment_index, order)
+    keys, order, tree_checks = _path_keys(rollout_id, segment_index, parent_index, order)
     _raise_if_any(
         [
             _nan_check("values", values, trainable),
             _nan_check("rewards", rewards),
             *lam_checks,
-            _duplicate_check(rollout_id, segment_index, order),
+            duplicates,
             *_step_checks(step_rewards, values),
+            *tree_checks,
         ]
     )
-    return lam_rows, order
+    return lam_rows, keys, order
 
 
 def cross_segment_gae(
@@ -309,27 +440,32 @@ def cross_segment_gae(
     lam: Lam,
     *,
     step_rewards: torch.Tensor | None = None,
+    parent_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The paper's cross-segment correction: ``A_hat_{s,i} = (gamma lam_s)^{N_{>s}} A_loc_{s,i}``.
 
     CompactionRL Eq. 15. With zero values and terminal reward R, token i
     (1-based among trainable tokens) of segment s gets
     ``R (gamma lam)^{N_{>s} + n_s - i}``: its trainable-token distance to the
-    end of the rollout, as the stitched estimator would give it.
+    end of the rollout, as the stitched estimator would give it. On a tree
+    (``parent_index``) ``N_{>s}`` counts the later segments of s's path and the distance
+    is to the end of that path (module docstring, "Segment trees").
 
     Args:
         values: (S, T) float; trainable: (S, T) bool; rewards: (S,) float.
         rollout_id, segment_index: (S,) integer, unique pairs, rows in any order.
         gamma: in [0, 1]; lam: float or (S,) tensor in [0, 1].
+        parent_index: (S,) integer or None (every rollout a chain).
 
     Returns:
         (S, T), 0 at untrainable positions.
     """
-    lam_rows, order = _check_segmented(
-        values, trainable, rewards, rollout_id, segment_index, gamma, lam, step_rewards
-    )
+    lam_rows, keys, order = _check_segmented(
+        values, trainable, rewards, rollout_id, segment_index, gamma, lam, step_rewards,
+        parent_index,
+    )  # fmt: skip
     local = _segment_gae(values, trainable, rewards, gamma, lam_rows, step_rewards)
-    after = _tokens_after(trainable, rollout_id, order).to(values.dtype)
+    after = _tokens_after(trainable, keys, order).to(values.dtype)
     return torch.pow(gamma * lam_rows, after)[:, None] * local
 
 
@@ -343,8 +479,10 @@ def stitched_gae(
     lam: Lam,
     *,
     step_rewards: torch.Tensor | None = None,
+    parent_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Exact GAE over each rollout's trainable tokens concatenated in segment order.
+    """Exact GAE over each rollout's trainable tokens concatenated in segment order; on a
+    tree (``parent_index``), over each path's (module docstring, "Segment trees").
 
     For the rollout's trainable tokens ``x_1 .. x_N`` (all segments, time order)::
 
@@ -355,20 +493,23 @@ def stitched_gae(
     At a segment boundary ``V(x_{k+1})`` is the value of the next segment's first
     trainable token (under its rebuilt context). ``R`` is the reward of the
     rollout's last segment (highest ``segment_index``); segment rewards are not
-    used otherwise. With per-segment ``lam`` each token uses its own segment's.
+    used otherwise. With per-segment ``lam`` each token uses its own segment's. On a
+    tree, ``x_1 .. x_N`` are the trainable tokens of one chain of the tree (a path from
+    its first segment to its leaf, :func:`segment_chains`) and ``R`` is its leaf's reward.
 
-    Implementation: rows are sorted by (rollout_id, segment_index) and flattened
-    into one (1, S*T) sequence; the scan runs over it with the chain cut between
-    rollouts.
+    Implementation: rows are sorted by (rollout_id, segment_index) (by (chain,
+    segment_index) on a tree) and flattened into one (1, S*T) sequence; the scan runs
+    over it with the chain cut between rollouts (chains).
 
     Returns:
         (S, T), 0 at untrainable positions.
     """
-    lam_rows, order = _check_segmented(
-        values, trainable, rewards, rollout_id, segment_index, gamma, lam, step_rewards
-    )
+    lam_rows, keys, order = _check_segmented(
+        values, trainable, rewards, rollout_id, segment_index, gamma, lam, step_rewards,
+        parent_index,
+    )  # fmt: skip
     num_rows, width = values.shape
-    rid_sorted = rollout_id[order]
+    rid_sorted = keys[order]
     final_reward = rewards.to(values.dtype)[order][last_in_run(rid_sorted)]  # (S,) sorted
 
     def flat(x_rows: torch.Tensor) -> torch.Tensor:  # (S,) sorted -> (1, S*T)
@@ -401,7 +542,9 @@ def group_broadcast(
     every segment of rollout ``tau`` in group ``G``. Statistics are over rollouts
     (each rollout once, however many segments it has); ``std_G`` is the sample
     standard deviation (Bessel-corrected, as ``torch.std``), taken as 0 for a
-    group of one rollout, whose advantage is then 0. No critic.
+    group of one rollout, whose advantage is then 0. No critic. On a segment tree every
+    path's leaf carries the rollout's ``R`` (module docstring, "Segment trees"), so every
+    segment of the rollout gets the same advantage: the tree needs no input here.
 
     Args:
         rewards: (S,) float, the rollout's terminal reward on each of its rows

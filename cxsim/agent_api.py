@@ -10,8 +10,10 @@ or a window rebuilt after compaction).
 Which agent answers a request is the context strategy's (``cxsim.strategies``): every
 ``act`` request goes to the acting agent, and a ``summarize`` request to it as well or,
 when the strategy has another agent write the summaries, to that agent, which holds none
-of the row and is given the whole summary prompt with ``reset=True``. The runtime reaches
-either only through :class:`Agent`.
+of the row and is given the whole summary prompt with ``reset=True``. A strategy that
+opens child windows (``folding``) restarts the row's context (``reset=True``) when a child
+window opens and when its parent resumes. The runtime reaches either only through
+:class:`Agent`.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class TurnRequest:
     """The row's whole context as plain text (special tokens dropped), for scripted agents."""
     info: dict[str, Any]
     """The environment's latest ``info`` (ground truth; only scripted agents may read it)."""
+    depth: int = 0
+    """Child windows open above this row's window (0: the episode's own window; a strategy
+    that opens child windows, ``folding``, makes it more). A request with ``reset=True``
+    after a response that opened or closed a child window starts that window."""
 
 
 @dataclass(frozen=True)

@@ -223,8 +223,9 @@ def fit_sizes(
         return sized
     system = count("system", system_prompt)
     plans = [_episode_plan(sized, measured, system, e) for e in episodes]
-    low = max(strategy.rebuilt_floor(sized, count, system), max(p.first for p in plans)) + threshold
-    high = max(p.first + sum(step.full for step in p.steps) for p in plans) + threshold
+    firsts = max(first for p in plans for first, _ in p.windows)
+    low = max(strategy.rebuilt_floor(sized, count, system), firsts) + threshold
+    high = max(f + sum(step.full for step in s) for p in plans for f, s in p.windows) + threshold
     while low < high:  # smallest budget that fits every episode (the fit grows with budget)
         mid = (low + high) // 2
         if all(p.fits(sized, mid) for p in plans):
@@ -261,16 +262,38 @@ class _EpisodePlan:
     steps: list[StepCost]
     reserve: int = 0
     """The strategy's summary reserve (its scripted oracle's compaction decisions read it)."""
+    chains: tuple[tuple[int, list[StepCost]], ...] = ()
+    """The strategy's own split of the episode into chains of windows, each (its first
+    window's fixed part, its steps), played in order (``sizing_windows``); empty: one, the
+    episode's (``first``, ``steps``)."""
+
+    @property
+    def windows(self) -> tuple[tuple[int, list[StepCost]], ...]:
+        """The chains of windows the replay plays, in order."""
+        return self.chains or ((self.first, self.steps),)
 
     def fits(self, config: CompactionConfig, budget: int) -> bool:
         """Whether the episode ends within the windows the strategy allows at ``budget``:
         the runtime's decisions (the strategy's turn trigger and rebuilt steps) replayed on
-        sizes."""
+        sizes, the compactions adding up across the strategy's chains of windows."""
         config = replace(config, budget=budget)
+        compactions = 0
+        for first, steps in self.windows:
+            after = self.replay(config, first, steps, compactions)
+            if after is None:
+                return False
+            compactions = after
+        return True
+
+    def replay(
+        self, config: CompactionConfig, first: int, steps: list[StepCost], compactions: int
+    ) -> int | None:
+        """The compactions after one chain of windows (from ``first``, taking ``steps``),
+        or None when it does not end within the windows allowed."""
         strategy = config.strategy
-        window, compactions, new_steps = self.first, 0, 0
+        window, new_steps = first, 0
         held: list[StepCost] = []  # the window's steps, as it holds them
-        for cost in self.steps:
+        for cost in steps:
             while True:  # the runtime asks again after each rebuild
                 turn = TurnState(window, compactions, new_steps)
                 trigger = strategy.turn_trigger(config, turn)
@@ -279,17 +302,17 @@ class _EpisodePlan:
                 if trigger == "act":
                     break
                 if trigger == "end":
-                    return False
+                    return None
                 compactions += 1  # a rebuilt window, with or without a summary
                 kept = strategy.rebuilt_steps(config, self.rebuilt, held)
                 if kept is None:
-                    return False
+                    return None
                 held = [StepCost(held[i].masked, held[i].masked) if m else held[i] for i, m in kept]
                 window, new_steps = self.rebuilt + sum(step.full for step in held), 0
             window += cost.full
             held.append(cost)
             new_steps += 1
-        return True
+        return compactions
 
     def oracle_asks(self, config: CompactionConfig, turn: TurnState) -> bool:
         """The scripted oracle asks to compact before acting (and a compaction is left)."""
@@ -314,4 +337,7 @@ def _episode_plan(
         masked = full if placeholder is None else response + count("observation", placeholder)
         steps.append(StepCost(full, masked))
     reserve = config.strategy.summary_reserve(config, measured.chat)
-    return _EpisodePlan(first=system + task, rebuilt=rebuilt, steps=steps, reserve=reserve)
+    chains = config.strategy.sizing_windows(config, count, system + task, steps, episode)
+    return _EpisodePlan(
+        first=system + task, rebuilt=rebuilt, steps=steps, reserve=reserve, chains=tuple(chains)
+    )

@@ -50,6 +50,11 @@ class EstimatorInputs:
     gamma: float
     lam: float | torch.Tensor
     """A float or (S,) per-row lambdas."""
+    parent_index: torch.Tensor | None = None
+    """(S,) long: each row's parent segment when a rollout's segments form a tree
+    (``SegmentBatch.parent_index``); None: every rollout is the chain of its rows. The
+    estimators that look across segments follow the tree's paths (``cxsim.advantages``,
+    "Segment trees")."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,7 @@ def _cross_segment(x: EstimatorInputs) -> torch.Tensor:
 
     return cross_segment_gae(
         x.values, x.mask, x.rewards, x.rollout_id, x.segment_index, x.gamma, x.lam,
-        step_rewards=x.step_rewards,
+        step_rewards=x.step_rewards, parent_index=x.parent_index,
     )  # fmt: skip
 
 
@@ -84,7 +89,7 @@ def _stitched(x: EstimatorInputs) -> torch.Tensor:
 
     return stitched_gae(
         x.values, x.mask, x.rewards, x.rollout_id, x.segment_index, x.gamma, x.lam,
-        step_rewards=x.step_rewards,
+        step_rewards=x.step_rewards, parent_index=x.parent_index,
     )  # fmt: skip
 
 

@@ -261,7 +261,7 @@ def score_batch(
     inputs = EstimatorInputs(
         values=values, mask=mask, rewards=rewards, step_rewards=batch.step_rewards,
         rollout_id=batch.rollout_id, segment_index=batch.segment_index,
-        group_id=batch.group_id, gamma=cfg.gamma, lam=lam,
+        group_id=batch.group_id, gamma=cfg.gamma, lam=lam, parent_index=batch.parent_index,
     )  # fmt: skip
     advantages = estimator.advantages(inputs)
     if cfg.critic_lam is None:  # the critic's targets from the actor's advantages

@@ -53,6 +53,19 @@ Decisions the paper leaves open, made here:
   response stay verbatim.
 - **A summary written by another agent** (the strategy's ``summary_by``) is asked for
   with the whole summary prompt and ``reset=True``: that agent holds none of the row.
+- **Child windows.** A response the strategy reads as opening a child window
+  (``branch_move`` = ``branch``) closes the row's window as a segment, keeps it aside and
+  starts a child window (``branch_prefix``); one read as returning (``return``) has the
+  policy summarize the child (``h + q_sum``, as for a compaction), records it and resumes
+  the parent, whose branching response gets the summary as its observation
+  (``returned_turn``): one step. Neither steps the environment; both count as turns. A
+  returned summary counts among the rollout's summaries, not its compactions; a parent
+  without room for it (``|h| + |turn| > C - reserve``) ends the episode
+  (``observation_overflow``).
+- **Segment parents.** Each recorded segment names the one its window continues from
+  (``Segment.parent``): the previous one, except that a child window and its parent's
+  continuation both name the window that opened the child (a tree,
+  ``cxsim.advantages``, "Segment trees").
 """
 
 from __future__ import annotations
@@ -163,6 +176,8 @@ class RolloutRecord:
     transcript: str = ""
     model_calls: int = 0
     """Requests the agents answered: actions, summaries and any state or note they wrote."""
+    branches: int = 0
+    """Child windows opened (a strategy's ``branch_move``); 0 for a chain of windows."""
 
 
 @dataclass
@@ -171,6 +186,20 @@ class RolloutBatch:
     """All segments of all rollouts; each rollout's in time order."""
     records: list[RolloutRecord]
     """One record per seed, in the order of the seeds."""
+
+
+@dataclass
+class _Suspended:
+    """A parent window kept aside while its child window runs."""
+
+    window: list[int]
+    """Its tokens, up to and including the branching response."""
+    steps: list[tuple[int, int, int]]
+    new_steps: int
+    segment: int
+    """The segment it was recorded as (the parent of the child and of its continuation)."""
+    call_start: int
+    """Where the branching step (assistant header, response) starts in ``window``."""
 
 
 @dataclass
@@ -216,6 +245,15 @@ class _Row:
     peak_context: int = 0
     model_calls: int = 0
     end_reason: EndReason | None = None
+    parent: int = -1
+    """Index of the recorded segment the current window continues from (-1: none yet)."""
+    depth: int = 0
+    """Child windows open above the current one."""
+    branches: int = 0
+    returning: bool = False
+    """The policy's last response returned from the child window: its summary comes next."""
+    suspended: list[_Suspended] = field(default_factory=list)
+    """The parent windows of the current one, innermost last."""
 
     def extend(
         self, tokens: list[int], trainable: bool = False, logprobs: list[float] | None = None
@@ -251,8 +289,16 @@ class _Runner:
         """The observation turn of a masked step (None: the strategy masks none)."""
 
     def reserved(self, row: _Row) -> int:
-        """The summary reserve, while the row may still compact (else 0)."""
-        return self.reserve if self.strategy.compactions_left(self.config, row.compactions) else 0
+        """The summary reserve, while the strategy keeps it (by default while the row may
+        still compact), else 0."""
+        return self.reserve if self.strategy.reserves_summary(self.config, self.turn(row)) else 0
+
+    @staticmethod
+    def turn(row: _Row) -> TurnState:
+        return TurnState(
+            len(row.window), row.compactions, row.new_steps, row.asked, row.seed, row.depth,
+            row.branches,
+        )  # fmt: skip
 
     def author(self, request: TurnRequest) -> int:
         """Who answers ``request``: 0 the acting agent, 1 the summarizer agent."""
@@ -264,8 +310,9 @@ class _Runner:
         cfg = self.config
         if row.turns >= cfg.max_turns:
             return self.end(row, "max_turns")
-        turn = TurnState(len(row.window), row.compactions, row.new_steps, row.asked, row.seed)
-        trigger = self.strategy.turn_trigger(cfg, turn)
+        if row.returning:  # the child window's summary, then its parent resumes
+            return self.summary_request(row)
+        trigger = self.strategy.turn_trigger(cfg, self.turn(row))
         if trigger == "end":
             return self.end(row, "window_full")
         if trigger == "rebuild":
@@ -295,7 +342,7 @@ class _Runner:
     ) -> TurnRequest:
         return TurnRequest(
             row=row.slot, kind=kind, append=append, reset=reset, max_new_tokens=cap,
-            context_text=self.chat.decode(row.window), info=row.info,
+            context_text=self.chat.decode(row.window), info=row.info, depth=row.depth,
         )  # fmt: skip
 
     # -- applying responses ----------------------------------------------
@@ -318,6 +365,14 @@ class _Runner:
             f"[assistant] {response.text}" + ("" if response.finished else " ...")
         )
         strategy = self.strategy
+        move = strategy.branch_move(self.config, self.chat, response.text, self.turn(row))
+        if move == "branch":
+            self.open_child(row, step_start)
+            return
+        if move == "return":
+            row.turns += 1
+            row.returning = True
+            return
         if strategy.requests_compaction(self.config, response.text) and strategy.compactions_left(
             self.config, row.compactions
         ):  # the policy's decision to compact: no environment step
@@ -356,13 +411,16 @@ class _Runner:
             prompt, ids, list(response.logprobs), row.rollout_id, len(row.segments)
         )
         if segment is not None:
-            row.segments.append(segment)
+            self.record(row, segment)
         row.summaries.append(response.text)
         recall = self.recall(response.text, row.info) if self.recall else None
         if recall is not None:
             row.recalls.append(recall)
         row.transcript.append(f"[summary {len(row.summaries)}] {response.text}")
-        self.rebuild(row, summary=response.text)
+        if row.returning:
+            self.close_child(row, response.text)
+        else:
+            self.rebuild(row, summary=response.text)
 
     # -- windows -----------------------------------------------------------
     def close_window(self, row: _Row) -> None:
@@ -372,7 +430,57 @@ class _Runner:
             row.rollout_id, len(row.segments),
         )  # fmt: skip
         if segment is not None:
-            row.segments.append(segment)
+            self.record(row, segment)
+
+    @staticmethod
+    def record(row: _Row, segment: Segment) -> None:
+        """Append ``segment`` to the row's segments, its parent the segment the window
+        continues from; the next one continues from it."""
+        segment.parent = row.parent
+        row.segments.append(segment)
+        row.parent = segment.segment_index
+
+    @staticmethod
+    def clear_window(row: _Row) -> None:
+        """An empty window the acting agent starts afresh."""
+        row.window, row.trainable, row.logprobs, row.steps = [], [], [], []
+        row.step_rewards = []
+        row.sent, row.reset, row.new_steps, row.asked = 0, True, 0, False
+
+    def open_child(self, row: _Row, call_start: int) -> None:
+        """The response at ``call_start`` opened a child window: the window is recorded and
+        kept aside, and the child starts from the strategy's ``branch_prefix``."""
+        row.turns += 1
+        call = row.window[call_start:]
+        self.close_window(row)
+        row.suspended.append(
+            _Suspended(list(row.window), list(row.steps), row.new_steps, row.parent, call_start)
+        )
+        row.depth += 1
+        row.branches += 1
+        self.clear_window(row)
+        row.extend(self.strategy.branch_prefix(self.config, self.chat, self.system, row.task, call))
+        row.transcript.append(f"== branch {row.branches} (depth {row.depth}) ==")
+
+    def close_child(self, row: _Row, summary: str) -> None:
+        """The child window (recorded) returned ``summary``: its parent resumes, untrainable
+        up to its branching response, which gets the strategy's ``returned_turn``."""
+        parent = row.suspended.pop()
+        row.depth -= 1
+        row.returning = False
+        self.clear_window(row)
+        row.parent = parent.segment
+        row.extend(parent.window)
+        row.steps, row.new_steps = parent.steps, parent.new_steps
+        turn = self.strategy.returned_turn(self.config, self.chat, summary)
+        row.transcript.append(f"== return (depth {row.depth}) ==")
+        if len(row.window) + len(turn) > self.config.budget - self.reserved(row):
+            self.end(row, "observation_overflow")
+            return
+        observation = len(row.window)
+        row.extend(turn)
+        row.steps.append((parent.call_start, observation, len(row.window)))
+        row.new_steps += 1
 
     def rebuild(self, row: _Row, summary: str | None) -> None:
         """Replace the (closed) window by the strategy's rebuilt prefix + the steps it keeps
@@ -384,9 +492,7 @@ class _Runner:
         costs = [self.step_cost(start, observation, end) for start, observation, end in steps]
         kept = self.strategy.rebuilt_steps(cfg, len(base), costs)
         row.compactions += 1
-        row.window, row.trainable, row.logprobs, row.steps = [], [], [], []
-        row.step_rewards = []
-        row.sent, row.reset, row.new_steps, row.asked = 0, True, 0, False
+        self.clear_window(row)
         row.extend(base)
         if kept is None:
             # No choice of steps leaves room (e.g. a long task kept with keep_task).
@@ -451,6 +557,7 @@ class _Runner:
             group_id=row.group_id,
             transcript="\n".join(row.transcript),
             model_calls=row.model_calls,
+            branches=row.branches,
         )
 
 

@@ -22,6 +22,14 @@ last trainable token); ``step_rewards`` (S, T) holds every other reward of the
 environment at the last token of the response that earned it; ``episode_end``
 (S,) says how the episode ended on the rollout's last segment and is
 ``"none"`` on every other one: a compaction boundary ends nothing.
+
+Segments of a rollout form a tree (``cxsim.advantages``, "Segment trees"): each segment names the
+segment it continues from, its ``parent`` (-1 for the first). A linear rollout, what every
+strategy but ``folding`` records, is the chain in which each segment's parent is the one
+before it; ``folding`` opens child windows from a parent window and continues the parent
+after the child returns, so a parent has two children (the child window and the parent's
+continuation). ``SegmentBatch.parent_index`` is None for a batch of chains, and the
+estimators then read each rollout as the chain of its segments in ``segment_index`` order.
 """
 
 from __future__ import annotations
@@ -69,6 +77,10 @@ class Segment:
     last token of the response that earned it; 0 elsewhere (None: all 0)."""
     end: EpisodeEnd = "none"
     """How the episode ended, on the rollout's last segment; ``none`` on the others."""
+    parent: int | None = None
+    """``segment_index`` of the segment this one continues from (its window's context was
+    built from that one's), -1 for a rollout's first; None: the previous segment
+    (``segment_index - 1``), a chain."""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -87,6 +99,16 @@ class Segment:
             )
         if self.end not in EPISODE_ENDS:
             raise ValueError(f"end must be one of {EPISODE_ENDS}, got {self.end!r}")
+        if self.parent is not None and not -1 <= self.parent < self.segment_index:
+            raise ValueError(
+                f"parent ({self.parent}) must be -1 or the index of an earlier segment "
+                f"(< segment_index {self.segment_index})"
+            )
+
+    @property
+    def parent_index(self) -> int:
+        """The parent's ``segment_index`` (-1: none); the previous segment unless set."""
+        return self.segment_index - 1 if self.parent is None else self.parent
 
     @property
     def num_trainable(self) -> int:
@@ -115,6 +137,9 @@ class SegmentBatch:
     response that earned them (0 elsewhere); None is read as all zeros."""
     episode_end: torch.Tensor | None = None
     """(S,) long: index into ``EPISODE_ENDS``; None is read as every row ``none``."""
+    parent_index: torch.Tensor | None = None
+    """(S,) long: each row's parent segment (its ``segment_index``, -1: none) in its rollout;
+    None: every rollout is the chain of its rows in ``segment_index`` order."""
     temperature: float | None = None
     """Sampling temperature of the behaviour log-probs (None: not recorded)."""
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -153,8 +178,16 @@ class SegmentBatch:
             return self.trainable
         return self.trainable & ~self.is_summary[:, None]
 
+    @property
+    def parents(self) -> torch.Tensor:
+        """(S,) long: ``parent_index``, or ``segment_index - 1`` for a batch of chains."""
+        return self.segment_index - 1 if self.parent_index is None else self.parent_index
+
     def _tensors(self) -> list[str]:
-        return [f.name for f in fields(self) if f.name not in ("extras", "temperature")]
+        skip = ("extras", "temperature")
+        return [
+            f.name for f in fields(self) if f.name not in skip and getattr(self, f.name) is not None
+        ]
 
     def to(self, device: torch.device | str) -> SegmentBatch:
         moved = {name: getattr(self, name).to(device) for name in self._tensors()}
@@ -200,8 +233,11 @@ def pack_segments(
     batch so that the update can name it if the first ratios are not 1. ``device``: where
     the batch lives (None: CPU); it is filled on the host and copied over once.
 
-    Raises ValueError on an empty list or when two segments share
-    ``(rollout_id, segment_index)``.
+    ``parent_index`` is None when every segment continues the previous one (chains, the
+    estimators' original reading), else each segment's ``Segment.parent_index``.
+
+    Raises ValueError on an empty list, when two segments share
+    ``(rollout_id, segment_index)``, or when a segment's parent is not in the list.
     """
     if not segments:
         raise ValueError("pack_segments needs at least one segment")
@@ -214,6 +250,14 @@ def pack_segments(
                 "each (rollout_id, segment_index) pair must be unique in a batch"
             )
         seen.add(key)
+    parents = [seg.parent_index for seg in segments]
+    linear = all(p == seg.segment_index - 1 for p, seg in zip(parents, segments, strict=True))
+    for p, seg in zip(parents, segments, strict=True):
+        if not linear and p >= 0 and (seg.rollout_id, p) not in seen:
+            raise ValueError(
+                f"segment {seg.segment_index} of rollout {seg.rollout_id} names parent {p}, "
+                "which is not in the list: pack a rollout's segments together"
+            )
     num_rows = len(segments)
     width = max(len(seg.token_ids) for seg in segments)
     token_ids = torch.full((num_rows, width), pad_id, dtype=torch.long)
@@ -241,6 +285,7 @@ def pack_segments(
         group_id=torch.tensor([seg.group_id for seg in segments], dtype=torch.long),
         step_rewards=step_rewards,
         episode_end=torch.tensor([EPISODE_ENDS.index(seg.end) for seg in segments]),
+        parent_index=None if linear else torch.tensor(parents, dtype=torch.long),
         temperature=temperature,
     )
     return batch if device is None else batch.to(device)

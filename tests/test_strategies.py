@@ -126,7 +126,7 @@ def trainable_runs(seg: Segment) -> list[tuple[int, list[int]]]:
 
 BUILT_IN = [
     "compacted", "single", "sliding-window", "external-summarizer", "observation-masking",
-    "memory-state", "self-compaction", "self-compaction-drawn",
+    "memory-state", "self-compaction", "self-compaction-drawn", "folding",
 ]  # fmt: skip
 
 
@@ -141,6 +141,7 @@ def test_registry_holds_the_built_in_protocols_with_their_properties():
         "memory-state": (True, True, True),
         "self-compaction": (True, True, True),
         "self-compaction-drawn": (True, True, True),
+        "folding": (True, True, True),
     }
     for name, strategy in STRATEGIES.items():
         assert strategy.name == name and strategy.help
@@ -172,6 +173,7 @@ def test_trigger_reads_the_compaction_rule():
         "memory-state": "summarize",
         "self-compaction": "summarize",
         "self-compaction-drawn": "summarize",
+        "folding": "summarize",
     }
     for name, strategy in STRATEGIES.items():
         assert strategy.trigger(config, 200 - 72, compactions=0) == "act"
@@ -278,7 +280,7 @@ def test_the_sizing_replays_the_plugin():
             "bogus",
             r"^protocol 'bogus' is unknown: set --compaction\.protocol to one of compacted, "
             r"single, sliding-window, external-summarizer, observation-masking, memory-state, "
-            r"self-compaction, self-compaction-drawn, or module:name for your own context "
+            r"self-compaction, self-compaction-drawn, folding, or module:name for your own context "
             r"strategy \(docs/training\.md\)$",
         ),
         ("no_such_module_here:strategy", r"^no_such_module_here:strategy: cannot import module "),

@@ -15,6 +15,11 @@ numbers (docs/conformance.md).
 A rejected summary attempt (a summary that failed and is kept as an untrained
 branch) is a row whose response tokens are all untrainable: its mask is 0, so
 a correct function never lets it into the advantages.
+
+A tree batch (``parent_index``, the ``trees`` cases) is what ``folding`` records: each
+segment names the segment it continues from, and estimators that look across segments
+follow each segment's path (``cxsim.advantages``, "Segment trees"); the layouts that hand
+an estimator its parents (``Layout.trees``) are checked on them too.
 """
 
 from __future__ import annotations
@@ -63,6 +68,9 @@ class Batch:
     """Adaptive-lambda alpha (used when ``lam`` is None)."""
     scope: str
     """Adaptive-lambda length: ``segment`` (n_s) or ``rollout`` (sum over the rollout)."""
+    parent_index: torch.Tensor | None = None
+    """(S,) int64: each segment's parent segment (-1: the rollout's first) when the rollout's
+    segments form a tree; None: every rollout is the chain of its segments."""
 
     @property
     def num_rows(self) -> int:
@@ -99,6 +107,7 @@ def select_rows(batch: Batch, keep: torch.Tensor) -> Batch:
         group_id=batch.group_id[rows],
         loss=batch.loss[rows, :width],
         micro_batches=tuple(sizes),
+        parent_index=None if batch.parent_index is None else batch.parent_index[rows],
     )
 
 
@@ -151,12 +160,14 @@ def build_batch(
     row_order: Sequence[int] | None = None,
     micro_batches: Sequence[int] | None = None,
     losses: Sequence[Sequence[float]] | None = None,
+    parents: Sequence[Sequence[int]] | None = None,
 ) -> Batch:
     """A canonical :class:`Batch` from segment structures (rows in rollout, segment order).
 
     ``values``/``losses`` give each row's response tokens explicitly; otherwise they are
     drawn from ``seed`` and multiplied by ``value_scale`` / ``loss_scale``.
-    ``row_order`` permutes the rows (a permutation of range(S)).
+    ``row_order`` permutes the rows (a permutation of range(S)). ``parents``: each
+    rollout's parent of each segment (a tree batch); None: chains.
     """
     segs = [(r, k, seg) for r, rollout in enumerate(rollouts) for k, seg in enumerate(rollout)]
     lengths = [sum(seg.runs) for _, _, seg in segs]
@@ -200,6 +211,9 @@ def build_batch(
         lam=None if lam is None else float(lam),
         alpha=float(alpha),
         scope=scope,
+        parent_index=None
+        if parents is None
+        else torch.tensor([p for rollout in parents for p in rollout])[pick],
     )
 
 
@@ -242,11 +256,14 @@ def _batch(
     micro: bool = True,
     scope: str | None = None,
     min_group: int = 1,
+    tree: bool = False,
 ) -> st.SearchStrategy[Batch]:
     """Batches over drawn rollouts; ``lam_kind`` "fixed" or "adaptive".
 
     ``scope`` fixes the adaptive-lambda scope (drawn when None); groups hold
     ``min_group`` to ``min_group + 2`` consecutive rollouts (the last one may hold fewer).
+    ``tree``: each segment after a rollout's first continues one drawn among the earlier
+    ones (a drawn step back, which shrinks to 1: towards the chain).
     """
 
     @st.composite
@@ -260,6 +277,11 @@ def _batch(
         rewards = [draw(st.sampled_from((1.0, 0.0, -0.5, 2.0))) for _ in structure]
         group_size = draw(st.integers(min_group, min_group + 2))
         groups = [r // group_size for r in range(len(structure))]
+        parents = None
+        if tree:
+            parents = [
+                [-1] + [k - draw(st.integers(1, k)) for k in range(1, len(r))] for r in structure
+            ]
         order = draw(st.permutations(range(num_rows)))
         # rows in rollout order shrink first: permutations shrink towards the identity
         sizes: list[int] = []
@@ -282,6 +304,7 @@ def _batch(
             seed=draw(st.integers(0, 2**16)),
             row_order=order,
             micro_batches=sizes or None,
+            parents=parents,
         )
 
     return build()
@@ -429,6 +452,30 @@ def random_cases(
     return cases
 
 
+def tree_cases(lam_kinds: Sequence[str] = ("fixed", "adaptive")) -> list[Case]:
+    """Random segment trees (``trees/...``): rollouts of 1-5 segments with observation
+    tokens, each segment's parent drawn among the earlier ones, under each lambda kind."""
+    with_obs = _segment(st.integers(1, 6), st.integers(1, 4), 2, None)
+    what = "segment trees: each segment continues a drawn earlier one (folding)"
+    cases = []
+    for kind in lam_kinds:
+        if kind == "fixed":
+            strategy = _batch(_rollouts(with_obs, 3, 5), kind, tree=True)
+            cases.append(Case("trees/fixed", f"{what}, fixed lambda", strategy, lam_kind=kind))
+        else:
+            cases += [
+                Case(
+                    f"trees/adaptive-{scope}",
+                    f"{what}, adaptive lambda over the {scope}",
+                    _batch(_rollouts(with_obs, 3, 5), kind, scope=scope, tree=True),
+                    lam_kind=kind,
+                    scope=scope,
+                )
+                for scope in ("segment", "rollout")
+            ]
+    return cases
+
+
 # --------------------------------------------------------------------------- pinned cases
 
 
@@ -511,6 +558,18 @@ def pinned_cases() -> list[Case]:
                 gamma=1.0,
                 lam=0.9,
                 rewards=[1.0, 0.5],
+            ),
+        ),
+        (
+            "pinned/tree",
+            "a root of 2 trainable tokens, a child window of 3 and the root's continuation of 1 "
+            "(both children of the root), gamma 1, lambda 0.5: the root's path goes on through "
+            "the continuation, so the root gets (0.25, 0.5) and the child (0.25, 0.5, 1)",
+            build_batch(
+                [[Segment((2,)), Segment((3,)), Segment((1,))]],
+                gamma=1.0,
+                lam=0.5,
+                parents=[[-1, 0, 0]],
             ),
         ),
         (

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from cxsim.conformance import layouts
-from cxsim.conformance.batches import Batch, Case, pinned_cases, random_cases
+from cxsim.conformance.batches import Batch, Case, pinned_cases, random_cases, tree_cases
 from cxsim.conformance.claims import Claims
 from cxsim.conformance.reference import GAE_QUANTITIES, compared_positions, reference
 from cxsim.conformance.terms import explain
@@ -146,9 +146,10 @@ _PINS["cross-segment-gae"] = (*_PINS["local-gae"], "pinned/rejected-summary")
 _PINS["stitched-gae"] = _PINS["cross-segment-gae"]
 
 
-def cases_for(quantity: str, min_group: int = 1) -> list[Case]:
+def cases_for(quantity: str, min_group: int = 1, trees: bool = False) -> list[Case]:
     """The random and pinned cases a quantity is checked on (``min_group``: the smallest
-    group the random batches are drawn with, for group quantities)."""
+    group the random batches are drawn with, for group quantities; ``trees``: segment trees
+    too, for the GAE quantities of a layout that hands over parents)."""
     if quantity == "loss-reduction":
         skip = ("long", "rejected-summaries")
         randoms = [c for c in random_cases(("none",)) if c.name not in skip]
@@ -161,6 +162,9 @@ def cases_for(quantity: str, min_group: int = 1) -> list[Case]:
     else:
         randoms = random_cases()
     pins = {c.name: c for c in pinned_cases()}
+    if trees and quantity in GAE_QUANTITIES:
+        randoms += tree_cases()
+        return [*randoms, *(pins[name] for name in (*_PINS[quantity], "pinned/tree"))]
     return [*randoms, *(pins[name] for name in _PINS[quantity])]
 
 
@@ -304,7 +308,8 @@ class Checker:
     def select(self, only: Sequence[str] = ()) -> tuple[list[Case], list[Skipped]]:
         """The cases to run (those whose names start with one of ``only``, if given) and
         those skipped as outside the claims; ValueError when nothing is left to run."""
-        everything = cases_for(self.quantity, self.claims.min_group)
+        trees = layouts.LAYOUTS[self.layout].trees
+        everything = cases_for(self.quantity, self.claims.min_group, trees)
         cases = [c for c in everything if not only or c.name.startswith(tuple(only))]
         if not cases:
             names = ", ".join(c.name for c in everything)

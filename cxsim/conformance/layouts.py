@@ -12,7 +12,11 @@ form of the reference: (S, T) advantages, (S,) lambdas, or a (1,) loss.
   metadata (trainable counts, tokens after).
 - ``loss-matrix``: a per-token loss and mask split into micro-batches, for reductions.
 - ``estimator``: one :class:`~cxsim.estimators.EstimatorInputs`, what the trainer hands an
-  estimator of its registry (``cxsim conform`` checks a registered or plug-in estimator so).
+  estimator of its registry (``cxsim conform`` checks a registered or plug-in estimator so),
+  ``parent_index`` included: it is also checked on segment trees (``trees/...`` and
+  ``pinned/tree``, what ``folding`` records), where cross-segment and stitched GAE follow
+  each segment's path (``cxsim.advantages``, "Segment trees"); a chain's
+  ``parent_index`` is None, as the trainer gives it.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ class Layout:
     quantities: tuple[str, ...]
     inputs: Callable[[Batch, str, str | None], dict[str, Any]]
     output: Callable[[Batch, Any, str], torch.Tensor]
+    trees: bool = False
+    """It hands the function each segment's parent, so segment trees are checked too."""
 
 
 def _as_tensor(x: Any, name: str) -> torch.Tensor:
@@ -291,6 +297,7 @@ def _estimator_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str
             group_id=batch.group_id.clone(),
             gamma=batch.gamma,
             lam=batch.lam if batch.lam is not None else lambda_rows(batch),
+            parent_index=None if batch.parent_index is None else batch.parent_index.clone(),
         )
     }
 
@@ -334,6 +341,7 @@ LAYOUTS: dict[str, Layout] = {
         (*GAE_QUANTITIES, "group-broadcast", "chain-split"),
         _estimator_inputs,
         _estimator_output,
+        trees=True,
     ),
 }
 

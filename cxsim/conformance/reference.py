@@ -88,6 +88,7 @@ def _segmented(estimator: Callable[..., torch.Tensor]) -> Callable[[Batch], torc
             batch.segment_index,
             batch.gamma,
             lambda_rows(batch),
+            parent_index=batch.parent_index,
         )
 
     return reference

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from cxsim.advantages import segment_chains
 from cxsim.conformance.batches import Batch, select_rows
 from cxsim.conformance.reference import GAE_QUANTITIES, GROUP_EPS, lambda_rows
 from cxsim.losses import aggregate
@@ -143,6 +144,7 @@ def gae_model(
     after: str = "trainable",
     lam_form: dict[str, Any] | None = None,
     include_rejected: bool = False,
+    tree: bool = True,
 ) -> torch.Tensor:
     """GAE of ``quantity`` with chosen terms; (S, T), nonzero only on trainable tokens.
 
@@ -159,11 +161,15 @@ def gae_model(
         lam_form: keyword arguments of :func:`~cxsim.conformance.reference.lambda_rows`
             (a wrong lambda), applied to the batch the model computes on.
         include_rejected: rejected summary attempts enter as if accepted (then masked).
+        tree: on a tree batch, each segment's path is its sequence (right), not the rollout.
     """
     full = including_rejected(batch) if include_rejected else batch
     if lam is None:
         lam = lambda_rows(full, **(lam_form or {}))
     lam_rows = lam
+    if tree and full.parent_index is not None:  # each path a sequence of its own
+        chains = segment_chains(full.rollout_id, full.segment_index, full.parent_index)
+        full = replace(full, rollout_id=chains)
     step_mask, reward_mask = _mask(full, steps), _mask(full, reward_at)
     out = torch.zeros_like(full.values)
     rows = range(full.num_rows)
@@ -254,6 +260,15 @@ def _gae_choices(batch: Batch, quantity: str) -> list[Choice]:
             {"reward_at": "response"},
         ),
     ]
+    if batch.parent_index is not None and quantity != "local-gae":
+        choices.append(
+            Choice(
+                "the path",
+                "the segment tree read as a chain in segment order (parents ignored: later "
+                "tokens are every later segment's, not those on the segment's path)",
+                {"tree": False},
+            )
+        )
     if quantity == "cross-segment-gae":
         choices += [
             Choice(

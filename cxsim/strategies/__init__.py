@@ -17,6 +17,7 @@ from typing import Any
 from cxsim.plugins import PluginError, Registry
 from cxsim.strategies.base import (
     SUMMARY_AUTHORS,
+    BranchMove,
     ContextStrategy,
     KeptStep,
     RebuiltWindow,
@@ -28,6 +29,7 @@ from cxsim.strategies.base import (
 )
 from cxsim.strategies.compacted import COMPACTED
 from cxsim.strategies.external_summarizer import EXTERNAL_SUMMARIZER
+from cxsim.strategies.folding import FOLDING
 from cxsim.strategies.memory_state import MEMORY_STATE
 from cxsim.strategies.observation_masking import OBSERVATION_MASKING
 from cxsim.strategies.self_compaction import SELF_COMPACTION, SELF_COMPACTION_DRAWN
@@ -36,6 +38,7 @@ from cxsim.strategies.sliding_window import SLIDING_WINDOW
 
 __all__ = [
     "STRATEGIES",
+    "BranchMove",
     "ContextStrategy",
     "KeptStep",
     "RebuiltWindow",
@@ -99,6 +102,7 @@ BUILT_IN: tuple[ContextStrategy, ...] = (
     MEMORY_STATE,
     SELF_COMPACTION,
     SELF_COMPACTION_DRAWN,
+    FOLDING,
 )
 """cxsim's own strategies, in the registry's order (the first is the default)."""
 

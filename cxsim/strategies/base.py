@@ -20,7 +20,10 @@ no protocol of their own: they ask the strategy
 - **how much room it keeps**: the summary reserve, the checks that need the chat format
   (:meth:`~ContextStrategy.validate`) and the window sizes the sizing replays;
 - **what the policy may ask for**: a response that requests a compaction instead of acting
-  (:meth:`~ContextStrategy.requests_compaction`);
+  (:meth:`~ContextStrategy.requests_compaction`), or one that opens a child window or
+  returns from it (:meth:`~ContextStrategy.branch_move`; the child's first tokens,
+  :meth:`~ContextStrategy.branch_prefix`, and what the parent gets back,
+  :meth:`~ContextStrategy.returned_turn`);
 - **what the scripted oracle does under it** (:meth:`~ContextStrategy.scripted_agents`, and
   :meth:`~ContextStrategy.scripted_agents_for` for a sized config, with its own compaction
   decisions, :meth:`~ContextStrategy.scripted_compacts`, which the sizing replays): the
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
     from cxsim.agent_api import Agent
     from cxsim.agents.chat import ChatFormat
     from cxsim.compaction import CompactionConfig
+    from cxsim.envs.defaults import EpisodeText
     from cxsim.segments import Segment
 
 Trigger = Literal["act", "summarize", "rebuild", "end"]
@@ -51,6 +55,9 @@ its window without a summary, or end (the window is full and nothing is left to 
 SummaryAuthor = Literal["policy", "summarizer"]
 """Who writes a summary: the acting policy (a trainable summary segment) or another agent."""
 SUMMARY_AUTHORS: tuple[SummaryAuthor, ...] = ("policy", "summarizer")
+BranchMove = Literal["branch", "return"]
+"""A response that opens a child window (``branch``) or closes the current child window
+(``return``) instead of acting on the environment (:meth:`ContextStrategy.branch_move`)."""
 
 
 def window_full(budget: int, threshold: int, length: int) -> bool:
@@ -83,6 +90,10 @@ class TurnState(NamedTuple):
     seed: int | None = None
     """The row's task seed (rows of one task group share it); None where no row is meant
     (the sizing's replay)."""
+    depth: int = 0
+    """Child windows open above the current one (0: the episode's own window)."""
+    branches: int = 0
+    """Child windows opened so far in the episode (:meth:`ContextStrategy.branch_move`)."""
 
 
 class StepCost(NamedTuple):
@@ -175,6 +186,44 @@ class ContextStrategy:
         is not stepped, and :meth:`turn_trigger` sees ``asked``. The runtime honours it while
         :meth:`compactions_left`. By default no response is."""
         return False
+
+    def branch_move(
+        self, config: CompactionConfig, chat: ChatFormat, text: str, turn: TurnState
+    ) -> BranchMove | None:
+        """Whether a response (its text), given in ``turn`` (its ``length``: the window with the
+        response), opens a child window (``branch``) or returns from the current one
+        (``return``) instead of acting on the environment; None: neither (the default).
+
+        On ``branch`` the runtime records the window as a segment, keeps it aside and starts a
+        child window (:meth:`branch_prefix`), whose segments name that one as their parent.
+        On ``return`` the policy writes the child's summary (as it writes a compaction's:
+        ``h + q_sum``, a summary segment, the summary reserve kept free while a child is
+        open, :meth:`reserves_summary`); the child is recorded and closed, and its parent
+        continues with its branching response followed by :meth:`returned_turn`, as one step.
+        Both count as turns and step no environment."""
+        return None
+
+    def branch_prefix(
+        self,
+        config: CompactionConfig,
+        chat: ChatFormat,
+        system: list[int],
+        task: list[int],
+        call: list[int],
+    ) -> list[int]:
+        """A child window's first tokens: ``(s) + (u) +`` the parent's branching response
+        (``call``: assistant header, response, end token), untrainable in the child."""
+        return [*system, *task, *call]
+
+    def returned_turn(self, config: CompactionConfig, chat: ChatFormat, summary: str) -> list[int]:
+        """What a parent window gets back from its child: an observation turn with the
+        child's summary (the branching response's observation)."""
+        return chat.observation(summary)
+
+    def reserves_summary(self, config: CompactionConfig, turn: TurnState) -> bool:
+        """Whether the summary reserve stays free in the window of ``turn``: while a
+        compaction is left (:meth:`compactions_left`)."""
+        return self.compactions_left(config, turn.compactions)
 
     def scripted_compacts(self, config: CompactionConfig, reserve: int, turn: TurnState) -> bool:
         """Whether the scripted oracle asks to compact before its response in ``turn`` (its
@@ -292,6 +341,20 @@ class ContextStrategy:
         if layout.summary:
             size += max(count("resume", config.resume_instruction, s) for s in summaries)
         return size
+
+    def sizing_windows(
+        self,
+        config: CompactionConfig,
+        count: TokenCount,
+        first: int,
+        steps: list[StepCost],
+        episode: EpisodeText,
+    ) -> list[tuple[int, list[StepCost]]]:
+        """The oracle episode's chains of windows as the sizing replays them (``fit_sizes``),
+        in the order the runtime plays them: each (its first window's fixed part, the steps
+        taken in it and its rebuilt windows); the compactions add up across them. By default
+        one: the episode's first window (``first`` = system prompt + task) and every step."""
+        return [(first, steps)]
 
     def steps_kept(self, config: CompactionConfig, prefix: int, steps: Sequence[int]) -> int | None:
         """k: how many of the last ``steps`` (their sizes, oldest first) a rebuilt window of

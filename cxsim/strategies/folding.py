@@ -1,0 +1,185 @@
+"""``folding``: the policy opens child windows for sub-tasks and folds each into a summary.
+
+At any turn the policy may answer :data:`BRANCH_WORD` followed by a goal (``find the bug``;
+both words every cxsim tokenizer holds: ``cxsim.envs.vocab``) instead of an action: the
+runtime records its window as a segment, keeps it aside and opens a **child window**
+``(s) + (u) +`` that branching response, in which the policy acts on the environment as
+usual. When the policy answers :data:`RETURN_WORD` (``return``) in a child window, it is
+given the child ``h + q_sum`` and writes the child's summary S (at most
+``max_summary_tokens``, as a compaction's summary); the child is recorded and closed, and
+the parent window resumes where it branched, its branching response followed by an
+observation turn with S: the whole child costs the parent one step. Neither response
+steps the environment; both are turns (``max_turns``).
+
+Bounds (``Folding(max_depth, max_branches)``, validated): child windows nest at most
+``max_depth`` deep and at most ``max_branches`` open per episode; a branching response
+beyond them, or in a window without room for the returned turn and the summary reserve, is
+not honoured and reaches the environment as an action (as does ``return`` outside a child
+window). The threshold compaction stays the hard fallback in every window, parent or
+child, as under ``compacted``; the summary reserve stays free in a child window even with
+no compaction left, so a return always has room for its summary.
+
+**Segments: a tree.** The window that branched is a segment ending with its branching
+response; the child window (its responses, ``return`` included) and the child's summary
+(``h + q_sum + S``, trainable on S) follow it, then the parent's continuation, whose
+window repeats the parent's tokens up to the branching response as untrainable prompt.
+Each segment names its parent (``Segment.parent``): the child window and the continuation
+both name the window that branched, every other segment the one before it. Trainable: what
+the policy wrote (its actions, the branching response and ``return``, summaries); never the
+environment's observations, the copied parent prefix or the returned turn. Estimators that
+look across segments follow the tree's paths (``cxsim.advantages``, "Segment trees"): the
+parent's path goes on through its continuation, the child's ends at its summary, which is
+credited with the rollout's outcome.
+
+**Scripted oracle** (``scripted_agents_for``: ``cxsim.agents.scripted.FoldingOracle``
+around the usual oracle): explore in a child window, commit in the root. Before the
+episode's first action, unless that action already commits, it branches with its
+family's goal (:data:`GOALS`); in the child it acts as the oracle does until the oracle's
+next action would commit to a solution (:data:`COMMITS`: ``answer``, ``edit``,
+``submit``), then returns; the parent then finishes from the returned summary. SimRepo:
+the child lists the files, runs the tests, views the bug and lists the patches, and returns
+where the bug is and which patch fixes it; the root edits, re-tests and submits.
+KeyRecall / FactUpdate: the child walks the corridor up to the question and returns the
+(latest) values; the root answers. The sizing (``fit_sizes``) replays the episode unfolded
+(the windows the oracle's child and root hold are each at most the unfolded window plus the
+branching response and the returned turn), and the pre-flight checks that the oracle solves
+the tasks at the derived sizes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cxsim.strategies.base import BranchMove, RolloutAgents, StepCost, TokenCount, TurnState
+from cxsim.strategies.compacted import Compacted
+
+if TYPE_CHECKING:
+    from cxsim.agent_api import TurnRequest
+    from cxsim.agents.chat import ChatFormat
+    from cxsim.compaction import CompactionConfig
+    from cxsim.envs.defaults import EpisodeText
+
+BRANCH_WORD = "find"
+"""The first word of a response that opens a child window; the words after it are its goal."""
+RETURN_WORD = "return"
+"""The response that closes a child window (its summary is asked for next)."""
+MAX_DEPTH = 1
+"""Child windows nest at most this deep by default."""
+MAX_BRANCHES = 4
+"""Child windows opened per episode, at most, by default."""
+COMMITS = ("answer", "edit", "submit")
+"""The scripted oracle's actions that commit to a solution: it takes them in the root
+window, from what its child returned."""
+GOALS = {"key_recall": "the key", "fact_update": "codes", "sim_repo": "the bug"}
+"""The goal the scripted oracle branches with, per environment family (``info["state"]["env"]``)."""
+DEFAULT_GOAL = "the task"
+
+
+def commits(action: str) -> bool:
+    """Whether the oracle's ``action`` commits to a solution (its first word in :data:`COMMITS`)."""
+    words = action.split()
+    return bool(words) and words[0] in COMMITS
+
+
+class Folding(Compacted):
+    """The policy branches into child windows and returns a summary from each; a full window
+    is compacted as under ``compacted``."""
+
+    name = "folding"
+    help = (
+        "the policy may answer find <goal> to act in a child window (system prompt, task, "
+        "that call) and return to fold it into a summary its parent continues from; a full "
+        "window is compacted"
+    )
+
+    def __init__(self, max_depth: int = MAX_DEPTH, max_branches: int = MAX_BRANCHES) -> None:
+        for name, value in (("max_depth", max_depth), ("max_branches", max_branches)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} ({value!r}) must be an integer >= 1")
+        self.max_depth = max_depth
+        self.max_branches = max_branches
+
+    def branch_move(
+        self, config: CompactionConfig, chat: ChatFormat, text: str, turn: TurnState
+    ) -> BranchMove | None:
+        """``find ...`` while depth and branches are left and the window keeps room for the
+        returned turn; ``return`` in a child window."""
+        words = text.split()
+        if words == [RETURN_WORD]:
+            return "return" if turn.depth > 0 else None
+        if not words or words[0] != BRANCH_WORD:
+            return None
+        if turn.depth >= self.max_depth or turn.branches >= self.max_branches:
+            return None
+        return "branch" if self.return_fits(config, chat, turn.length) else None
+
+    def return_fits(self, config: CompactionConfig, chat: ChatFormat, length: int) -> bool:
+        """Whether a window of ``length`` tokens has room for a returned turn with a summary of
+        ``max_summary_tokens`` tokens on top of the summary reserve."""
+        assert config.budget is not None and config.max_summary_tokens is not None
+        room = len(self.returned_turn(config, chat, "")) + config.max_summary_tokens
+        return length + room <= config.budget - self.summary_reserve(config, chat)
+
+    def reserves_summary(self, config: CompactionConfig, turn: TurnState) -> bool:
+        """While a compaction is left, and always in a child window (its return summary)."""
+        return turn.depth > 0 or self.compactions_left(config, turn.compactions)
+
+    def words(self, config: CompactionConfig) -> list[str]:
+        return [*super().words(config), BRANCH_WORD, RETURN_WORD]
+
+    def sizing_windows(
+        self,
+        config: CompactionConfig,
+        count: TokenCount,
+        first: int,
+        steps: list[StepCost],
+        episode: EpisodeText,
+    ) -> list[tuple[int, list[StepCost]]]:
+        """The scripted oracle's windows: the child (``first`` + the branching call, the steps
+        before the first committing action, then ``return``), then the root (the branching
+        step with the summary returned before that action, then the rest). The call is
+        counted at the response cap; an episode whose first action commits is one window."""
+        actions = episode.actions
+        commit = next((i for i, a in enumerate(actions) if commits(a)), len(actions))
+        if commit == 0:
+            return [(first, steps)]
+        assert config.max_response_tokens is not None
+        header = count("assistant_prefix")
+        call = header + config.max_response_tokens
+        if commit == len(actions):  # it never commits: the episode ends in the child
+            return [(first + call, steps)]
+        back = header + count("encode", RETURN_WORD) + 1
+        turn = call + count("observation", episode.summaries[commit])
+        child = (first + call, [*steps[:commit], StepCost(back, back)])
+        return [child, (first, [StepCost(turn, turn), *steps[commit:]])]
+
+    def scripted_move(self, request: TurnRequest, proposed: str) -> str | None:
+        """What the scripted oracle answers instead of its ``proposed`` action, if anything:
+        the branching call before the episode's first action (unless it commits), ``return``
+        in a child before an action that commits."""
+        if request.depth > 0:
+            return RETURN_WORD if commits(proposed) else None
+        if request.info.get("step") != 0 or commits(proposed):
+            return None
+        family = request.info.get("state", {}).get("env")
+        return f"{BRANCH_WORD} {GOALS.get(family, DEFAULT_GOAL)}"
+
+    def scripted_agents_for(
+        self,
+        config: CompactionConfig,
+        env_id: str,
+        chat: ChatFormat,
+        omission_rate: float = 0.0,
+        seed: int = 0,
+        epsilon: float = 0.0,
+        skip_rate: float = 0.0,
+    ) -> RolloutAgents:
+        """The oracle, exploring in a child window and committing in the root
+        (:meth:`scripted_move`)."""
+        from cxsim.agents.scripted import FoldingOracle
+
+        agents = self.scripted_agents(env_id, chat, omission_rate, seed, epsilon, skip_rate)
+        return RolloutAgents(FoldingOracle(agents.actor, chat, self.scripted_move))
+
+
+FOLDING = Folding()

@@ -63,6 +63,10 @@ class Config:
     """Folder for horizons.png, horizons.md and horizons.json."""
     threads: int = 1
     """torch threads."""
+    runs: tuple[str, ...] = ()
+    """Training runs (a run folder, or a folder searched for ``train/*/results.json``) to read instead of
+    playing the oracle: the shares the trainer logged every actor iteration
+    (``horizon/`` tags) on the policy's own rollouts, averaged over iterations and runs."""
 
     def __post_init__(self) -> None:
         if self.episodes < 2:
@@ -118,6 +122,57 @@ def bench(cfg: Config) -> dict[str, Any]:
     }
 
 
+def from_runs(cfg: Config) -> dict[str, Any]:
+    """The shares the trainer logged (``horizon/rollout_share_k{K}``,
+    ``horizon/{mode}/grad_share_k{K}``) in every actor iteration of every training run under
+    ``cfg.runs``, each averaged over iterations and runs (a K absent from a batch counts 0)."""
+    import json
+    import re
+
+    files = sorted(
+        {
+            f
+            for r in cfg.runs
+            for f in (
+                [Path(r) / "results.json"]
+                if (Path(r) / "results.json").is_file()
+                else Path(r).glob("**/train/*/results.json")
+            )
+        }
+    )
+    if not files:
+        raise FileNotFoundError(
+            f"--runs {' '.join(cfg.runs)}: no training run (train/*/results.json) found there"
+        )
+    iterations = [
+        h for f in files for h in json.loads(f.read_text())["history"] if not h.get("warmup")
+    ]
+    found = {
+        int(m.group(1))
+        for h in iterations
+        for k in h
+        if (m := re.fullmatch(r"horizon/rollout_share_k(\d+)", k))
+    }
+    if not found:
+        raise ValueError(f"--runs: the runs under {' '.join(cfg.runs)} logged no horizon/ tags")
+    windows = sorted(found)
+
+    def mean_of(key: str) -> float:
+        return sum(float(h.get(key, 0.0)) for h in iterations) / len(iterations)
+
+    return {
+        "source": "training",
+        "runs": [str(f.parent) for f in files],
+        "iterations": len(iterations),
+        "windows": windows,
+        "rollout_share": [mean_of(f"horizon/rollout_share_k{k}") for k in windows],
+        "grad_share": {
+            mode: [mean_of(f"horizon/{mode}/grad_share_k{k}") for k in windows]
+            for mode in cfg.loss_modes
+        },
+    }
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The table: one row per window count; each mode's gradient share, with its ratio to the
     share of rollouts (1.00x: the mode weighs those rollouts as many as they are)."""
@@ -132,21 +187,32 @@ def markdown(result: dict[str, Any]) -> str:
     def fraction(x: float) -> str:  # float sums a hair off a tie round as the tie does
         return f"{round(x, 12):.3f}"
 
+    counts = result.get("rollouts")  # not logged by training
     for i, k in enumerate(result["windows"]):
         share = result["rollout_share"][i]
         cells = [
             f"{fraction(result['grad_share'][m][i])} ({result['grad_share'][m][i] / share:.2f}x)"
+            if share > 0
+            else fraction(result["grad_share"][m][i])
             for m in modes
         ]
-        lines.append(
-            f"| {k} | {result['rollouts'][i]} | {result['policy_tokens_per_rollout'][i]:.1f} | "
-            f"{fraction(share)} | " + " | ".join(cells) + " |"
-        )
+        known = f"{counts[i]} | {result['policy_tokens_per_rollout'][i]:.1f}" if counts else "- | -"
+        lines.append(f"| {k} | {known} | {fraction(share)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def page(result: dict[str, Any]) -> str:
     """horizons.md: the setting, the command and its wall time, the table."""
+    if result.get("source") == "training":
+        return (
+            "# Gradient share by horizon, under training\n\n"
+            f"`{result['command']}`: the shares the trainer logged on the policy's own "
+            f"rollouts in {result['iterations']} actor iterations of {len(result['runs'])} "
+            f"training runs, averaged; wall time {result['wall_s']:.1f} s.\n\n"
+            "Per number of windows K: the share of the rollouts, and each loss mode's share "
+            "of the total per-token gradient weight (in brackets: over the share of "
+            "rollouts).\n\n" + markdown(result)
+        )
     kwargs = " ".join(f"{k} {v}" for k, v in result["env_kwargs"].items())
     return (
         "# Gradient share by horizon\n\n"
@@ -181,10 +247,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_xticks(windows)
     ax.set_xlabel("windows per rollout (K)")
     ax.set_ylabel("share")
-    ax.set_title(
-        f"{result['episodes']} oracle rollouts of {result['env_id']}, by number of windows",
-        fontsize=10,
+    title = (
+        f"policy rollouts of {len(result['runs'])} training runs, by number of windows"
+        if result.get("source") == "training"
+        else f"{result['episodes']} oracle rollouts of {result['env_id']}, by number of windows"
     )
+    ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -198,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     began = time.perf_counter()
     args = list(sys.argv[1:] if argv is None else argv)
     cfg = tyro.cli(Config, args=args)
-    result = bench(cfg)
+    result = from_runs(cfg) if cfg.runs else bench(cfg)
     result["command"] = shlex.join(["cxsim", "bench", "horizons", *args])
     result["wall_s"] = time.perf_counter() - began
     cfg.out.mkdir(parents=True, exist_ok=True)

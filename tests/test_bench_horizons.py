@@ -47,3 +47,41 @@ def test_bad_flags_fail_before_any_work():
         Config(modes=("token-sum",))
     with pytest.raises(ValueError, match="at least 2"):
         Config(episodes=1)
+
+
+def write_run(folder: Path, history: list[dict]) -> None:
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps({"history": history}))
+
+
+def test_runs_give_the_shares_training_logged_averaged(tmp_path: Path):
+    warmup = {
+        "warmup": True,
+        "horizon/rollout_share_k1": 1.0,
+        "horizon/token-mean/grad_share_k1": 1.0,
+    }
+    one = {
+        "warmup": False,
+        "horizon/rollout_share_k1": 0.5,
+        "horizon/rollout_share_k2": 0.5,
+        "horizon/token-mean/grad_share_k1": 0.2,
+        "horizon/token-mean/grad_share_k2": 0.8,
+    }
+    two = {
+        "warmup": False,
+        "horizon/rollout_share_k1": 1.0,
+        "horizon/token-mean/grad_share_k1": 1.0,
+    }
+    write_run(tmp_path / "runs" / "s0" / "train" / "a", [warmup, one])
+    write_run(tmp_path / "runs" / "s1" / "train" / "a", [two])
+    out = tmp_path / "page"
+    cxsim(["bench", "horizons", "--runs", str(tmp_path / "runs"), "--modes", "token-mean",
+           "--out", str(out)])  # fmt: skip
+    result = json.loads((out / "horizons.json").read_text())
+    assert result["iterations"] == 2 and result["windows"] == [1, 2]  # the warm-up left out
+    assert result["rollout_share"] == pytest.approx([0.75, 0.25])  # K=2 absent: 0 in `two`
+    assert result["grad_share"]["token-mean"] == pytest.approx([0.6, 0.4])
+    page = (out / "horizons.md").read_text()
+    assert "under training" in page and "| 2 | - | - | 0.250 | 0.400 (1.60x) |" in page
+    with pytest.raises(SystemExit, match="no training run"):  # one line, no traceback
+        cxsim(["bench", "horizons", "--runs", str(tmp_path / "nothing"), "--out", str(out)])

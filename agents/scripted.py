@@ -244,3 +244,45 @@ class FoldingOracle:
         return TurnResponse(
             ids, [0.0] * len(ids), self.chat.decode(ids), ids[-1] == self.chat.end_id
         )
+
+
+class NotingOracle:
+    """A scripted agent that also keeps notes (``memory-notes``): before an ``act`` request,
+    ``note(request, noted)`` may name a fact to note, (fact, value, words), given the row's
+    notes so far in the episode (``noted``: (fact, value) in order); it then answers
+    ``<note_word> <words>`` (ended by ``chat.end_id``) instead of asking ``agent``, if that
+    fits the request's cap. Every other request goes to ``agent``. A row's notes restart
+    with its episode (a request that resets the context before the first step)."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        chat: ChatFormat,
+        note_word: str,
+        note: Callable[[TurnRequest, list[tuple[str, str]]], tuple[str, str, str] | None],
+    ):
+        self.agent = agent
+        self.chat = chat
+        self.note_word = note_word
+        self.note = note
+        self.noted: dict[int, list[tuple[str, str]]] = {}
+
+    def respond(self, requests: list[TurnRequest]) -> list[TurnResponse]:
+        decided: list[TurnResponse | None] = []
+        for request in requests:
+            if request.reset and request.info.get("step") == 0:
+                self.noted[request.row] = []
+            noted = self.noted.setdefault(request.row, [])
+            fact = self.note(request, noted) if request.kind == "act" else None
+            ids = [] if fact is None else self.encoded(f"{self.note_word} {fact[2]}")
+            if fact is None or len(ids) > request.max_new_tokens:
+                decided.append(None)
+                continue
+            noted.append((fact[0], fact[1]))
+            decided.append(TurnResponse(ids, [0.0] * len(ids), self.chat.decode(ids), True))
+        passed = [r for r, d in zip(requests, decided, strict=True) if d is None]
+        answers = iter(self.agent.respond(passed) if passed else [])
+        return [d if d is not None else next(answers) for d in decided]
+
+    def encoded(self, text: str) -> list[int]:
+        return [*self.chat.encode(text), self.chat.end_id]

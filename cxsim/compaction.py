@@ -65,7 +65,10 @@ class CompactionConfig:
     observations, older ones masked), ``memory-state`` (the policy rewrites a bounded state
     after every step), ``self-compaction`` (the policy compacts when it answers ``summary``;
     the threshold is a fallback), ``self-compaction-drawn`` (that fallback drawn per task
-    group), or module:name for your own (docs/training.md, "Context strategies")."""
+    group), ``folding`` (``find <goal>`` opens a child window that returns a summary),
+    ``memory-notes`` (``note <words>`` keeps a note that every rebuilt window carries, and a
+    note the final answer uses gets the outcome's credit directly), or module:name for your
+    own (docs/training.md, "Context strategies")."""
     budget: int | None = 320
     """Working budget C: no context (window or summary prompt + summary) ever exceeds it.
     None: derived from the environment's text and the chat format (``fit_sizes``)."""
@@ -182,7 +185,8 @@ def fit_sizes(
 
     Sizes already set are kept. The derived ones, in order (each uses the ones before):
 
-    - ``max_response_tokens``: the longest action + the end token;
+    - ``max_response_tokens``: the longest action + the end token (at least the strategy's
+      ``response_floor``: its own responses, such as a note);
     - ``max_summary_tokens``: the longest perfect summary + the end token;
     - ``threshold``: ``|q_sum| + max_summary_tokens + |assistant header| +
       max_response_tokens + the longest observation turn``: the room one step
@@ -207,13 +211,14 @@ def fit_sizes(
         given = getattr(config, name)
         return given if given is not None else max(value, floors.get(name, 0))
 
+    strategy = config.strategy
+    longest_action = max(count("encode", a) + 1 for e in episodes for a in e.actions)
     response = derived(
-        "max_response_tokens", max(count("encode", a) + 1 for e in episodes for a in e.actions)
+        "max_response_tokens", max(longest_action, strategy.response_floor(config, count))
     )
     summary = derived(
         "max_summary_tokens", max(count("encode", s) + 1 for e in episodes for s in e.summaries)
     )
-    strategy = config.strategy
     caps = replace(config, max_response_tokens=response, max_summary_tokens=summary, threshold=None)
     reserve = strategy.summary_reserve(caps, chat)
     longest_obs = max(count("observation", o) for e in episodes for o in e.observations)

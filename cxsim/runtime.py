@@ -62,6 +62,13 @@ Decisions the paper leaves open, made here:
   returned summary counts among the rollout's summaries, not its compactions; a parent
   without room for it (``|h| + |turn| > C - reserve``) ends the episode
   (``observation_overflow``).
+- **Notes.** A response the strategy keeps as a note (``keeps_note``) steps no environment
+  and counts as a turn; its tokens stay in the window, trainable, and the runtime records it
+  (``Note``: its text, the environment steps before it, the window segment and tokens it
+  was written at). A rebuilt window carries what the strategy makes of the notes so far
+  (``rebuilt_notes``, after the rebuilt prefix, untrainable), and once the episode ended
+  the strategy may rearrange the rollout's segments around them (``finished_segments``,
+  given the response whose step terminated the episode).
 - **Segment parents.** Each recorded segment names the one its window continues from
   (``Segment.parent``): the previous one, except that a child window and its parent's
   continuation both name the window that opened the child (a tree,
@@ -82,7 +89,7 @@ from cxsim.agents.chat import ChatFormat, WordChatFormat
 from cxsim.compaction import CompactionConfig
 from cxsim.envs.scripted import summary_recall
 from cxsim.segments import EpisodeEnd, Segment
-from cxsim.strategies import StepCost, TurnState
+from cxsim.strategies import Note, StepCost, TurnState
 
 __all__ = ["CompactionConfig", "RolloutBatch", "RolloutRecord", "collect_rollouts"]
 
@@ -254,6 +261,14 @@ class _Row:
     """The policy's last response returned from the child window: its summary comes next."""
     suspended: list[_Suspended] = field(default_factory=list)
     """The parent windows of the current one, innermost last."""
+    env_steps: int = 0
+    """Environment steps taken in the episode."""
+    final_action: str | None = None
+    """The response whose environment step terminated the episode."""
+    notes: list[Note] = field(default_factory=list)
+    """The notes kept so far (``keeps_note``), in order."""
+    open_notes: list[int] = field(default_factory=list)
+    """Indices into ``notes`` of those written in the current window (not recorded yet)."""
 
     def extend(
         self, tokens: list[int], trainable: bool = False, logprobs: list[float] | None = None
@@ -379,14 +394,32 @@ class _Runner:
             row.turns += 1
             row.asked = True
             return
+        kept = strategy.keeps_note(
+            self.config, self.chat, response.text, row.env_steps, len(row.notes)
+        )
+        if kept is not None:  # a note: recorded, no environment step
+            row.turns += 1
+            row.open_notes.append(len(row.notes))
+            row.notes.append(
+                Note(
+                    kept,
+                    row.env_steps,
+                    -1,
+                    observation_start - len(response.token_ids),
+                    observation_start,
+                )
+            )
+            return
         obs, reward, terminated, truncated, info = row.env.step(response.text)
         row.turns += 1
+        row.env_steps += 1
         row.reward += float(reward)
         row.info = info
         row.transcript.append(f"[observation] {obs}")
         obs_ids = self.chat.observation(obs)
         if terminated or truncated:
             row.terminal_reward = float(reward)
+            row.final_action = response.text if terminated else None
             if len(row.window) + len(obs_ids) <= self.config.budget:
                 row.extend(obs_ids)
             self.end(row, "terminated" if terminated else "env_truncated")
@@ -431,6 +464,10 @@ class _Runner:
         )  # fmt: skip
         if segment is not None:
             self.record(row, segment)
+        for i in row.open_notes:  # the notes written in it are where it was recorded
+            if segment is not None:
+                row.notes[i] = row.notes[i]._replace(segment=segment.segment_index)
+        row.open_notes = []
 
     @staticmethod
     def record(row: _Row, segment: Segment) -> None:
@@ -488,6 +525,7 @@ class _Runner:
         each verbatim or with its observation masked."""
         cfg = self.config
         base = self.strategy.rebuilt_prefix(cfg, self.chat, self.system, row.task, summary)
+        base += self.strategy.rebuilt_notes(cfg, self.chat, row.notes)
         old, steps = row.window, row.steps
         costs = [self.step_cost(start, observation, end) for start, observation, end in steps]
         kept = self.strategy.rebuilt_steps(cfg, len(base), costs)
@@ -506,8 +544,10 @@ class _Runner:
             row.extend(self.masked_turn() if masked else old[observation:end])
             row.steps.append((new_start, new_observation, len(row.window)))
         masked = sum(masked for _, masked in kept)
-        note = f", {masked} masked" if masked else ""
-        row.transcript.append(f"== window {row.compactions + 1} (kept {len(kept)} steps{note}) ==")
+        suffix = f", {masked} masked" if masked else ""
+        row.transcript.append(
+            f"== window {row.compactions + 1} (kept {len(kept)} steps{suffix}) =="
+        )
 
     def step_cost(self, start: int, observation: int, end: int) -> StepCost:
         """A step's tokens verbatim and with its observation turn masked."""
@@ -530,6 +570,9 @@ class _Runner:
 
     def finish(self, row: _Row) -> RolloutRecord:
         self.close_window(row)
+        row.segments = self.strategy.finished_segments(
+            self.config, row.segments, row.notes, row.final_action
+        )
         end: EpisodeEnd = row.end_reason or "max_turns"
         for seg in row.segments:
             seg.reward = row.terminal_reward

@@ -126,7 +126,7 @@ def trainable_runs(seg: Segment) -> list[tuple[int, list[int]]]:
 
 BUILT_IN = [
     "compacted", "single", "sliding-window", "external-summarizer", "observation-masking",
-    "memory-state", "self-compaction", "self-compaction-drawn", "folding",
+    "memory-state", "self-compaction", "self-compaction-drawn", "folding", "memory-notes",
 ]  # fmt: skip
 
 
@@ -142,6 +142,7 @@ def test_registry_holds_the_built_in_protocols_with_their_properties():
         "self-compaction": (True, True, True),
         "self-compaction-drawn": (True, True, True),
         "folding": (True, True, True),
+        "memory-notes": (True, True, True),
     }
     for name, strategy in STRATEGIES.items():
         assert strategy.name == name and strategy.help
@@ -174,6 +175,7 @@ def test_trigger_reads_the_compaction_rule():
         "self-compaction": "summarize",
         "self-compaction-drawn": "summarize",
         "folding": "summarize",
+        "memory-notes": "summarize",
     }
     for name, strategy in STRATEGIES.items():
         assert strategy.trigger(config, 200 - 72, compactions=0) == "act"
@@ -280,8 +282,8 @@ def test_the_sizing_replays_the_plugin():
             "bogus",
             r"^protocol 'bogus' is unknown: set --compaction\.protocol to one of compacted, "
             r"single, sliding-window, external-summarizer, observation-masking, memory-state, "
-            r"self-compaction, self-compaction-drawn, folding, or module:name for your own context "
-            r"strategy \(docs/training\.md\)$",
+            r"self-compaction, self-compaction-drawn, folding, memory-notes, or module:name for "
+            r"your own context strategy \(docs/training\.md\)$",
         ),
         ("no_such_module_here:strategy", r"^no_such_module_here:strategy: cannot import module "),
         (f"{__name__}:nope", rf"^{__name__}:nope: module '{__name__}' has no 'nope'$"),

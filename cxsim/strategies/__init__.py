@@ -20,6 +20,7 @@ from cxsim.strategies.base import (
     BranchMove,
     ContextStrategy,
     KeptStep,
+    Note,
     RebuiltWindow,
     RolloutAgents,
     StepCost,
@@ -30,6 +31,7 @@ from cxsim.strategies.base import (
 from cxsim.strategies.compacted import COMPACTED
 from cxsim.strategies.external_summarizer import EXTERNAL_SUMMARIZER
 from cxsim.strategies.folding import FOLDING
+from cxsim.strategies.memory_notes import MEMORY_NOTES
 from cxsim.strategies.memory_state import MEMORY_STATE
 from cxsim.strategies.observation_masking import OBSERVATION_MASKING
 from cxsim.strategies.self_compaction import SELF_COMPACTION, SELF_COMPACTION_DRAWN
@@ -41,6 +43,7 @@ __all__ = [
     "BranchMove",
     "ContextStrategy",
     "KeptStep",
+    "Note",
     "RebuiltWindow",
     "RolloutAgents",
     "StepCost",
@@ -103,6 +106,7 @@ BUILT_IN: tuple[ContextStrategy, ...] = (
     SELF_COMPACTION,
     SELF_COMPACTION_DRAWN,
     FOLDING,
+    MEMORY_NOTES,
 )
 """cxsim's own strategies, in the registry's order (the first is the default)."""
 

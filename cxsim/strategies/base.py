@@ -23,7 +23,10 @@ no protocol of their own: they ask the strategy
   (:meth:`~ContextStrategy.requests_compaction`), or one that opens a child window or
   returns from it (:meth:`~ContextStrategy.branch_move`; the child's first tokens,
   :meth:`~ContextStrategy.branch_prefix`, and what the parent gets back,
-  :meth:`~ContextStrategy.returned_turn`);
+  :meth:`~ContextStrategy.returned_turn`), or one that keeps a note
+  (:meth:`~ContextStrategy.keeps_note`; what a rebuilt window carries of the notes,
+  :meth:`~ContextStrategy.rebuilt_notes`, and how a rollout's segments are rearranged once
+  it ended, :meth:`~ContextStrategy.finished_segments`);
 - **what the scripted oracle does under it** (:meth:`~ContextStrategy.scripted_agents`, and
   :meth:`~ContextStrategy.scripted_agents_for` for a sized config, with its own compaction
   decisions, :meth:`~ContextStrategy.scripted_compacts`, which the sizing replays): the
@@ -104,6 +107,22 @@ class StepCost(NamedTuple):
     masked: int
     """With its observation turn replaced by the strategy's ``placeholder`` (``full`` when
     the strategy has none)."""
+
+
+class Note(NamedTuple):
+    """A note the policy kept (:meth:`ContextStrategy.keeps_note`), as the runtime records it."""
+
+    text: str
+    """Its words, the word that marks a note left out."""
+    step: int
+    """Environment steps taken in the episode before it was written."""
+    segment: int = -1
+    """``segment_index`` of the window segment it was written in (-1: that window is still
+    open, or was not recorded)."""
+    start: int = 0
+    """Where its response tokens start in that window segment (after the assistant header)."""
+    end: int = 0
+    """Where they end (exclusive: the end token included)."""
 
 
 KeptStep = tuple[int, bool]
@@ -220,6 +239,37 @@ class ContextStrategy:
         child's summary (the branching response's observation)."""
         return chat.observation(summary)
 
+    def keeps_note(
+        self, config: CompactionConfig, chat: ChatFormat, text: str, step: int, notes: int
+    ) -> str | None:
+        """Whether a response (its text), written after ``step`` environment steps with
+        ``notes`` notes kept so far in the episode, is a note to keep rather than an action:
+        the note's text, or None (the default: no response is). A kept note steps no
+        environment and counts as a turn; its tokens stay in the window, trainable, and the
+        runtime records it (:class:`Note`) for :meth:`rebuilt_notes` and
+        :meth:`finished_segments`."""
+        return None
+
+    def rebuilt_notes(
+        self, config: CompactionConfig, chat: ChatFormat, notes: Sequence[Note]
+    ) -> list[int]:
+        """The tokens a rebuilt window carries of the episode's ``notes`` after its prefix
+        (:meth:`rebuilt_prefix`) and before its steps, untrainable; by default none."""
+        return []
+
+    def finished_segments(
+        self,
+        config: CompactionConfig,
+        segments: list[Segment],
+        notes: Sequence[Note],
+        final_action: str | None,
+    ) -> list[Segment]:
+        """A rollout's recorded segments once its episode ended, before the runtime sets their
+        rewards, group and end (``final_action``: the response whose environment step
+        terminated the episode, None when it did not terminate); a strategy may rearrange
+        them (indices from 0 in time order, each parent earlier). By default unchanged."""
+        return segments
+
     def reserves_summary(self, config: CompactionConfig, turn: TurnState) -> bool:
         """Whether the summary reserve stays free in the window of ``turn``: while a
         compaction is left (:meth:`compactions_left`)."""
@@ -238,6 +288,11 @@ class ContextStrategy:
 
     def summary_tokens(self, config: CompactionConfig) -> int:
         """The most tokens a summary may take (0: no summary)."""
+        return 0
+
+    def response_floor(self, config: CompactionConfig, count: TokenCount) -> int:
+        """The fewest tokens the response cap must hold for the strategy's own responses
+        (``fit_sizes`` derives ``max_response_tokens`` at least this); 0 by default."""
         return 0
 
     def summary_reserve(self, config: CompactionConfig, chat: ChatFormat) -> int:

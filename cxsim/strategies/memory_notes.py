@@ -1,0 +1,329 @@
+"""``memory-notes``: the policy keeps notes that every rebuilt window carries, tagged with
+their step, and a note the final answer uses is credited with the outcome directly.
+
+**Notes.** At any turn the policy may answer :data:`NOTE_WORD` followed by the note's words
+(``note the key is k3``; ``note``, the tags' numbers, ``:`` and ``;`` are words every cxsim
+tokenizer holds: ``cxsim.envs.vocab``) instead of an action. The runtime keeps it
+(``keeps_note``): no environment step, one turn, its tokens stay in the window, trainable,
+and it is stored with the number of environment steps taken before it (its step). Bounds
+(``MemoryNotes(max_notes, max_note_tokens)``, validated): at most ``max_notes`` notes per
+episode, each of at most ``max_note_tokens`` tokens (the note word and the end token left
+out), written at step :data:`LAST_NOTE_STEP` at the latest (the numbers every cxsim
+tokenizer holds); a note beyond them is not kept and reaches the environment as an action.
+
+**Compaction** is ``compacted``'s (the threshold, the summary written by the policy),
+except that every rebuilt window also carries the notes so far, after the resume turn and
+before the steps it copies: one observation turn ``note 0 : the key is k3 ; note 7 : the
+key is now k5`` (each note tagged with its step, in the order written), untrainable. The
+room that takes is bounded by the bounds, and the sizing keeps it free
+(:meth:`MemoryNotes.notes_room`: in the first window and in every rebuilt one, so the
+derived budget holds any notes within the bounds, raw or carried; ``validate`` checks that a
+rebuilt window with a full summary and that room is not full; the response cap holds a note
+of ``max_note_tokens``, ``response_floor``).
+
+**Credit: a used note is a leaf.** A note is *used* when the episode terminated (the
+environment ended it) and one of the final action's words after its first (``answer k3``:
+``k3``; ``submit``: none) is a word of the note. Once the episode ended
+(``finished_segments``, :func:`route_note_credit`), each window segment w holding used
+notes is cut in three kinds of segments, in this order:
+
+- its **head**: w's tokens up to the first used note's response (the assistant header
+  included), trainable where w was, parent w's parent (it may have no trainable token, when
+  the note is the window's first response);
+- one **note segment** per used note: w's tokens up to the note's end token, trainable on
+  the note's response only, parent the head;
+- the **rest**: all of w's tokens, trainable where w was after the head, used notes left
+  out, parent the head; every segment that continued from w continues from it.
+
+The rest is the head's latest child, so the tree's paths (``cxsim.advantages``, "Segment
+trees") run head -> rest -> ... as the chain ran, and each note segment is a leaf, its path
+the note segment alone: the rollout's terminal reward R sits at its last trainable token
+(the note's end token). So a used note's n trainable tokens get, under cross-segment and
+stitched GAE alike (``N_>s = 0``), the local GAE of that segment:
+``delta_i = gamma V_{i+1} - V_i`` (i < n), ``delta_n = R - V_n``,
+``A_i = delta_i + gamma lam A_{i+1}``: at zero values ``R (gamma lam)^(n - i)``, whatever
+the distance from the note to the answer. Group broadcast reads rollout ids only: unchanged.
+The tokens of the main path no longer count a used note among their later tokens. A note
+that is not used stays an action of its window (credited along the path like any other);
+rollouts without a used note stay chains. Horizon figures count the head and the note
+segments among a rollout's execution segments.
+
+**Scripted oracle** (``scripted_agents_for``: ``cxsim.agents.scripted.NotingOracle`` around
+the usual oracle): before each action, while notes are left, it notes a needed fact the
+environment has shown whose current value it has not noted yet (the first one, in the
+task's order; :data:`SENTENCES`: ``the key is k3``, ``the red code is k4``, ``the bug is at
+calc.py:13``, ``the fix is p2``), so a revision is noted too; it answers from its context,
+which always holds its notes. KeyRecall and FactUpdate's answers use the latest note of the
+asked fact; SimRepo's final action (``submit``) uses none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from cxsim.strategies.base import Note, RolloutAgents, StepCost, TokenCount, _chat_count
+from cxsim.strategies.compacted import Compacted
+
+if TYPE_CHECKING:
+    from cxsim.agent_api import TurnRequest
+    from cxsim.agents.chat import ChatFormat
+    from cxsim.compaction import CompactionConfig
+    from cxsim.envs.defaults import EpisodeText
+    from cxsim.segments import Segment
+
+NOTE_WORD = "note"
+"""The first word of a response that keeps a note; the words after it are the note."""
+TAG = ":"
+"""Between a carried note's step and its words."""
+SEPARATOR = ";"
+"""Between two carried notes."""
+MAX_NOTES = 6
+"""Notes per episode, at most, by default (FactUpdate-v0's oracle writes up to 5: its two
+asked codes and three revisions)."""
+MAX_NOTE_TOKENS = 6
+"""Tokens of one note's words, at most, by default (the oracle's longest note: 5 words)."""
+LAST_NOTE_STEP = 99
+"""The latest step a note may be written at: its tag is a number every cxsim tokenizer holds."""
+SENTENCES: dict[str, dict[str, str]] = {
+    "key_recall": {"key": "the key is {value}"},
+    "fact_update": {"*": "the {name} code is {value}"},
+    "sim_repo": {"location": "the bug is at {value}", "patch": "the fix is {value}"},
+}
+"""The scripted oracle's note of a needed fact, per environment family (``*``: any fact)."""
+
+
+def note_line(note: Note) -> str:
+    """How a rebuilt window carries ``note``: ``note <step> : <words>``."""
+    return f"{NOTE_WORD} {note.step} {TAG} {note.text}"
+
+
+def note_sentence(family: str, name: str, value: str) -> str | None:
+    """The scripted oracle's note of fact ``name`` = ``value`` in ``family`` (None: it has none)."""
+    sentences = SENTENCES.get(family, {})
+    template = sentences.get(name, sentences.get("*"))
+    return None if template is None else template.format(name=name, value=value)
+
+
+def used_notes(notes: Sequence[Note], final_action: str | None) -> list[Note]:
+    """The recorded notes the final action uses: one of its words after the first is a word
+    of the note (none when the episode did not terminate)."""
+    if final_action is None:
+        return []
+    values = set(final_action.split()[1:])
+    return [n for n in notes if n.segment >= 0 and values & set(n.text.split())]
+
+
+def route_note_credit(
+    segments: list[Segment], notes: Sequence[Note], final_action: str | None
+) -> list[Segment]:
+    """``segments`` (one rollout's, in time order) with each window that holds used notes cut
+    into its head, one note segment per used note and the rest (module docstring, "Credit");
+    unchanged when no note is used."""
+    by_window: dict[int, list[Note]] = {}
+    for note in used_notes(notes, final_action):
+        by_window.setdefault(note.segment, []).append(note)
+    if not by_window:
+        return segments
+    out: list[Segment] = []
+    moved: dict[int, int] = {-1: -1}  # old segment_index -> the new one that continues it
+
+    def add(seg: Segment, parent: int) -> int:
+        seg.segment_index, seg.parent = len(out), parent
+        out.append(seg)
+        return seg.segment_index
+
+    for seg in segments:
+        parent = moved[seg.parent_index]
+        used = sorted(by_window.get(seg.segment_index, []), key=lambda n: n.start)
+        if not used:
+            moved[seg.segment_index] = add(replace(seg), parent)
+            continue
+        cut = used[0].start
+        rewards = seg.step_rewards or [0.0] * len(seg.token_ids)
+        head = add(_piece(seg, cut, range(cut), rewards), parent)
+        for note in used:
+            add(_piece(seg, note.end, range(note.start, note.end), None), head)
+        spans = {t for note in used for t in range(note.start, note.end)}
+        rest = [t for t in range(cut, len(seg.token_ids)) if t not in spans]
+        tail = [0.0] * cut + rewards[cut:]
+        moved[seg.segment_index] = add(_piece(seg, len(seg.token_ids), rest, tail), head)
+        out[-1].end = seg.end
+    return out
+
+
+def _piece(
+    seg: Segment, length: int, trained: Sequence[int] | range, rewards: list[float] | None
+) -> Segment:
+    """``seg``'s first ``length`` tokens, trainable at ``trained`` (where ``seg`` was) only."""
+    from cxsim.segments import Segment
+
+    keep = set(trained)
+    trainable = [seg.trainable[t] and t in keep for t in range(length)]
+    return Segment(
+        role=seg.role, token_ids=seg.token_ids[:length], trainable=trainable,
+        logprobs=[p if on else 0.0 for p, on in zip(seg.logprobs, trainable, strict=False)],
+        rollout_id=seg.rollout_id, segment_index=seg.segment_index, reward=seg.reward,
+        group_id=seg.group_id,
+        step_rewards=None if rewards is None else list(rewards[:length]),
+    )  # fmt: skip
+
+
+class MemoryNotes(Compacted):
+    """Compacted, with notes the policy keeps: every rebuilt window carries them, and a note
+    the final answer uses is a leaf segment credited with the outcome."""
+
+    name = "memory-notes"
+    help = (
+        "the policy may answer note <words> to keep a note that every rebuilt window carries "
+        "with its step; a full window is compacted; a note the final answer uses is credited "
+        "with the outcome directly"
+    )
+
+    def __init__(self, max_notes: int = MAX_NOTES, max_note_tokens: int = MAX_NOTE_TOKENS) -> None:
+        for name, value in (("max_notes", max_notes), ("max_note_tokens", max_note_tokens)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} ({value!r}) must be an integer >= 1")
+        self.max_notes = max_notes
+        self.max_note_tokens = max_note_tokens
+
+    # -- the notes ------------------------------------------------------------------
+    def keeps_note(
+        self, config: CompactionConfig, chat: ChatFormat, text: str, step: int, notes: int
+    ) -> str | None:
+        """``note <words>`` while notes are left, at step :data:`LAST_NOTE_STEP` at the
+        latest, its words at most ``max_note_tokens`` tokens."""
+        words = text.split()
+        if len(words) < 2 or words[0] != NOTE_WORD:
+            return None
+        if notes >= self.max_notes or step > LAST_NOTE_STEP:
+            return None
+        kept = " ".join(words[1:])
+        return kept if len(chat.encode(kept)) <= self.max_note_tokens else None
+
+    def rebuilt_notes(
+        self, config: CompactionConfig, chat: ChatFormat, notes: Sequence[Note]
+    ) -> list[int]:
+        """One observation turn with every note, ``note <step> : <words>``, joined by ``;``."""
+        if not notes:
+            return []
+        return chat.observation(f" {SEPARATOR} ".join(note_line(n) for n in notes))
+
+    def notes_room(self, config: CompactionConfig, count: TokenCount) -> int:
+        """The most tokens notes within the bounds take in one window: each of the
+        ``max_notes`` either carried (its tag, its words, a separator) or written in the
+        window (assistant header, note word, its words, end token), in one observation turn."""
+        carried = count("encode", f"{NOTE_WORD} {LAST_NOTE_STEP} {TAG}") + count(
+            "encode", SEPARATOR
+        )
+        written = count("assistant_prefix") + count("encode", NOTE_WORD) + 1
+        per_note = max(carried, written) + self.max_note_tokens
+        return count("observation", "") + self.max_notes * per_note
+
+    def words(self, config: CompactionConfig) -> list[str]:
+        tags = [str(step) for step in range(LAST_NOTE_STEP + 1)]
+        return [*super().words(config), NOTE_WORD, TAG, SEPARATOR, *tags]
+
+    def finished_segments(
+        self,
+        config: CompactionConfig,
+        segments: list[Segment],
+        notes: Sequence[Note],
+        final_action: str | None,
+    ) -> list[Segment]:
+        return route_note_credit(segments, notes, final_action)
+
+    # -- sizes and checks -------------------------------------------------------------
+    def response_floor(self, config: CompactionConfig, count: TokenCount) -> int:
+        """A note of ``max_note_tokens``: the note word, its words, the end token."""
+        return count("encode", NOTE_WORD) + self.max_note_tokens + 1
+
+    def rebuilt_floor(self, config: CompactionConfig, count: TokenCount, system: int) -> int:
+        return super().rebuilt_floor(config, count, system) + self.notes_room(config, count)
+
+    def rebuilt_size(
+        self,
+        config: CompactionConfig,
+        count: TokenCount,
+        system: int,
+        task: int,
+        summaries: Sequence[str],
+    ) -> int:
+        room = self.notes_room(config, count)
+        return super().rebuilt_size(config, count, system, task, summaries) + room
+
+    def sizing_windows(
+        self,
+        config: CompactionConfig,
+        count: TokenCount,
+        first: int,
+        steps: list[StepCost],
+        episode: EpisodeText,
+    ) -> list[tuple[int, list[StepCost]]]:
+        """The episode's window with the notes' room kept free (as every rebuilt window)."""
+        return [(first + self.notes_room(config, count), steps)]
+
+    def validate(self, config: CompactionConfig, chat: ChatFormat, system_prompt: str) -> None:
+        count = _chat_count(chat)
+        rebuilt = self.rebuilt_floor(config, count, len(chat.system(system_prompt)))
+        assert config.budget is not None and config.threshold is not None
+        if self.full(config, rebuilt):
+            raise ValueError(
+                f"budget ({config.budget}) is too small for a rebuilt window with notes: system "
+                f"prompt, resume turn with a full summary and {self.max_notes} notes of "
+                f"{self.max_note_tokens} tokens take {rebuilt} tokens, leaving "
+                f"{config.budget - rebuilt} < threshold ({config.threshold}); raise "
+                "--compaction.budget or lower --compaction.threshold / max_summary_tokens"
+            )
+        super().validate(config, chat, system_prompt)
+
+    # -- the scripted oracle ------------------------------------------------------------
+    def scripted_note(
+        self, chat: ChatFormat, request: TurnRequest, noted: Sequence[tuple[str, str]]
+    ) -> tuple[str, str, str] | None:
+        """What the scripted oracle notes before its action in ``request``, given what it
+        noted so far in the episode (``noted``: (fact, value) in order): (fact, value, the
+        note's words) for the first needed fact shown whose current value it has not noted
+        and its context holds, while notes are left; else None."""
+        from cxsim.envs.scripted import shown_facts
+
+        info: dict[str, Any] = request.info
+        if len(noted) >= self.max_notes or info.get("step", 0) > LAST_NOTE_STEP:
+            return None
+        if "key_facts" not in info or "needed_facts" not in info:
+            return None
+        latest = dict(noted)  # each fact's last noted value
+        present = set(request.context_text.split())
+        family = info.get("state", {}).get("env", "")
+        for name in shown_facts(info):
+            value = info["key_facts"][name]
+            if latest.get(name) == value or value not in present:
+                continue
+            text = note_sentence(family, name, value)
+            if text is not None and len(chat.encode(text)) <= self.max_note_tokens:
+                return name, value, text
+        return None
+
+    def scripted_agents_for(
+        self,
+        config: CompactionConfig,
+        env_id: str,
+        chat: ChatFormat,
+        omission_rate: float = 0.0,
+        seed: int = 0,
+        epsilon: float = 0.0,
+        skip_rate: float = 0.0,
+    ) -> RolloutAgents:
+        """The oracle, noting each needed fact as it is shown (:meth:`scripted_note`)."""
+        from cxsim.agents.scripted import NotingOracle
+
+        agents = self.scripted_agents(env_id, chat, omission_rate, seed, epsilon, skip_rate)
+
+        def note(request: TurnRequest, noted: Sequence[tuple[str, str]]):
+            return self.scripted_note(chat, request, noted)
+
+        return RolloutAgents(NotingOracle(agents.actor, chat, NOTE_WORD, note))
+
+
+MEMORY_NOTES = MemoryNotes()

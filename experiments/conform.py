@@ -11,7 +11,7 @@ at 1, micro-batch splits), compares the output with cxsim's float64
 reference, and prints per case the largest difference; for a failure, an
 example shrunk by hypothesis (within ``--shrink-seconds`` per case) and the
 terms of the equation that differ. ``--claims``, ``--lambda-kind``,
-``--min-group`` and ``--no-rejected-attempts`` declare what the function
+``--min-group``, ``--no-rejected-attempts`` and ``--no-trees`` declare what the function
 implements: cases outside that are skipped, and the report says what was not
 checked.
 
@@ -157,6 +157,10 @@ class Config:
     rejected_attempts: bool = True
     """The function is given rejected summary attempts (rows without a trainable token) and
     must keep them out of its advantages; --no-rejected-attempts skips those cases."""
+    trees: bool = True
+    """The function is given segment trees (``parent_index``, the estimator layout: what the
+    folding and memory-notes strategies record) and must follow each segment's path;
+    --no-trees (chains only) skips those cases."""
     shrink_seconds: float = 10.0
     """Time each failing case may spend shrinking its example; the report says where it ran
     out (the example is then not minimal)."""
@@ -282,7 +286,9 @@ def main(argv: list[str] | None = None) -> None:
     config = _parse(argv)
     from cxsim.conformance import Claims, conform
 
-    claims = Claims(config.claims, config.lambda_kind, config.min_group, config.rejected_attempts)
+    claims = Claims(
+        config.claims, config.lambda_kind, config.min_group, config.rejected_attempts, config.trees
+    )
     try:
         estimator = estimator_under_test(config.function)
         quantity, layout = settle(config, estimator)

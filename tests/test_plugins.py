@@ -122,11 +122,17 @@ def test_a_plugin_estimator_appears_in_the_lab_tables():
 def test_a_plugin_estimator_is_checked_by_cxsim_conform(capsys):
     from cxsim.experiments import conform
 
-    conform.main([PLUGIN, "--quantity", "stitched-gae", "--examples", "3",
+    conform.main([PLUGIN, "--quantity", "stitched-gae", "--examples", "3", "--no-trees",
                   "--only", "segments/", "observations/", "pinned/"])  # fmt: skip
     report = capsys.readouterr().out
     assert report.startswith(f"conformance of {PLUGIN}: stitched-gae, layout estimator")
     assert "all 12 cases run agree with the reference" in report
+    assert "chains only, never segment trees" in report  # pinned/tree: outside its claims
+    # the plug-in reads a rollout as a chain, so a segment tree is where it differs
+    with pytest.raises(SystemExit) as info:
+        conform.main([PLUGIN, "--quantity", "stitched-gae", "--only", "pinned/tree"])
+    assert info.value.code == 1
+    assert "1 of 1 cases run differ from the reference" in capsys.readouterr().out
     # the check is real: the plug-in is not the cross-segment estimator
     with pytest.raises(SystemExit) as info:
         conform.main([PLUGIN, "--quantity", "cross-segment-gae", "--examples", "5",

@@ -137,6 +137,8 @@ class Case:
     scope cannot change the result (fixed lambda, one segment per rollout, no lambda)."""
     rejected: bool = False
     """Its batches hold rejected summary attempts."""
+    tree: bool = False
+    """Its batches hold segment trees (a segment whose parent is not the one before it)."""
     example: Batch | None = None
     """A pinned case's batch."""
 
@@ -461,7 +463,9 @@ def tree_cases(lam_kinds: Sequence[str] = ("fixed", "adaptive")) -> list[Case]:
     for kind in lam_kinds:
         if kind == "fixed":
             strategy = _batch(_rollouts(with_obs, 3, 5), kind, tree=True)
-            cases.append(Case("trees/fixed", f"{what}, fixed lambda", strategy, lam_kind=kind))
+            cases.append(
+                Case("trees/fixed", f"{what}, fixed lambda", strategy, lam_kind=kind, tree=True)
+            )
         else:
             cases += [
                 Case(
@@ -470,6 +474,7 @@ def tree_cases(lam_kinds: Sequence[str] = ("fixed", "adaptive")) -> list[Case]:
                     _batch(_rollouts(with_obs, 3, 5), kind, scope=scope, tree=True),
                     lam_kind=kind,
                     scope=scope,
+                    tree=True,
                 )
                 for scope in ("segment", "rollout")
             ]
@@ -600,5 +605,6 @@ def _pinned(name: str, what: str, batch: Batch) -> Case:
         lam_kind=kind,
         scope=batch.scope if kind == "adaptive" and several else None,
         rejected=bool(batch.rejected.any()),
+        tree=batch.parent_index is not None,
         example=batch,
     )

@@ -3,8 +3,9 @@
 A framework may implement one adaptive-lambda scope only, fixed lambda only,
 group advantages only for groups of at least N rollouts, or never see rejected
 summary attempts (its pipeline drops them before the call). Declared with
-``cxsim conform --claims``, ``--lambda-kind``, ``--min-group`` and
-``--no-rejected-attempts``, cases outside the claims are skipped and groups
+``cxsim conform --claims``, ``--lambda-kind``, ``--min-group``,
+``--no-rejected-attempts`` and ``--no-trees`` (the function reads every rollout as a chain,
+as it is under the strategies that do not branch), cases outside the claims are skipped and groups
 below the smallest size removed from each batch; the report counts both and
 says what was not checked (docs/conformance.md).
 """
@@ -53,6 +54,9 @@ class Claims:
     """Smallest group (rollouts) the group advantages are defined for."""
     rejected_attempts: bool = True
     """The function is given rejected summary attempts (rows without a trainable token)."""
+    trees: bool = True
+    """The function is given segment trees (``parent_index``: context strategies that branch,
+    folding and memory-notes); False: chains only."""
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPE_CLAIMS:
@@ -77,6 +81,10 @@ class Claims:
             raise ValueError(
                 f"--min-group applies to {', '.join(GROUP_QUANTITIES)}; {quantity} has no groups"
             )
+        if not self.trees and quantity not in GAE_QUANTITIES:
+            raise ValueError(
+                f"--no-trees applies to {', '.join(GAE_QUANTITIES)}; {quantity} has no tree cases"
+            )
         if not self.rejected_attempts and quantity not in REJECTED_QUANTITIES:
             raise ValueError(
                 f"--no-rejected-attempts applies to {', '.join(REJECTED_QUANTITIES)}; "
@@ -96,6 +104,8 @@ class Claims:
             return f"adaptive lambda over the {case.scope} (--claims {self.scope})"
         if case.rejected and not self.rejected_attempts:
             return "rejected summary attempts (--no-rejected-attempts)"
+        if case.tree and not self.trees:
+            return "segment trees (--no-trees)"
         if case.example is not None:
             kept, _ = self.restrict(case.example, quantity)
             if kept.num_rows == 0:
@@ -130,4 +140,6 @@ class Claims:
             parts.append(f"groups of at least {self.min_group} rollouts")
         if not self.rejected_attempts:
             parts.append("never given rejected summary attempts")
+        if not self.trees:
+            parts.append("chains only, never segment trees")
         return "claims: " + "; ".join(parts) if parts else ""

@@ -404,13 +404,15 @@ def draw_figure(study: Study, selection: Selection, runs: Runs, path: Path) -> b
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    xs = [side_value(runs, side, chosen.x).mean for side, _ in points]
+    log_x = min(xs) > 0 and max(xs) / min(xs) > 5
     for side, label in points:
         x, y = side_value(runs, side, chosen.x), side_value(runs, side, chosen.y)
         errors = [
-            [[value.mean - value.low], [value.high - value.mean]]
-            if not math.isnan(value.low)
-            else None
-            for value in (x, y)
+            None
+            if math.isnan(value.low) or (log and value.low <= 0)  # no bar to 0 on a log axis
+            else [[value.mean - value.low], [value.high - value.mean]]
+            for value, log in ((x, log_x), (y, False))
         ]
         ax.errorbar(x.mean, y.mean, xerr=errors[0], yerr=errors[1], fmt="o", capsize=3)
         ax.annotate(
@@ -420,8 +422,7 @@ def draw_figure(study: Study, selection: Selection, runs: Runs, path: Path) -> b
             xytext=(5, 4),
             fontsize=8,
         )
-    xs = [side_value(runs, side, chosen.x).mean for side, _ in points]
-    if min(xs) > 0 and max(xs) / min(xs) > 5:
+    if log_x:
         ax.set_xscale("log")
     ax.set_xlabel(f"{chosen.x} (mean over seeds, 95% interval)")
     ax.set_ylabel(f"{chosen.y} (mean over seeds, 95% interval)")

@@ -14,6 +14,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_strategies import by_rollout, trainable_runs
 
 from cxsim.advantages import (
     cross_segment_gae,
@@ -63,24 +64,6 @@ def oracle_rollouts(env_id: str, config: CompactionConfig, seeds) -> RolloutBatc
     agents = config.strategy.scripted_agents_for(config, env_id, chat())
     kwargs = EnvConfig(env_id=env_id).kwargs  # the id's defaults, as the pre-flight's
     return collect_rollouts(env_id, kwargs, agents.actor, config, list(seeds), chat())
-
-
-def by_rollout(batch: RolloutBatch) -> dict[int, list[Segment]]:
-    out: dict[int, list[Segment]] = {}
-    for seg in batch.segments:
-        out.setdefault(seg.rollout_id, []).append(seg)
-    return out
-
-
-def trainable_runs(seg: Segment) -> list[tuple[int, list[int]]]:
-    """(start, tokens) of each maximal run of trainable tokens."""
-    runs: list[tuple[int, list[int]]] = []
-    for t, (tok, on) in enumerate(zip(seg.token_ids, seg.trainable, strict=True)):
-        if on and (t == 0 or not seg.trainable[t - 1]):
-            runs.append((t, []))
-        if on:
-            runs[-1][1].append(tok)
-    return runs
 
 
 def system_prompt(env_id: str) -> str:

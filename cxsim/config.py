@@ -283,6 +283,9 @@ class PPOConfig:
     """Actor Adam learning rate (tiny models; the paper's 2e-6 is for 30B-106B)."""
     critic_lr: float = 2e-3
     """Critic Adam learning rate."""
+    value_head_lr: float | None = when_set(None)
+    """Adam learning rate of the value head and its pool (cxsim/critics.py), apart from the
+    critic's backbone; None: --ppo.critic-lr for every critic parameter."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip for actor and critic."""
     entropy_coef: float = 0.0
@@ -366,6 +369,10 @@ class PPOConfig:
             )
         if self.actor_lr <= 0 or self.critic_lr <= 0:
             raise ValueError("actor_lr and critic_lr must be positive")
+        if self.value_head_lr is not None and not self.value_head_lr > 0:
+            raise ValueError(
+                f"--ppo.value-head-lr {self.value_head_lr} must be positive (or None: critic_lr)"
+            )
         if self.clip_eps <= 0 or (self.value_clip_eps is not None and self.value_clip_eps <= 0):
             raise ValueError("clip_eps and value_clip_eps must be positive")
         if self.temperature <= 0:
@@ -405,6 +412,7 @@ class PPOConfig:
             "value_pretrain_steps": self.value_pretrain_steps > 0,
             "value_head": self.value_head != "last",
             "value_loss": self.value_loss != "mse",
+            "value_head_lr": self.value_head_lr is not None,
         }
         given = [name for name, on in critic_flags.items() if on]
         if given and not self.uses_critic:

@@ -182,6 +182,20 @@ def build_critic(policy: nn.Module, config: PPOConfig) -> Critic:
     return Critic.from_policy(policy, value_head=config.value_head, support=support)
 
 
+def critic_optimizer(critic: nn.Module, config: PPOConfig) -> torch.optim.Adam:
+    """Adam over the critic's parameters: the backbone at ``config.critic_lr``, the value head
+    and its pool at ``config.value_head_lr`` (one group at ``critic_lr`` when that is None)."""
+    import torch
+
+    if config.value_head_lr is None:
+        return torch.optim.Adam(critic.parameters(), lr=config.critic_lr)
+    head = [p for name, p in critic.named_parameters() if not name.startswith("backbone.")]
+    backbone = [p for name, p in critic.named_parameters() if name.startswith("backbone.")]
+    return torch.optim.Adam(
+        [{"params": backbone, "lr": config.critic_lr}, {"params": head, "lr": config.value_head_lr}]
+    )
+
+
 def check_critic(critic: nn.Module, config: PPOConfig) -> None:
     """Raises a one-line ValueError when a loaded critic's head does not match the configured
     value head and loss (a resumed run's critic was made with other flags)."""

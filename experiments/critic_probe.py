@@ -10,8 +10,9 @@ Reads top to bottom. For one policy (``--policy``):
    (``Critic.from_policy``), frozen; per segment index, a ridge probe from its features at
    the segment's first trainable token (where ``critic/mc_ev_seg{k}`` reads the value) to
    the outcome, fit on the first ``--fit-share`` of the rollouts, its explained variance
-   on the rest. Two feature sets: the last hidden state (what the value head reads) and
-   the mean hidden state over the prefix;
+   on the rest. Three feature sets: the last hidden state (what the value head reads),
+   the mean hidden state over the prefix, and the mean input embedding over the prefix
+   (what the prefix's words alone say, before any layer);
 4. **the critic's own training** (``--critic-iterations N``): a fresh critic made from the
    policy, trained by the trainer's own critic step (``score_batch`` then ``critic_update``,
    ``--ppo.*`` settings) on the fit rollouts, ``rollouts_per_batch`` at a time with the
@@ -55,9 +56,10 @@ from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, PPOConfig
 from cxsim.critics import VALUE_HEADS, VALUE_LOSSES
 
-FEATURES = ("last", "prefix-mean")
-"""Feature sets of the probe: the hidden state at the value's position, and the mean of the
-hidden states over the prefix up to it."""
+FEATURES = ("last", "prefix-mean", "embedding-mean")
+"""Feature sets of the probe: the hidden state at the value's position, the mean of the
+hidden states over the prefix up to it, and the mean of the prefix's input embeddings (a
+bag of its words: what the last layer would carry if it kept every word it read)."""
 
 
 @dataclass(frozen=True)
@@ -177,8 +179,9 @@ def ridge_probe(x: Any, y: Any, fit: Any, ridges: tuple[float, ...]) -> tuple[fl
 
 
 def _hidden_states(critic: Any, batch: Any, rows: int) -> Any:
-    """Per chunk of ``rows`` rows: ``(hidden (s, T, H), mask (s, T) long, at (s,))`` from the
-    critic's backbone, ``at`` the position whose features give the value of each row's first
+    """Per chunk of ``rows`` rows: ``(hidden (s, T, H), mask (s, T) long, at (s,),
+    embedded (s, T, H))`` from the critic's backbone (its last hidden states and its input
+    embeddings), ``at`` the position whose features give the value of each row's first
     trainable token (``values[t] = head(features[t - 1])``)."""
     import torch
 
@@ -188,24 +191,32 @@ def _hidden_states(critic: Any, batch: Any, rows: int) -> Any:
             ids = batch.token_ids[start : start + rows]
             mask = batch.attention[start : start + rows].long()
             position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-            hidden = critic.backbone(
-                input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False
-            ).last_hidden_state  # (s, T, H)
-            yield hidden, mask, first[start : start + rows] - 1
+            out = critic.backbone(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=position_ids,
+                use_cache=False,
+                output_hidden_states=True,
+            )
+            at = first[start : start + rows] - 1
+            yield out.last_hidden_state, mask, at, out.hidden_states[0]  # (s, T, H) each
 
 
 def value_features(critic: Any, batch: Any, rows: int = 16) -> dict[str, Any]:
     """(S, H) features per row at the position whose hidden state gives the value of the
-    row's first trainable token: the last hidden state there and the prefix mean."""
+    row's first trainable token: the last hidden state there, the prefix mean of the hidden
+    states and the prefix mean of the input embeddings (:data:`FEATURES`)."""
     import torch
 
+    def running_mean(x: Any, mask: Any) -> Any:
+        return (x * mask[..., None]).cumsum(1) / mask.cumsum(1).clamp(min=1)[..., None]
+
     out: dict[str, list[Any]] = {name: [] for name in FEATURES}
-    for hidden, mask, at in _hidden_states(critic, batch, rows):
-        hidden = hidden.double()
+    for hidden, mask, at, embedded in _hidden_states(critic, batch, rows):
         picked = torch.arange(len(hidden))
-        running = (hidden * mask[..., None]).cumsum(1) / mask.cumsum(1).clamp(min=1)[..., None]
-        out["last"].append(hidden[picked, at])
-        out["prefix-mean"].append(running[picked, at])
+        out["last"].append(hidden.double()[picked, at])
+        out["prefix-mean"].append(running_mean(hidden.double(), mask)[picked, at])
+        out["embedding-mean"].append(running_mean(embedded.double(), mask)[picked, at])
     return {name: torch.cat(parts) for name, parts in out.items()}
 
 
@@ -217,7 +228,7 @@ def head_features(critic: Any, pool: Any, batch: Any, rows: int = 16) -> Any:
 
     out = []
     with torch.no_grad():
-        for hidden, mask, at in _hidden_states(critic, batch, rows):
+        for hidden, mask, at, _ in _hidden_states(critic, batch, rows):
             features = hidden if pool is None else pool(hidden, mask.bool())
             out.append(features[torch.arange(len(hidden)), at].double())
     return torch.cat(out)
@@ -296,14 +307,13 @@ def train_critic(
     by the trainer's critic step (``score_batch`` then ``critic_update``, ``ppo``'s settings)
     for ``iterations`` iterations over ``batches``; after each, ``measure(values, held)``
     (default: :func:`first_token_ev`)."""
-    import torch
 
-    from cxsim.critics import build_critic
+    from cxsim.critics import build_critic, critic_optimizer
     from cxsim.ppo import critic_update, critic_values, score_batch
 
     measure = first_token_ev if measure is None else measure
     critic = build_critic(policy, ppo)
-    optimizer = torch.optim.Adam(critic.parameters(), lr=ppo.critic_lr)
+    optimizer = critic_optimizer(critic, ppo)
     history = []
     for iteration in range(iterations):
         batch = batches[iteration % len(batches)]

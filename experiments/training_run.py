@@ -34,7 +34,7 @@ from cxsim.checkpoint import (
     seed_everything,
 )
 from cxsim.config import check_policy_dir
-from cxsim.critics import build_critic, check_critic
+from cxsim.critics import build_critic, check_critic, critic_optimizer
 from cxsim.diagnostics import ComputeMeter
 from cxsim.distributed import (
     DistContext,
@@ -93,9 +93,7 @@ class TrainingRun:
         # float32 master weights (load_models), hence float32 Adam state, in bf16 too
         self.optimizers = {"actor": torch.optim.Adam(self.policy.parameters(), lr=cfg.ppo.actor_lr)}
         if self.critic is not None:
-            self.optimizers["critic"] = torch.optim.Adam(
-                self.critic.parameters(), lr=cfg.ppo.critic_lr
-            )
+            self.optimizers["critic"] = critic_optimizer(self.critic, cfg.ppo)
         self.state = TrainingState(0, {}, {}, [], {"elapsed_s": 0.0})
         if checkpoint:
             self.state = restore(checkpoint, self.optimizers, cfg, self.ctx)

@@ -55,7 +55,7 @@ def test_probe_runs_on_a_policy_and_writes_every_segment(tmp_path: Path, capsys)
     assert result["episodes"] == 16 and 0.0 <= result["success"] <= 1.0
     probes = result["probe_heldout_ev"]
     assert "seg0" in probes and probes["seg0"]["rollouts"] == 16
-    assert set(probes["seg0"]) == {"last", "prefix-mean", "rollouts"}
+    assert set(probes["seg0"]) == {"last", "prefix-mean", "embedding-mean", "rollouts"}
     # the trainer's critic step, twice on the 12 fit rollouts, figures on the 4 held out
     assert len(result["critic_training"]) == 2
     assert all(-10 < ev <= 1 for cells in result["critic_training"] for ev in cells.values())
@@ -131,6 +131,11 @@ def test_head_features_are_what_each_fresh_head_reads():
     pooled = head_features(critic, VALUE_HEADS["attention-pool"].pool(hidden), batch)
     torch.testing.assert_close(last, frozen["last"], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(mean, frozen["prefix-mean"], rtol=1e-5, atol=1e-5)
+    # the bag of words: the prefix's input embeddings averaged, before any layer
+    table = critic.backbone.get_input_embeddings().weight.double()
+    for row, at in enumerate((batch.trainable.long().argmax(dim=1) - 1).tolist()):
+        words = batch.token_ids[row, : at + 1][batch.attention[row, : at + 1]]
+        torch.testing.assert_close(frozen["embedding-mean"][row], table[words].mean(0))
     torch.testing.assert_close(pooled, mean, rtol=1e-5, atol=1e-6)  # query 0: the prefix mean
     assert not torch.allclose(last, mean)
     # the value the head would give is read from exactly these features

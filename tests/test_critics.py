@@ -17,7 +17,14 @@ from cxsim.agents.models import build_policy
 from cxsim.agents.tokenizer import build_tokenizer
 from cxsim.cli import main as cxsim
 from cxsim.config import PPOConfig
-from cxsim.critics import VALUE_HEADS, VALUE_LOSSES, ValueHead, build_critic, check_critic
+from cxsim.critics import (
+    VALUE_HEADS,
+    VALUE_LOSSES,
+    ValueHead,
+    build_critic,
+    check_critic,
+    critic_optimizer,
+)
 from cxsim.losses import histogram_edges, hl_gauss_loss, hl_gauss_target
 from cxsim.ppo import critic_update, score_batch
 from cxsim.segments import Segment, SegmentBatch, pack_segments
@@ -85,6 +92,24 @@ def test_each_variant_reduces_its_value_loss_on_a_fixed_batch(policy, head, loss
     win = rewards[mask] > 0
     picked = values[mask]
     assert picked[win].mean() - picked[~win].mean() > 0.3  # the values read the cue
+
+
+def test_the_value_head_learns_at_its_own_rate_apart_from_the_backbone(policy):
+    critic, cfg = critic_for(
+        policy, "attention-pool", minibatches=1, critic_lr=1e-6, value_head_lr=1e-1
+    )
+    randomise(critic)
+    before = {name: p.detach().clone() for name, p in critic.named_parameters()}
+    scored, _ = score_batch(cue_batch(), critic, cfg)
+    critic_update(critic, critic_optimizer(critic, cfg), scored, cfg, passes=1)
+    moved = {name: float((p - before[name]).abs().max()) for name, p in critic.named_parameters()}
+    backbone = max(v for name, v in moved.items() if name.startswith("backbone."))
+    head = max(v for name, v in moved.items() if not name.startswith("backbone."))
+    # Adam's first step moves each parameter by about its learning rate
+    assert 0.05 < head <= 0.1 + 1e-6 and 0 < backbone < 1e-5, (head, backbone)
+    assert moved["pool.query"] > 0.05  # the pool learns at the head's rate
+    one_group = critic_optimizer(critic, replace(cfg, value_head_lr=None))
+    assert [g["lr"] for g in one_group.param_groups] == [1e-6]
 
 
 def test_the_pool_query_learns(policy):
@@ -273,6 +298,7 @@ def test_variants_save_and_load(policy, tmp_path, head, loss):
         ("value_loss", "l1", "value_loss='l1' is unknown; choose one of: mse, hl-gauss, "),
         ("value_head", "no_such_module:head", "no_such_module:head: cannot import module"),
         ("critic_lam", 1.5, "critic_lam=1.5 must lie in [0, 1]"),
+        ("value_head_lr", 0.0, "--ppo.value-head-lr 0.0 must be positive"),
         ("value_bins", 1, "value bins: need --ppo.value-bins >= 2"),
     ],
 )

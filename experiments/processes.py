@@ -1,8 +1,8 @@
 """Seeds side by side: each job in its own spawned process with one torch thread.
 
-``cxsim tables``, ``cxsim verdicts`` and ``cxsim bench learning`` run their seeds
-through :func:`map_in_processes`. Tiny models run 10-100x faster on one thread
-each than on a shared pool, and ``spawn`` (not ``fork``) keeps a child from
+``cxsim tables`` runs its seeds through :func:`map_in_processes` (``cxsim verdicts`` and
+``cxsim study`` run theirs on cxsim/studies/executors.py). Tiny models run 10-100x faster
+on one thread each than on a shared pool, and ``spawn`` (not ``fork``) keeps a child from
 inheriting torch's thread pools.
 """
 

@@ -1,53 +1,63 @@
 """``cxsim verdicts``: a verdict on each claim of the paper, from runs sized to tell its
 ablations apart (docs/results/verdicts.md).
 
-Reads top to bottom. For each of K seeds (``--seeds``, 8 in the full preset), in ``--jobs``
-single-threaded processes, everything of its own, as a new user's run would be:
+Reads top to bottom. The preset's settings become a study (:func:`verdict_study`, in the
+terms of cxsim/studies/spec.py): the main setting, each credit setting
+(:class:`CreditSetting`), the arms of :data:`ARMS` (presets of experiments/presets.py) and
+the claims of ``verdicts_claims.CLAIMS``, each with its prediction written before the runs.
+The study engine then makes every run they need, cached per unit under ``--runs-dir``
+(cxsim/studies/runner.py ``run_study``), on this machine's processes or on Ray
+(``--executor``), for the seeds of ``--seeds``, each with everything of its own, as a new
+user's run would be:
 
 0. (once, shared) with ``--pretrain`` settings, the starting checkpoint every seed's SFT
    starts from, as every user of the paper's recipe starts from one pretrained LLM: a
    fresh model cloned from omission-0 demonstrations of tasks no seed uses, the first
    of ``--pretrain-seeds`` that learns to copy the key;
 1. an SFT base (``--sft`` settings, seed s, its own demonstrations);
-2. PPO from that base for every arm the claims compare (:data:`ARMS`, presets of
-   experiments/presets.py), training seed s;
-3. Compacted Pass@1 of the base and of every arm on the seed's own tasks (``--eval.seed``
+2. PPO from that base for every arm the claims compare, training seed s;
+3. Compacted Pass@1 of the base and of every arm on the seed's own tasks (evaluation seed
    s: task seeds never shared between seeds), Single for the Table 2 claim, and the
-   Table 1 swap: the base as executor with another summarizer.
+   Table 1 swap: the base acting with another policy's summaries.
 
-Then each claim of ``verdicts_claims.CLAIMS`` pairs two of those evaluations by seed: the mean
-difference with its 95% Student-t interval over seeds, the verdict (reproduced:
-the interval excludes 0 in the claim's direction; contradicted: it excludes 0 the
-other way; not resolved), the smallest effect the run could have detected (80%
-power, ``scipy.stats.nct``), and the diagnostic that explains the row.
-:data:`verdicts_claims.CLAIMS` holds each claim's prediction, written before the runs. The page
-is rendered by experiments/verdicts_page.py. Every (arm, seed) result is cached
-under ``--runs-dir`` as ``cxsim tables`` caches its rows: a killed run resumes.
+Then experiments/verdicts_page.py pairs the claims' evaluations by seed (the mean
+difference with its 95% Student-t interval, the verdict, the smallest effect the run could
+have detected, the diagnostic that explains the row) from plain per-seed results
+(:func:`page_runs`). ``--only`` narrows the run as ``cxsim study --only`` does. A cache
+made before the study engine ran this command (one folder per preset and setting, then
+per seed) is adopted once into the engine's layout (:func:`adopt_old_runs`), so its runs
+are read, not made again.
 
     cxsim verdicts                                    # smoke: the pipeline in a few minutes
     cxsim verdicts --preset full --out docs/results   # the committed page: 8 seeds, 2 at a time
+    cxsim verdicts --preset full --seeds 20:24 --only credit:correction-fixed-lambda
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import tyro
 
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
-from cxsim.experiments import run as run_entry
 from cxsim.experiments.presets import cli_with_budget
-from cxsim.experiments.processes import map_in_processes
 from cxsim.experiments.tables import SMOKE_ENV
-from cxsim.tables import cached_json, config_tag
+from cxsim.experiments.verdicts_claims import CLAIMS, NO_EFFECT_MARGIN, Claim, evaluation_side
+from cxsim.model_options import check_device_name
 from cxsim.tracking import say
+
+if TYPE_CHECKING:
+    from cxsim.studies.spec import Claim as StudyClaim
+    from cxsim.studies.spec import Study
 
 BudgetName = Literal["smoke", "full"]
 
@@ -65,10 +75,8 @@ CREDIT_ARMS: tuple[str, ...] = (
 )  # fmt: skip
 """The arms of the credit setting: the correction on and off at each lambda scope."""
 
-SINGLE = ("base", "compactionrl")
-"""Policies also evaluated under Single (Table 2)."""
-SUMMARIZERS = ("compactionrl", "base")
-"""Table 1: summarizers paired with the base as executor (``t1:<name>``)."""
+STAGE0 = "copies"
+"""The stage 0's name in the study (``[stage0.copies]``, as in studies/verdicts.toml)."""
 
 
 @dataclass(frozen=True)
@@ -106,19 +114,27 @@ class Config:
     ``smoke`` (a short task and tiny budgets, 2 seeds: checks the pipeline, its numbers
     mean nothing) or ``full`` (the committed page: the main job's settings, 8 seeds two
     at a time)."""
-    seeds: int = 2
-    """K: independent seeds (0..K-1), each with its own SFT base and evaluation tasks."""
+    seeds: str = "2"
+    """The independent seeds, each with its own SFT base and evaluation tasks: ``K`` (seeds
+    0 to K-1) or ``a:b`` (seeds a to b-1); at least 2."""
+    only: tuple[str, ...] = ()
+    """Run only these, as ``cxsim study --only``: ``SETTING`` (``main``, ``credit``,
+    ``credit-critic``: its base and arms), ``SETTING:CLAIM`` (that claim's evaluations and
+    what they need, e.g. ``credit:correction-fixed-lambda``), ``arm:NAME``; several add up.
+    The page then shows the claims whose evaluations were made."""
     out_dir: Annotated[str, tyro.conf.arg(aliases=("--out",))] = "runs/verdicts/page"
     """Where verdicts.md and its figures go (``docs/results`` for the committed page)."""
     runs_dir: str = "runs/verdicts"
-    """Cache of runs and evaluations, one folder per settings hash, then per seed."""
+    """The cache of runs (the study engine's: one folder per setting, then per seed); a
+    rerun reads what is there and makes only what is new."""
     env: EnvConfig = field(default_factory=EnvConfig)
     compaction: CompactionConfig = field(default_factory=lambda: DEFAULT_COMPACTION)
     sft: SFTConfig = field(default_factory=SFTConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO settings every arm starts from; each arm's preset applies its changes on top."""
     eval: EvalConfig = field(default_factory=lambda: EvalConfig(episodes=256))
-    """Evaluation (``--eval.seed`` is replaced by each training seed)."""
+    """Evaluation (``--eval.seed`` is replaced by each training seed; the protocols are the
+    claims': Compacted, Single for Table 2, external-summarizer for Table 1)."""
     pretrain: Annotated[SFTConfig | None, tyro.conf.AvoidSubcommands] = None
     """Stage 0, the shared starting checkpoint (the analog of the pretrained LLM every
     user of the paper's recipe starts from): SFT of a fresh model on demonstrations of
@@ -131,7 +147,13 @@ class Config:
     copy_loss: float = 0.01
     """Held-out execution loss (nats per token) below which the stage-0 model copies the key."""
     jobs: int = 2
-    """Seeds run at once, each in its own single-threaded process."""
+    """Runs at once, each in its own single-threaded process (with ``--executor ray`` and no
+    ``--ray-address``: the CPUs of the local Ray instance)."""
+    executor: Literal["local", "ray"] = "local"
+    """Where runs execute: ``local`` (this machine's processes) or ``ray`` (one Ray task per
+    run; ``pip install 'cxsim[ray]'``), as ``cxsim study --executor``."""
+    ray_address: str | None = None
+    """A running Ray cluster to join (``HOST:PORT``; with ``--executor ray``)."""
     device: str = "cpu"
     """Device of every run."""
     credit_setting: bool = True
@@ -139,21 +161,25 @@ class Config:
     credit: Annotated[tuple[CreditSetting, ...], tyro.conf.Suppress] = ()
     """The credit settings (set by the preset; empty: the main setting only)."""
     arms: Annotated[tuple[str, ...], tyro.conf.Suppress] = ARMS
-    """Arms every seed trains (the main setting's; :meth:`credit_config` swaps them)."""
-    single: Annotated[tuple[str, ...], tyro.conf.Suppress] = SINGLE
-    summarizers: Annotated[tuple[str, ...], tyro.conf.Suppress] = SUMMARIZERS
+    """Arms every seed trains in the main setting."""
 
     def __post_init__(self) -> None:
         if self.pretrain is not None and not self.pretrain_seeds:
             raise ValueError("--pretrain-seeds is empty: pass at least one stage-0 seed")
-        if self.seeds < 2:
+        if len(self.seed_list) < 2:
             raise ValueError(f"--seeds {self.seeds}: a paired interval needs at least 2 seeds")
         if self.jobs < 1:
             raise ValueError(f"--jobs {self.jobs}: pass at least one process")
-        self.run_config(Path(), 0)  # the main job's checks
+        if self.executor == "ray":
+            from cxsim.studies.executors import gpus_per_run
+
+            gpus_per_run(self.device)
+        else:
+            if self.ray_address is not None:
+                raise ValueError("--ray-address joins a Ray cluster: pass --executor ray too")
+            check_device_name(self.device)
         seen: dict[str, CreditSetting] = {}
         for setting in self.credit:
-            self.credit_config(setting)
             other = seen.get(setting.bases_from)
             if setting.bases_from and (
                 other is None or (other.env, other.sft) != (setting.env, setting.sft)
@@ -163,33 +189,85 @@ class Config:
                     f"{setting.bases_from!r}: name an earlier setting with the same env and SFT"
                 )
             seen[setting.name] = setting
+        verdict_study(self)  # every setting, arm and stage config checked before any work
 
-    def credit_config(self, setting: CreditSetting) -> Config:
-        """A credit setting as a config of its own: its task, SFT, PPO and arms, no stage 0
-        (its seeds start from the main setting's), no Single or Table 1 evaluations."""
-        return replace(
-            self, env=setting.env, sft=setting.sft, ppo=setting.ppo or self.ppo,
-            arms=setting.arms, single=(), summarizers=(), pretrain=None, credit=(),
+    @property
+    def seed_list(self) -> tuple[int, ...]:
+        """``--seeds``: ``K`` is seeds 0..K-1 (the count), ``a:b`` seeds a..b-1."""
+        from cxsim.studies.spec import parse_seeds
+
+        text = self.seeds.strip()
+        return tuple(range(int(text))) if text.isdigit() else parse_seeds(text, "--seeds")
+
+
+# -- the verdict run as a study -----------------------------------------------------------
+
+
+def verdict_study(cfg: Config) -> Study:
+    """The settings, arms and claims of this run as a study (cxsim/studies/spec.py), checked:
+    every setting shares one stage 0 (with ``--pretrain``), is evaluated under Compacted
+    (a claim's other protocols are evaluated for its two sides), and trains its arms with
+    their presets over its PPO settings."""
+    from cxsim.studies.spec import STAGE0_PREFIX, Arm, Setting, Stage0, Study, side_pairs
+    from cxsim.studies.stages import arm_ppo, main_job_config, stage0_sft_config
+
+    stage0 = None
+    if cfg.pretrain is not None:
+        stage0 = Stage0(
+            STAGE0, "main", cfg.env, cfg.compaction, cfg.pretrain, None, cfg.pretrain_seeds,
+            cfg.copy_loss, about="without it, bases made from a fresh model at these budgets "
+            'often never learn to copy (docs/results.md, "Independent seeds")',
         )  # fmt: skip
-
-    def run_config(self, seed_dir: Path, seed: int, start: str | None = None) -> run_entry.Config:
-        """The main job's config for one seed (its own SFT seed and evaluation tasks),
-        its SFT starting from ``start`` (a policy folder) or a fresh model."""
-        return run_entry.Config(
-            run_dir=str(seed_dir), presets=self.arms, seeds=(seed,), sft_seed=seed, env=self.env,
-            compaction=self.compaction, sft=self.sft, ppo=self.ppo,
-            eval=replace(self.eval, seed=seed), threads=1, progress_bar=False,
-            device=self.device, policy=start,
+        stage0_sft_config(stage0, stage0.seeds[0], Path(), cfg.device)  # the SFT stage's checks
+    policy = None if stage0 is None else STAGE0_PREFIX + STAGE0
+    evaluation = replace(cfg.eval, protocols=("compacted",))
+    settings = [
+        Setting("main", cfg.env, cfg.compaction, cfg.sft, cfg.ppo, evaluation, policy, cfg.arms,
+                stage0=stage0)
+    ]  # fmt: skip
+    for credit in cfg.credit if cfg.credit_setting else ():
+        settings.append(
+            Setting(credit.name, credit.env, cfg.compaction, credit.sft, credit.ppo or cfg.ppo,
+                    evaluation, policy, credit.arms, about=credit.about, stage0=stage0,
+                    bases_from=credit.bases_from)
         )  # fmt: skip
+    arms = tuple(Arm(name, name) for name in dict.fromkeys(a for s in settings for a in s.arms))
+    for setting in settings:
+        main_job_config(setting, 0, Path(), cfg.device)  # the main job's checks
+        for name in setting.arms:
+            arm_ppo(setting, next(a for a in arms if a.name == name))
+    made = {(s.name, a) for s in settings for a in ("base", *s.arms)}  # the claims they decide
+    return Study(
+        path=str(Path(__file__).absolute()),
+        title="Verdicts on the paper's claims",
+        question="",
+        seeds=cfg.seed_list,
+        settings=tuple(settings),
+        arms=arms,
+        claims=tuple(c for c in map(study_claim, CLAIMS) if side_pairs(c) <= made),
+        diagnostics=(),
+        budget=cfg.preset,
+        stage0=() if stage0 is None else (stage0,),
+    )
 
-    def evaluation_config(self, seed: int) -> Any:
-        """The ``cxsim tables`` config its evaluation helpers read (this seed's tasks)."""
-        from cxsim.experiments import tables
 
-        return tables.Config(
-            preset="full", seeds=1, tables=(1,), env=self.env, compaction=self.compaction,
-            sft=self.sft, ppo=self.ppo, eval=replace(self.eval, seed=seed), device=self.device,
-        )  # fmt: skip
+def study_claim(claim: Claim) -> StudyClaim:
+    """A claim of the page as the study engine's claim: its two evaluations as sides (arm,
+    protocol, summarizer); a claim of no effect is a ``same`` claim within
+    :data:`NO_EFFECT_MARGIN`."""
+    from cxsim.studies.spec import Claim as StudyClaim
+
+    (arm, protocol, summarizer), (ref_arm, ref_protocol, ref_summarizer) = (
+        evaluation_side(claim.treatment), evaluation_side(claim.reference),
+    )  # fmt: skip
+    same = claim.kind == "no-effect"
+    return StudyClaim(
+        claim.key, claim.setting, arm, ref_arm, claim.prediction, protocol=protocol,
+        direction="same" if same else "higher", statement=claim.statement,
+        margin=NO_EFFECT_MARGIN if same else None, treatment_protocol=protocol,
+        reference_protocol=ref_protocol, treatment_summarizer=summarizer,
+        reference_summarizer=ref_summarizer,
+    )  # fmt: skip
 
 
 CREDIT_KWARGS = {"obs_words_mean": 8.0, "obs_words_std": 2.0, "num_values": 4}
@@ -201,7 +279,7 @@ CREDIT_SFT = SFTConfig(
 
 BUDGETS: dict[str, Config] = {
     "smoke": Config(
-        preset="smoke", seeds=2, env=SMOKE_ENV,
+        preset="smoke", seeds="2", env=SMOKE_ENV,
         compaction=replace(DEFAULT_COMPACTION, budget=160),
         sft=SFTConfig(episodes=6, epochs=1, heldout_episodes=2),
         credit=(
@@ -222,7 +300,7 @@ BUDGETS: dict[str, Config] = {
         eval=EvalConfig(episodes=4),
     ),
     "full": Config(
-        preset="full", seeds=8, jobs=2,
+        preset="full", seeds="8", jobs=2,
         pretrain=SFTConfig(episodes=512, omission_rate=0.0, epochs=8, bucket_by_length=True),
         sft=SFTConfig(episodes=512, epochs=4, bucket_by_length=True),
         ppo=PPOConfig(iterations=8, micro_batch_rows=16, minibatches=2),
@@ -249,177 +327,271 @@ PPO 2 + 8 iterations in 16-row micro-batches (why: docs/results/verdicts.md, "Se
 Then the credit setting (:class:`CreditSetting`) on the same seeds and budgets."""
 
 
-# -- one seed ---------------------------------------------------------------------------
+# -- a cache made before the study engine ran this command ----------------------------------
 
 
-def pretrain_candidate(cfg: Config, cache: Path, seed: int) -> dict[str, Any]:
-    """One stage-0 candidate (cached): SFT of a fresh model with ``cfg.pretrain``, seed
-    ``seed``; its held-out execution loss and policy folder."""
-    from cxsim.experiments import sft as sft_entry
-
-    assert cfg.pretrain is not None
-    rc = replace(cfg.run_config(cache / "pretrain" / f"p{seed}", seed), sft=cfg.pretrain)
-    sft_cfg = run_entry.sft_config(rc)
-    result = cached_json(Path(sft_cfg.run_dir) / "results.json", lambda: sft_entry.run_sft(sft_cfg))
-    loss = float(result["final"]["losses/heldout_execution"])
-    return {"seed": seed, "heldout_execution": loss, "policy": result["policy"],
-            "wall_time_s": float(result["wall_time_s"])}  # fmt: skip
-
-
-def pretrained_start(cfg: Config, cache: Path) -> dict[str, Any] | None:
-    """Stage 0 (cached): the first of ``cfg.pretrain_seeds`` whose model learns to copy,
-    candidates trained ``cfg.jobs`` at a time; None without ``cfg.pretrain``. Their
-    demonstration tasks (SFT seeds >= 1000) are disjoint from every seed's SFT and
-    evaluation tasks."""
-    if cfg.pretrain is None:
-        return None
-    tried: list[dict[str, Any]] = []
-    seeds = list(cfg.pretrain_seeds)
-    for first in range(0, len(seeds), cfg.jobs):
-        batch = seeds[first : first + cfg.jobs]
-        n = len(batch)
-        for candidate in map_in_processes(
-            pretrain_candidate, cfg.jobs, [cfg] * n, [cache] * n, batch
-        ):
-            tried.append(candidate)
-            copies = candidate["heldout_execution"] <= cfg.copy_loss
-            log(f"stage 0, seed {candidate['seed']}: held-out execution loss "
-                f"{candidate['heldout_execution']:.4f} ({'copies' if copies else 'does not copy'}; "
-                f"{candidate['wall_time_s']:.0f}s)")  # fmt: skip
-            if copies:
-                return {"policy": candidate["policy"], "seed": candidate["seed"], "tried": tried}
-    raise RuntimeError(
-        f"no stage-0 seed of {cfg.pretrain_seeds} learned to copy (held-out execution loss "
-        f"<= {cfg.copy_loss}): {[(t['seed'], round(t['heldout_execution'], 4)) for t in tried]}; "
-        "pass more --pretrain-seeds or more --pretrain.epochs"
-    )
-
-
-def run_seed(
-    cfg: Config,
-    seed_dir: Path,
-    seed: int,
-    start: str | None = None,
-    base: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """SFT base (from ``start``, else a fresh model), every arm, every evaluation of one
-    seed; each stage cached. ``base``: another setting's run of this seed, whose SFT base
-    and its evaluation this one reuses (both marked ``reused``)."""
-    from cxsim.experiments import sft as sft_entry
-    from cxsim.experiments import train as train_entry
-    from cxsim.experiments.tables import agent_by_name, evaluate_agent, evaluate_policy
-
-    rc = cfg.run_config(seed_dir, seed, start)
-    ec = cfg.evaluation_config(seed)
-    sft_cfg = run_entry.sft_config(rc)
-    tick = time.perf_counter()
-    if base is not None:
-        sft = base["sft"] | {"reused": True}
-    else:
-        sft = cached_json(
-            Path(sft_cfg.run_dir) / "results.json", lambda: sft_entry.run_sft(sft_cfg)
+def old_settings(cfg: Config, credit: CreditSetting | None, start_seed: int | None) -> dict:
+    """What a setting's folder of that cache was named after (its ``settings.json``)."""
+    ppo, arms = cfg.ppo, cfg.arms
+    env, sft, pretrain = cfg.env, cfg.sft, cfg.pretrain
+    if credit is not None:
+        env, sft, ppo, arms, pretrain = (
+            credit.env,
+            credit.sft,
+            credit.ppo or cfg.ppo,
+            credit.arms,
+            None,
         )
-    log(f"seed {seed}: SFT base ready ({time.perf_counter() - tick:.0f}s)")
-    policies = {"base": sft["policy"]}
-    trained: dict[str, dict[str, Any]] = {}
-    for i, arm in enumerate(cfg.arms, start=1):
-        tick = time.perf_counter()
-        train_cfg = run_entry.train_config(rc, sft["policy"], arm, seed)
-        trained[arm] = cached_json(
-            Path(train_cfg.run_dir) / "results.json", lambda c=train_cfg: train_entry.train(c)
-        )
-        policies[arm] = trained[arm]["policy"]
-        log(f"seed {seed}: arm {i} of {len(cfg.arms)}, {arm} ({time.perf_counter() - tick:.0f}s)")
-    tick = time.perf_counter()
-    folder = seed_dir / "verdicts"
-    evals = {
-        name: cached_json(folder / f"eval-{name}.json",
-                          lambda n=name, p=policy: evaluate_policy(ec, p, n, protocols=("compacted",)))
-        for name, policy in policies.items()
-        if base is None or name != "base"
+    settings: dict[str, Any] = {
+        "env": env, "compaction": cfg.compaction, "sft": sft, "ppo": ppo, "eval": cfg.eval,
+        "device": cfg.device, "pretrain": pretrain, "pretrain_seeds": cfg.pretrain_seeds,
+        "copy_loss": cfg.copy_loss,
     }  # fmt: skip
-    if base is not None:
-        evals = {"base": base["eval"]["base"] | {"reused": True}, **evals}
-    for name in cfg.single:
-        evals[f"{name}@single"] = cached_json(
-            folder / f"eval-{name}-single.json",
-            lambda n=name: evaluate_policy(ec, policies[n], n, protocols=("single",)),
-        )
-    for name in cfg.summarizers:
-
-        def swapped(s: str = name) -> dict[str, Any]:
-            executor, chat = agent_by_name("base", ec, seed, policies)
-            summarizer, _ = agent_by_name(s, ec, seed, policies)
-            return evaluate_agent(ec, executor, chat, f"base + {s}",
-                                  protocols=("external-summarizer",), summarizer=summarizer)  # fmt: skip
-
-        evals[f"t1:{name}"] = cached_json(folder / f"eval-t1-{name}.json", swapped)
-    log(f"seed {seed}: {len(evals)} evaluations ({time.perf_counter() - tick:.0f}s)")
-    return {"seed": seed, "sft": sft, "train": trained, "eval": evals}
+    if arms != ARMS:
+        settings["arms"] = arms
+    if credit is not None and start_seed is not None:
+        settings["start_seed"] = start_seed
+    return settings
 
 
-def run_seeds(
-    cfg: Config, cache: Path, start: str | None, bases: list[dict[str, Any]] | None = None
-) -> list[dict[str, Any]]:
-    """run_seed for seeds 0..K-1, ``cfg.jobs`` at a time; in seed order. Each seed writes
-    only under its own folder. ``bases``: another setting's seeds, whose SFT bases these
-    seeds reuse."""
-    seeds = list(range(cfg.seeds))
-    dirs = [cache / f"s{s}" for s in seeds]
-    n = cfg.seeds
-    return map_in_processes(
-        run_seed, cfg.jobs, [cfg] * n, dirs, seeds, [start] * n, bases or [None] * n
+def agrees(recorded: Any, wanted: Any) -> bool:
+    """Every key ``recorded`` holds has the value ``wanted`` gives it (keys the configs gained
+    since it was recorded are left out of the comparison)."""
+    if isinstance(recorded, dict) and isinstance(wanted, dict):
+        return all(k in wanted and agrees(v, wanted[k]) for k, v in recorded.items())
+    return recorded == wanted
+
+
+def old_folder(runs_dir: Path, name: str, settings: dict[str, Any]) -> Path | None:
+    """``runs_dir/<name>-<8 hex>`` whose ``settings.json`` records ``settings``; None if none."""
+    from cxsim.tracking import to_jsonable
+
+    wanted = json.loads(json.dumps(to_jsonable(settings)))
+    for folder in sorted(runs_dir.glob(f"{name}-*")):
+        recorded = folder / "settings.json"
+        if (
+            re.fullmatch(rf"{re.escape(name)}-[0-9a-f]{{8}}", folder.name)
+            and recorded.is_file()
+            and agrees(json.loads(recorded.read_text()), wanted)
+        ):
+            return folder
+    return None
+
+
+def adopt(old: Path, new: Path, evaluation: bool = False) -> int:
+    """Copy the result file ``old`` to ``new`` unless ``new`` exists (an evaluation's
+    ``results`` from ``{protocol: result}`` to the list ``cxsim eval`` writes); 1 if copied."""
+    if new.is_file() or not old.is_file():
+        return 0
+    new.parent.mkdir(parents=True, exist_ok=True)
+    if not evaluation:
+        shutil.copyfile(old, new)
+        return 1
+    made = json.loads(old.read_text())
+    return write_new(
+        new, {**made, "results": list(made["results"].values()), "adopted_from": str(old)}
     )
+
+
+def write_new(path: Path, data: dict[str, Any]) -> int:
+    """Write ``data`` to ``path`` unless a file is there; 1 if written."""
+    from cxsim.tracking import write_json
+
+    if path.is_file():
+        return 0
+    write_json(path, data)
+    return 1
+
+
+def adopt_old_runs(cfg: Config, study: Study) -> int:
+    """Copy the results of a cache made before the study engine ran ``cxsim verdicts`` (under
+    ``--runs-dir``: ``<preset>[-<setting>]-<hash>/`` with ``pretrain/p<seed>/sft``, then per
+    seed ``s<seed>/sft``, ``s<seed>/train/<arm>-s<seed>``, ``s<seed>/verdicts/eval-*.json``)
+    to where the study engine reads them, once: a file already there is kept. Only result
+    files are copied; the policies they name stay where they are. Returns how many."""
+    from cxsim.studies.runner import (
+        base_folder,
+        chosen_file,
+        seed_folder,
+        setting_folder,
+        stage0_folder,
+        swap_eval_file,
+        train_folder,
+        unit_eval_file,
+    )
+    from cxsim.studies.spec import BASE, SWAP_PROTOCOL
+
+    runs_dir, device = Path(cfg.runs_dir), cfg.device
+    main = old_folder(runs_dir, cfg.preset, old_settings(cfg, None, None))
+    if main is None:
+        return 0
+    copied, start_seed = 0, None
+    for stage in study.stage0:
+        tried = []
+        for seed in stage.seeds:
+            old = main / "pretrain" / f"p{seed}" / "sft" / "results.json"
+            new = stage0_folder(runs_dir, stage, device) / f"p{seed}" / "sft" / "results.json"
+            copied += adopt(old, new)
+            if not old.is_file():
+                break
+            made = json.loads(old.read_text())
+            loss = float(made["final"]["losses/heldout_execution"])
+            copies = loss <= stage.copy_loss
+            tried.append({"seed": seed, "heldout_execution": loss, "copies": copies,
+                          "sft_wall_time_s": float(made["wall_time_s"])})  # fmt: skip
+            if copies:  # the old run's choice, as the study engine records it
+                start_seed = seed
+                chosen = {"stage0": stage.name, "policy": made["policy"], "seed": seed,
+                          "copy_loss": stage.copy_loss, "tried": tried}  # fmt: skip
+                copied += write_new(chosen_file(runs_dir, stage, device), chosen)
+                break
+    credits = {c.name: c for c in cfg.credit}
+    for setting in study.settings:
+        folder = main
+        if setting.name in credits:
+            settings = old_settings(cfg, credits[setting.name], start_seed)
+            folder = old_folder(runs_dir, f"{cfg.preset}-{setting.name}", settings)
+        if folder is None:
+            continue
+        arms = {a: study.arm(a) for a in setting.arms}
+        for seed_dir in sorted(folder.glob("s*")):
+            if not seed_dir.name[1:].isdigit():
+                continue
+            seed = int(seed_dir.name[1:])
+            evals = seed_dir / "verdicts"
+            if not setting.bases_from:  # a setting that reuses bases has neither of these
+                base = base_folder(runs_dir, setting, seed, device)
+                copied += adopt(seed_dir / "sft" / "results.json", base / "sft" / "results.json")
+                copied += adopt(
+                    evals / "eval-base.json",
+                    unit_eval_file(runs_dir, setting, None, seed, device),
+                    True,
+                )
+            new_seed = seed_folder(runs_dir, setting, seed, device)
+            for name, arm in arms.items():
+                old = seed_dir / "train" / f"{name}-s{seed}" / "results.json"
+                copied += adopt(old, train_folder(new_seed, setting, arm) / "results.json")
+                copied += adopt(
+                    evals / f"eval-{name}.json",
+                    unit_eval_file(runs_dir, setting, arm, seed, device),
+                    True,
+                )
+            for name, arm in {BASE: None, **arms}.items():
+                single = unit_eval_file(runs_dir, setting, arm, seed, device, "single")
+                copied += adopt(evals / f"eval-{name}-single.json", single, True)
+                swap = swap_eval_file(runs_dir, setting, None, arm, seed, device, SWAP_PROTOCOL)
+                copied += adopt(evals / f"eval-t1-{name}.json", swap, True)
+    invocations = setting_folder(runs_dir, study.settings[0], device) / "invocations.json"
+    copied += adopt(main / "invocations.json", invocations)
+    return copied
+
+
+# -- the run ------------------------------------------------------------------------------
+
+
+def run_verdicts(cfg: Config, command: str) -> dict[str, Any]:
+    """Every run the selected claims need, through the study engine (cached), then
+    verdicts.md and its figures from their plain results."""
+    import torch
+
+    from cxsim.experiments.verdicts_page import render_page
+    from cxsim.studies.executors import make_executor
+    from cxsim.studies.runner import run_study, setting_folder
+    from cxsim.studies.spec import select
+
+    began = time.perf_counter()
+    torch.set_num_threads(1)  # tiny models: one thread is faster on a busy 2-core box
+    study = verdict_study(cfg)
+    selection = select(study, cfg.only)
+    adopted = adopt_old_runs(cfg, study)
+    if adopted:
+        log(f"adopted {adopted} result files of the cache's older layout under {cfg.runs_dir}")
+    executor = make_executor(cfg.executor, cfg.jobs, cfg.device, cfg.ray_address)
+    try:
+        outcome = run_study(study, selection, cfg.runs_dir, cfg.device, executor=executor)
+    finally:
+        executor.close()
+    made = ", ".join(f"{n} {stage}" for stage, n in outcome["made"].items())
+    log(f"made now: {made}")
+    folder = setting_folder(cfg.runs_dir, study.settings[0], cfg.device)
+    invocations = record_invocation(folder, command, time.perf_counter() - began)
+    chosen = next(iter(outcome["stage0"].values()), None)
+    claims = [
+        c
+        for c in CLAIMS
+        if any((s.setting, s.name) == (c.setting, c.key) for s in selection.claims)
+    ]
+    page = render_page(
+        {s.name: s for s in study.settings},
+        page_runs(study, outcome["runs"]),
+        claims,
+        command,
+        invocations,
+        cfg.jobs,
+        Path(cfg.out_dir),
+        (study.stage0[0], chosen) if chosen is not None else None,
+    )
+    log(f"wrote {page} ({invocations[-1]['wall_time_s']:.0f}s)")
+    return {"page": page, "outcome": outcome, "cache": folder, "invocations": invocations}
+
+
+def page_runs(study: Study, runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, list]:
+    """The study's unit results as the page reads them: per setting, one dict per seed with
+    its evaluations by the claims' names (``arm``, ``arm@single``, ``t1:summarizer``: each
+    ``{"results": {protocol: result}}``), each trained arm's ``final`` figures and history
+    (read from the run's results.json), and the process-seconds of the stages it made
+    itself (those of a base made by another setting counted there)."""
+    from cxsim.experiments.verdicts_claims import evaluation_name
+    from cxsim.studies.spec import BASE
+
+    pages = {}
+    for setting in study.settings:
+        by_arm = runs.get(setting.name)
+        if not by_arm:
+            continue
+        seeds = []
+        for index, seed in enumerate(study.seeds):
+            run: dict[str, Any] = {"seed": seed, "eval": {}, "train": {}, "seconds": 0.0}
+            for arm, results in by_arm.items():
+                unit = results[index]
+                own = arm != BASE or not setting.bases_from
+                for key, result in unit["eval"].items():
+                    protocol, _, summarizer = key.partition("+")
+                    name = evaluation_name(arm, protocol, summarizer)
+                    run["eval"][name] = {"results": {protocol: result}}
+                if own:
+                    run["seconds"] += float(unit["eval_wall_time_s"])
+                if unit["train"] is not None:
+                    trained = json.loads(
+                        (Path(unit["train"]["run_dir"]) / "results.json").read_text()
+                    )
+                    run["train"][arm] = {
+                        "final": unit["train"]["final"],
+                        "history": trained["history"],
+                    }
+                    run["seconds"] += float(unit["train"]["wall_time_s"])
+            if not setting.bases_from:  # the seed's SFT base, made for this setting
+                run["seconds"] += float(next(iter(by_arm.values()))[index]["sft"]["wall_time_s"])
+            run["eval"] = dict(sorted(run["eval"].items(), key=lambda i: page_order(i[0])))
+            seeds.append(run)
+        pages[setting.name] = seeds
+    return pages
+
+
+def page_order(name: str) -> int:
+    """Where an evaluation goes on the page: Compacted first, other protocols, then swaps."""
+    _, protocol, summarizer = evaluation_side(name)
+    return 2 if summarizer else int(protocol != "compacted")
 
 
 def log(message: str) -> None:
     say(f"[verdicts {time.strftime('%H:%M:%S')}] {message}")
 
 
-def cache_folder(cfg: Config, name: str, start: dict[str, Any] | None = None) -> Path:
-    """``runs_dir/<name>-<hash of the settings>``, with settings.json saying what the hash
-    stands for (``start``: the stage-0 checkpoint a setting without its own starts from)."""
-    settings = {"env": cfg.env, "compaction": cfg.compaction, "sft": cfg.sft, "ppo": cfg.ppo,
-                "eval": cfg.eval, "device": cfg.device, "pretrain": cfg.pretrain,
-                "pretrain_seeds": cfg.pretrain_seeds, "copy_loss": cfg.copy_loss}  # fmt: skip
-    if cfg.arms != ARMS:
-        settings["arms"] = cfg.arms
-    if start is not None:
-        settings["start_seed"] = start["seed"]
-    cache = Path(cfg.runs_dir) / config_tag(name, settings)
-    cached_json(cache / "settings.json", lambda: settings)
-    return cache
-
-
-def run_verdicts(cfg: Config, command: str) -> dict[str, Any]:
-    """Every run the claims need (cached): the main setting, then each credit setting from
-    the same stage-0 checkpoint; then verdicts.md and its figures."""
-    import torch
-
-    from cxsim.experiments.verdicts_page import render_page
-
-    began = time.perf_counter()
-    torch.set_num_threads(1)  # tiny models: one thread is faster on a busy 2-core box
-    cache = cache_folder(cfg, cfg.preset)
-    start = pretrained_start(cfg, cache)
-    policy = start["policy"] if start else None
-    runs = {"main": run_seeds(cfg, cache, policy)}
-    for setting in cfg.credit if cfg.credit_setting else ():
-        credit = cfg.credit_config(setting)
-        log(f"the {setting.name} setting")
-        folder = cache_folder(credit, f"{cfg.preset}-{setting.name}", start)
-        bases = runs[setting.bases_from] if setting.bases_from else None
-        runs[setting.name] = run_seeds(credit, folder, policy, bases)
-    invocations = record_invocation(cache, command, time.perf_counter() - began)
-    page = render_page(cfg, runs, command, invocations, Path(cfg.out_dir), start)
-    log(f"wrote {page} ({invocations[-1]['wall_time_s']:.0f}s)")
-    return {"page": page, "seeds": runs, "cache": cache, "invocations": invocations}
-
-
 def record_invocation(cache: Path, command: str, wall_s: float) -> list[dict[str, Any]]:
     """Append this invocation (commit, command, wall seconds) to ``invocations.json`` in the
-    cache and return them all: the page adds up the wall time of the invocations that
-    made the runs, which a rerun that only reads them barely moves."""
+    main setting's cache folder and return them all: the page adds up the wall time of the
+    invocations that made the runs, which a rerun that only reads them barely moves."""
     from cxsim.experiments.verdicts_page import commit
     from cxsim.tracking import write_json
 

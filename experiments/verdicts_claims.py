@@ -4,7 +4,8 @@ that explains the row and the paper's own figures (docs/results/verdicts.md).
 
 experiments/verdicts.py makes the runs the claims name; experiments/verdicts_page.py pairs
 them. A claim names evaluations: an arm or ``base`` (Compacted), ``<arm>@single`` (Single),
-``t1:<summarizer>`` (the Table 1 swap), within its setting (``Claim.setting``).
+``t1:<summarizer>`` (the Table 1 swap), within its setting (``Claim.setting``);
+:func:`evaluation_side` reads such a name as the study engine's side of a claim.
 """
 
 from __future__ import annotations
@@ -12,12 +13,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+BASE = "base"
+SWAP = "t1:"
+"""``t1:<summarizer>``: the base acting under external-summarizer, that policy summarizing."""
+SINGLE = "@single"
+SWAP_PROTOCOL = "external-summarizer"
+
 
 @dataclass(frozen=True)
 class Claim:
     """One row of the verdict page: two evaluations paired by seed."""
 
     key: str
+    """Its name within its setting (``--only SETTING:KEY``)."""
     source: str
     """Where the claim comes from: ``Table N`` of the paper, or ``not in the paper``."""
     statement: str
@@ -172,20 +180,38 @@ CLAIMS: tuple[Claim, ...] = (
 )  # fmt: skip
 
 
+def evaluation_side(name: str) -> tuple[str, str, str]:
+    """An evaluation name as (acting arm, protocol, summarizer arm or empty)."""
+    if name.startswith(SWAP):
+        return BASE, SWAP_PROTOCOL, name.removeprefix(SWAP)
+    if name.endswith(SINGLE):
+        return name.removesuffix(SINGLE), "single", ""
+    return name, "compacted", ""
+
+
+def evaluation_name(arm: str, protocol: str, summarizer: str = "") -> str:
+    """The evaluation name of an arm under a protocol (with a summarizer): the inverse of
+    :func:`evaluation_side`, for other protocols ``<arm>@<protocol>``."""
+    if summarizer:
+        return SWAP + summarizer if arm == BASE else f"{arm}+{SWAP}{summarizer}"
+    return arm if protocol == "compacted" else f"{arm}@{protocol}"
+
+
 def credit_claims(setting: str, where: str, predictions: dict[str, str]) -> tuple[Claim, ...]:
     """The claims of a credit setting: the correction at a fixed, rollout-scope and
     segment-scope lambda, and rollout against segment scope; ``where`` ends each statement.
     ``predictions`` (keys ``fixed``, ``rollout``, ``segment``, ``scope``) also picks the
-    claims: one per key given."""
+    claims: one per key given, named as the main setting's claim of the same pair."""
     pairs = {
         "fixed": ("fixed lambda 0.95", "fixed-lambda", "local-fixed-lambda"),
         "rollout": ("rollout-scope adaptive lambda, the default", "compactionrl",
                     "no-cross-segment"),
         "segment": ("segment-scope adaptive lambda", "segment-scope", "local-segment-scope"),
     }  # fmt: skip
+    names = {"fixed": "fixed-lambda", "rollout": "rollout-scope", "segment": "segment-scope"}
     claims = [
         Claim(
-            f"{setting}-correction-{key}", "Table 4",
+            f"correction-{names[key]}", "Table 4",
             f"the cross-segment correction helps ({scope}), {where}", treatment, reference,
             predictions[key], "first_window_credit", setting=setting,
             paper=CORRECTION_PAPER, paper_share=(0.54, 0.65),
@@ -195,7 +221,7 @@ def credit_claims(setting: str, where: str, predictions: dict[str, str]) -> tupl
     ]  # fmt: skip
     if "scope" in predictions:
         claims.append(Claim(
-            f"{setting}-lambda-scope", "not in the paper",
+            "lambda-scope", "not in the paper",
             f"rollout-scope adaptive lambda beats segment scope (with the correction), {where}",
             "compactionrl", "segment-scope", predictions["scope"], "first_window_credit",
             setting=setting,

@@ -1,9 +1,12 @@
 """The page of ``cxsim verdicts``: per-seed results -> paired intervals, verdicts, the critic
 by segment, and the per-seed numbers.
 
-experiments/verdicts.py makes the runs (one dict per seed, see ``run_seed``),
+experiments/verdicts.py makes the runs through the study engine and hands this module plain
+results (one dict per seed, see ``verdicts.page_runs``) with the settings they were made
+with (the study engine's :class:`cxsim.studies.spec.Setting` and ``Stage0``);
 experiments/verdicts_claims.py holds the claims with their predictions; this module writes
-nothing but verdicts.md and verdicts_critic.png. Intervals and the power calculation live in cxsim/tables.py.
+nothing but verdicts.md and verdicts_critic.png. Intervals and the power calculation live in
+cxsim/tables.py.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cxsim.experiments.tables_page import pass_prop, recall_prop
+from cxsim.experiments.tables_page import pass_prop
+from cxsim.experiments.verdicts_claims import evaluation_side
 from cxsim.tables import (
     Interval,
     Proportion,
@@ -27,15 +31,16 @@ from cxsim.tables import (
 )
 
 if TYPE_CHECKING:
-    from cxsim.experiments.verdicts import Config
+    from collections.abc import Sequence
+
     from cxsim.experiments.verdicts_claims import Claim
+    from cxsim.studies.spec import Setting, Stage0
 
 Runs = list[dict[str, Any]]
-"""One setting's seeds (``verdicts.run_seed``'s dicts, in seed order)."""
+"""One setting's seeds (``verdicts.page_runs``'s dicts, in seed order)."""
 Settings = dict[str, Runs]
 """Setting name (``main``, or a ``verdicts.CreditSetting``'s name) -> its seeds."""
 
-PROTOCOL_OF = {"@single": "single", "t1:": "external-summarizer"}
 INFORMATIVE = (0.1, 0.9)
 """Training success rates between which an iteration's outcomes vary enough for the
 critic's explained variance to mean something (at 0 or 1 success it is undefined)."""
@@ -46,15 +51,16 @@ critic's explained variance to mean something (at 0 or 1 success it is undefined
 
 def evaluation(run: dict[str, Any], name: str) -> dict[str, Any]:
     """One seed's result for an evaluation name of verdicts_claims.Claim."""
-    protocol = "compacted"
-    for marker, proto in PROTOCOL_OF.items():
-        if marker in name:
-            protocol = proto
-    return run["eval"][name]["results"][protocol]
+    return run["eval"][name]["results"][evaluation_side(name)[1]]
 
 
 def passes(runs: Runs, name: str) -> list[Proportion]:
     return [pass_prop(evaluation(r, name)) for r in runs]
+
+
+def evaluated(runs: Runs, *names: str) -> bool:
+    """Whether the seeds hold every one of these evaluations (``--only`` may leave some out)."""
+    return bool(runs) and all(n in runs[0]["eval"] for n in names)
 
 
 def arm_of(name: str) -> str | None:
@@ -108,7 +114,8 @@ def pair_cell(claim: Claim, values: Callable[[str], Interval], digits: int = 2) 
 
 def diag_summary_recall(runs: Runs, claim: Claim) -> str:
     def recall(name: str) -> Interval:
-        return seed_interval([recall_prop(evaluation(r, name)) for r in runs])
+        values = [evaluation(r, name).get("summary_recall") for r in runs]
+        return mean_interval([math.nan if v is None else float(v) for v in values], (0.0, 1.0))
 
     return "summary recall (evaluation) " + pair_cell(claim, recall)
 
@@ -284,13 +291,6 @@ def commit() -> str:
         return "unknown"
 
 
-def stage_seconds(run: dict[str, Any]) -> float:
-    """One seed's recorded stage times: SFT, every arm's training, every evaluation; what
-    it reused from another setting is counted there."""
-    stages = [run["sft"], *run["train"].values(), *run["eval"].values()]
-    return sum(float(st.get("wall_time_s", 0.0)) for st in stages if not st.get("reused"))
-
-
 def made_by(invocations: list[dict[str, Any]]) -> str:
     """The invocations that made the runs (those of a minute or more) and their total."""
     working = [i for i in invocations if i["wall_time_s"] >= 60] or invocations[-1:]
@@ -300,40 +300,51 @@ def made_by(invocations: list[dict[str, Any]]) -> str:
     return f"{' then '.join(parts)}: **{total:.0f} minutes** of wall time in all"
 
 
-def claims_of(settings: Settings) -> list[Claim]:
-    """The claims whose setting was run, in ``verdicts_claims.CLAIMS`` order."""
-    from cxsim.experiments.verdicts_claims import CLAIMS
+def gain(runs: Runs) -> Interval | None:
+    """CompactionRL over its base, paired by seed; None when either was not evaluated."""
+    if not evaluated(runs, "compactionrl", "base"):
+        return None
+    return paired_difference(passes(runs, "compactionrl"), passes(runs, "base"))
 
-    return [c for c in CLAIMS if c.setting in settings]
 
-
-def setting_line(cfg: Config, runs: Runs, what: str) -> str:
-    gain = paired_difference(passes(runs, "compactionrl"), passes(runs, "base"))
+def setting_line(setting: Setting, runs: Runs, what: str) -> str:
+    env, sft, ppo = setting.env, setting.sft, setting.ppo
+    line = (
+        f"{what}: `{env.env_id}` {dict(env.kwargs) or '(default kwargs)'}; "
+        f"SFT {sft.episodes} demonstrations x {sft.epochs} epochs at omission "
+        f"{sft.omission_rate:g}, skip rate {sft.skip_rate:g}; PPO "
+        f"{ppo.critic_warmup} value-only iterations then {ppo.iterations} with the "
+        f"actor, of {ppo.rollouts_per_batch} rollouts each, critic ratio "
+        f"{ppo.critic_ratio}, critic lr {ppo.critic_lr:g}, actor lr {ppo.actor_lr:g}, "
+        f"micro-batches of {ppo.micro_batch_rows} rows. Arms: "
+        + ", ".join(f"`{a}`" for a in setting.arms)
+        + " (experiments/presets.py)."
+    )
+    made = gain(runs)
+    if made is None:
+        return line
     return (
-        f"{what}: `{cfg.env.env_id}` {dict(cfg.env.kwargs) or '(default kwargs)'}; "
-        f"SFT {cfg.sft.episodes} demonstrations x {cfg.sft.epochs} epochs at omission "
-        f"{cfg.sft.omission_rate:g}, skip rate {cfg.sft.skip_rate:g}; PPO "
-        f"{cfg.ppo.critic_warmup} value-only iterations then {cfg.ppo.iterations} with the "
-        f"actor, of {cfg.ppo.rollouts_per_batch} rollouts each, critic ratio "
-        f"{cfg.ppo.critic_ratio}, critic lr {cfg.ppo.critic_lr:g}, actor lr {cfg.ppo.actor_lr:g}, "
-        f"micro-batches of {cfg.ppo.micro_batch_rows} rows. Arms: "
-        + ", ".join(f"`{a}`" for a in cfg.arms)
-        + f" (experiments/presets.py). Base {fmt(seed_interval(passes(runs, 'base')))}, "
+        f"{line} Base {fmt(seed_interval(passes(runs, 'base')))}, "
         f"CompactionRL {fmt(seed_interval(passes(runs, 'compactionrl')))}: a gain of "
-        f"{fmt(gain, signed=True)}."
+        f"{fmt(made, signed=True)}."
     )
 
 
 def setup_lines(
-    cfg: Config, settings: Settings, command: str, invocations: list[dict[str, Any]]
+    setting_of: dict[str, Setting],
+    settings: Settings,
+    command: str,
+    invocations: list[dict[str, Any]],
+    jobs: int,
 ) -> list[str]:
-    runs = settings["main"]
-    tasks = len(evaluation(runs[0], "base")["per_task_success"])
-    compute_min = sum(stage_seconds(r) for rs in settings.values() for r in rs) / 60
+    runs = next(iter(settings.values()))
+    first = next(iter(runs[0]["eval"]))
+    tasks = len(evaluation(runs[0], first)["per_task_success"])
+    compute_min = sum(r["seconds"] for rs in settings.values() for r in rs) / 60
     lines = [
         "# Verdicts on the paper's claims",
         "",
-        f"Runs made by {made_by(invocations)}, {cfg.jobs} seeds at a time in single-threaded "
+        f"Runs made by {made_by(invocations)}, {jobs} seeds at a time in single-threaded "
         f"processes (the recorded stage times add up to {compute_min:.0f} process-minutes). "
         f"This page was written by `{command}` at commit {commit()}; a rerun that finds the "
         "runs in the cache rewrites it in seconds.",
@@ -345,15 +356,17 @@ def setup_lines(
         "by seed: the mean over seeds with a Student-t 95% interval (proportions clipped to "
         "[0, 1], differences to [-1, 1]).",
         "",
-        setting_line(cfg, runs, "**The main setting**, the main job's task"),
-        "",
     ]
-    for setting in cfg.credit:
-        if setting.name not in settings:
+    if "main" in settings:
+        what = "**The main setting**, the main job's task"
+        lines += [setting_line(setting_of["main"], settings["main"], what), ""]
+    for name, runs in settings.items():
+        if name == "main":
             continue
-        what = f"**The {setting.name} setting**" + (f" ({setting.about})" if setting.about else "")
+        setting = setting_of[name]
+        what = f"**The {name} setting**" + (f" ({setting.about})" if setting.about else "")
         lines += [
-            setting_line(cfg.credit_config(setting), settings[setting.name], what)
+            setting_line(setting, runs, what)
             + " Its key is shown only if the first action is `open box`; its demonstrations "
             "skip that action at the skip rate and keep every fact they saw, so a base opens "
             "the box about half the time and what PPO must learn is that first action, two "
@@ -373,19 +386,19 @@ def setup_lines(
     return [*lines, *legend]
 
 
-def paper_lines(settings: Settings) -> list[str]:
+def paper_lines(settings: Settings, claims: Sequence[Claim]) -> list[str]:
     """Each claim's figures in the paper; for ablations, the paper's effect as a share of
-    its CompactionRL gain, scaled by this run's gain in the claim's setting, against this
-    run's interval."""
+    its CompactionRL gain, scaled by this run's gain in the claim's setting (when both were
+    evaluated), against this run's interval."""
     rows = []
-    for c in claims_of(settings):
+    for c in claims:
         if not c.paper:
             continue
         runs = settings[c.setting]
-        gain = paired_difference(passes(runs, "compactionrl"), passes(runs, "base"))
+        made = gain(runs)
         scaled, inside = "-", "-"
-        if c.paper_share is not None:
-            low, high = (share * gain.mean for share in c.paper_share)
+        if c.paper_share is not None and made is not None:
+            low, high = (share * made.mean for share in c.paper_share)
             diff = paired_difference(passes(runs, c.treatment), passes(runs, c.reference))
             scaled = f"{low:+.2f} to {high:+.2f}"
             where = (
@@ -419,11 +432,11 @@ def paper_lines(settings: Settings) -> list[str]:
     ]
 
 
-def prediction_lines(settings: Settings) -> list[str]:
+def prediction_lines(claims: Sequence[Claim]) -> list[str]:
     rows = [
         [c.statement, f"{c.source}, {c.setting}",
          c.prediction + (f" (*row added {c.added}*)" if c.added else "")]
-        for c in claims_of(settings)
+        for c in claims
     ]  # fmt: skip
     return [
         "## Predictions, written before the runs",
@@ -443,7 +456,7 @@ VERDICT_HEADINGS = {
 }
 
 
-def verdict_lines(settings: Settings) -> list[str]:
+def verdict_lines(settings: Settings, claims: Sequence[Claim]) -> list[str]:
     header = ["claim", "treatment Pass@1", "reference Pass@1", "paired difference",
               "verdict", "smallest detectable", "diagnostic"]  # fmt: skip
     lines = []
@@ -455,7 +468,7 @@ def verdict_lines(settings: Settings) -> list[str]:
                 "base as executor with that policy's summaries, the Table 1 swap).",
                 "",
             ]
-        rows = [claim_row(runs, c) for c in claims_of(settings) if c.setting == name]
+        rows = [claim_row(runs, c) for c in claims if c.setting == name]
         lines += [markdown_table(header, rows), ""]
     return lines
 
@@ -469,10 +482,16 @@ def critic_table(table: dict[str, list[Interval]]) -> str:
     return markdown_table(header, rows)
 
 
-def critic_lines(cfg: Config, settings: Settings, out_dir: Path) -> list[str]:
-    table = critic_by_segment(settings["main"], cfg.arms)
+def trained_arms(runs: Runs) -> tuple[str, ...]:
+    return tuple(runs[0]["train"]) if runs else ()
+
+
+def critic_lines(setting_of: dict[str, Setting], settings: Settings, out_dir: Path) -> list[str]:
+    runs = settings.get("main", [])
+    table = critic_by_segment(runs, trained_arms(runs))
     if not table:
         return []
+    ppo = setting_of["main"].ppo
     plot_critic(table, out_dir / "verdicts_critic.png")
     lines = [
         "## The critic by segment",
@@ -489,17 +508,17 @@ def critic_lines(cfg: Config, settings: Settings, out_dir: Path) -> list[str]:
         critic_table(table),
         "",
         "The recipe of the paper is on in every arm with a critic: value-only warm-up "
-        f"({cfg.ppo.critic_warmup} iterations), {cfg.ppo.critic_ratio} critic updates per actor "
-        f"update, critic learning rate {cfg.ppo.critic_lr:g} against the actor's "
-        f"{cfg.ppo.actor_lr:g}. What else was tried, with its figures: docs/results.md, "
+        f"({ppo.critic_warmup} iterations), {ppo.critic_ratio} critic updates per actor "
+        f"update, critic learning rate {ppo.critic_lr:g} against the actor's "
+        f"{ppo.actor_lr:g}. What else was tried, with its figures: docs/results.md, "
         '"The critic by segment".',
         "",
     ]
-    for setting in cfg.credit:
-        table = critic_by_segment(settings.get(setting.name, []), setting.arms)
+    for name, runs in settings.items():
+        table = critic_by_segment(runs, trained_arms(runs)) if name != "main" else {}
         if table:
             lines += [
-                f"The same figure on the {setting.name} setting:",
+                f"The same figure on the {name} setting:",
                 "",
                 critic_table(table),
                 "",
@@ -517,16 +536,18 @@ def per_seed_lines(settings: Settings) -> list[str]:
     return lines
 
 
-def start_lines(cfg: Config, start: dict[str, Any] | None) -> list[str]:
+def start_lines(start: tuple[Stage0, dict[str, Any]] | None) -> list[str]:
+    """The stage 0 (its settings, and the study engine's record of the candidates tried)."""
     if start is None:
         return ["Every seed's SFT starts from a fresh model.", ""]
-    tried = ", ".join(f"seed {t['seed']}: {t['heldout_execution']:.4f}" for t in start["tried"])
+    stage, chosen = start
+    tried = ", ".join(f"seed {t['seed']}: {t['heldout_execution']:.4f}" for t in chosen["tried"])
     return [
         f"**Stage 0, shared.** Every seed's SFT starts from one checkpoint, as every user of "
         f"the paper's recipe starts from one pretrained LLM: a fresh model cloned from "
-        f"{cfg.pretrain.episodes} omission-0 demonstrations x {cfg.pretrain.epochs} epochs on "
+        f"{stage.sft.episodes} omission-0 demonstrations x {stage.sft.epochs} epochs on "
         f"tasks no seed uses, the first candidate whose held-out execution loss fell to "
-        f"{cfg.copy_loss:g} nats per token or below, i.e. that learned to copy the key "
+        f"{stage.copy_loss:g} nats per token or below, i.e. that learned to copy the key "
         f"(tried: {tried}). Without it, bases made from a fresh model at these budgets "
         'often never learn to copy (docs/results.md, "Independent seeds").',
         "",
@@ -534,22 +555,29 @@ def start_lines(cfg: Config, start: dict[str, Any] | None) -> list[str]:
 
 
 def render_page(
-    cfg: Config,
+    setting_of: dict[str, Setting],
     settings: Settings,
+    claims: Sequence[Claim],
     command: str,
     invocations: list[dict[str, Any]],
+    jobs: int,
     out_dir: Path,
-    start: dict[str, Any] | None = None,
+    start: tuple[Stage0, dict[str, Any]] | None = None,
 ) -> Path:
-    """Write verdicts.md (and verdicts_critic.png) to ``out_dir``; returns the page's path."""
+    """Write verdicts.md (and verdicts_critic.png) to ``out_dir``; returns the page's path.
+
+    ``setting_of``: each setting as run; ``settings``: each run setting's seeds (plain
+    results); ``claims``: the rows, in order (their evaluations among the seeds');
+    ``invocations``: the commands that made the runs, with their wall seconds; ``jobs``: runs
+    at once; ``start``: the stage 0 and its record of the candidates tried."""
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = [
-        *setup_lines(cfg, settings, command, invocations),
-        *start_lines(cfg, start),
-        *verdict_lines(settings),
-        *paper_lines(settings),
-        *prediction_lines(settings),
-        *critic_lines(cfg, settings, out_dir),
+        *setup_lines(setting_of, settings, command, invocations, jobs),
+        *start_lines(start),
+        *verdict_lines(settings, claims),
+        *paper_lines(settings, claims),
+        *prediction_lines(claims),
+        *critic_lines(setting_of, settings, out_dir),
         *per_seed_lines(settings),
     ]
     page = out_dir / "verdicts.md"

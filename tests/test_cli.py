@@ -155,7 +155,7 @@ def test_verdicts_help_shows_no_union_and_says_defaults_follow_the_preset(capsys
         cxsim(["verdicts", "--preset", "full", "--help"])
     full = " ".join(capsys.readouterr().out.split())
     assert "--pretrain.epochs INT" in full and "pretrain:" not in full
-    assert "--seeds INT" in full and "(default: 8)" in full  # the full preset's seeds
+    assert "--seeds STR" in full and "(default: 8)" in full  # the full preset's seeds
 
 
 def test_flags_named_in_the_method_page_exist():

@@ -1,6 +1,7 @@
 """studies/verdicts.toml, the verdict run as a study file, and what the study engine gained
 for it: claims under another protocol, "does not change" claims with a margin, a stage-0
-checkpoint made by the study, and settings that share SFT bases."""
+checkpoint made by the study, settings that share SFT bases, and sides whose summaries
+another arm writes (the Table 1 swap)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 
 from cxsim.cli import main as cxsim
 from cxsim.studies import runner
-from cxsim.studies.spec import StudyError, load_study, select
+from cxsim.studies.spec import StudyError, load_study, select, swapped_sides
 from cxsim.studies.stats import compare, verdict
 from cxsim.tables import Interval
 from cxsim.tracking import to_jsonable
@@ -48,24 +49,22 @@ def test_the_file_holds_the_verdict_runs_settings_arms_and_predictions():
     assert stage.sft == full.pretrain and stage.policy is None
     assert (stage.seeds, stage.copy_loss) == (full.pretrain_seeds, full.copy_loss)
 
-    # every claim of the page but the Table 1 swap, with its prediction as committed
-    def protocol(name: str) -> str:
-        return "single" if name.endswith("@single") else "compacted"
-
-    expected = {
-        (c.setting, c.treatment.removesuffix("@single"), c.reference.removesuffix("@single"),
-         protocol(c.treatment)): c
-        for c in CLAIMS
-        if not c.treatment.startswith("t1:")
-    }  # fmt: skip
-    assert len(study.claims) == len(expected) == len(CLAIMS) - 1
+    # every claim of the page, the Table 1 swap included, as `cxsim verdicts` runs it, with
+    # its prediction as committed
+    run = {(c.setting, c.name): c for c in verdicts.verdict_study(verdicts.parse([])).claims}
+    assert len(study.claims) == len(run) == len(CLAIMS)
     for claim in study.claims:
-        made = expected[(claim.setting, claim.treatment, claim.reference, claim.protocol)]
-        assert claim.prediction == made.prediction, claim.name
+        made = run[(claim.setting, claim.name)]
+        assert claim.sides == made.sides and claim.prediction == made.prediction, claim.name
         assert claim.statement.startswith(made.statement), claim.name
-        assert claim.direction == ("same" if made.kind == "no-effect" else "higher")
+        assert (claim.direction, claim.margin) == (made.direction, made.margin), claim.name
     (unchanged,) = [c for c in study.claims if c.direction == "same"]
     assert unchanged.margin == 0.05  # verdicts_claims.NO_EFFECT_MARGIN
+    swap = next(c for c in study.claims if c.name == "summarizer")
+    assert [(s.arm, s.summarizer, s.evaluation) for s in swap.sides] == [
+        ("base", "compactionrl", "external-summarizer+compactionrl"),
+        ("base", "base", "external-summarizer+base"),
+    ]
 
 
 def test_one_claim_selects_its_two_arms_and_a_protocol_claim_its_evaluations():
@@ -82,6 +81,16 @@ def test_one_claim_selects_its_two_arms_and_a_protocol_claim_its_evaluations():
     # claim names repeat across settings: SETTING:CLAIM picks one
     critic = select(study, ("credit-critic:correction-fixed-lambda",))
     assert {s for s, _ in critic.pairs} == {"credit-critic"}
+    # the swap: the acting base and the arm whose summaries it reads, evaluated apart
+    swap = select(study, ("main:summarizer",))
+    assert swap.pairs == (("main", "base"), ("main", "compactionrl"))
+    assert extra_protocols(study, swap, "main", "base") == ()
+    assert [(s.arm, s.summarizer) for s in swapped_sides(swap)] == [
+        ("base", "compactionrl"), ("base", "base"),
+    ]  # fmt: skip
+    # a claim with a swap is kept when named or its whole setting runs, as a protocol claim
+    assert "summarizer" not in [c.name for c in select(study, ("arm:compactionrl",)).claims]
+    assert "summarizer" in [c.name for c in select(study, ("main",)).claims]
 
 
 # -- the new claim kinds, on hand numbers -----------------------------------------------------
@@ -183,6 +192,19 @@ prediction = "not resolved"
 """
 
 
+SWAP_CLAIM = """
+[[claims]]
+name = "summaries"
+setting = "a"
+treatment = "base"
+treatment_summarizer = "compactionrl"
+reference = "base"
+reference_summarizer = "base"
+prediction = "positive: the trained policy's summaries keep more"
+diagnostics = ["summary_recall"]
+"""
+
+
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "study.toml"
     path.write_text(text)
@@ -225,6 +247,12 @@ BAD = [
     (swap('policy = "stage0:start"', 'policy = "stage0:begin"'),
      "settings.a: policy = 'stage0:begin' names no [stage0.begin] table; choose: start"),
     (swap("[settings.a]", "[stage0.unused]\n[settings.a]"), "stage0.unused: no setting starts"),
+    (STUDY + SWAP_CLAIM.replace('_summarizer = "base"', '_summarizer = "nope"'),
+     "reference_summarizer = 'nope' is not an arm of setting a; choose one of: base,"),
+    (STUDY + SWAP_CLAIM.replace('prediction =', 'protocol = "compacted"\nprediction ='),
+     "treatment_summarizer needs a protocol whose summaries another agent writes"),
+    (STUDY + SWAP_CLAIM.replace('"compactionrl"', '"base"'),
+     "treatment and reference are the same"),
     (swap('seeds = "1000:1003"', 'seeds = "1000:1003"\nsetting = "c"'), "setting = 'c': name"),
     (swap('seeds = "1000:1003"', 'seeds = "0:3"'), "seeds: seed 0 is also a candidate seed"),
     (swap('seeds = "1000:1003"', 'seeds = "1000:1003"\ncopy-loss = -1'), "copy_loss = -1"),
@@ -390,6 +418,85 @@ def test_a_stage0_where_no_candidate_copies_says_what_to_change(tmp_path: Path, 
     outcome = runner.run_study(study, select(study), runs_dir)
     assert [c.seed for c in stages.sft if "stage0-start" in c.run_dir] == [1000, 1001]
     assert outcome["stage0"]["start"]["seed"] == 1001 and outcome["made"]["stage0"] == 1
+
+
+def test_a_swap_is_evaluated_after_both_arms_with_their_policies(
+    tmp_path: Path, stages: Stages, monkeypatch: pytest.MonkeyPatch
+):
+    from cxsim.studies.page import write_page
+
+    swapped: list[tuple[Any, str]] = []
+
+    def evaluate_with_summarizer(cfg: Any, summarizer: str, label: str) -> dict[str, Any]:
+        assert len(stages.train) == 4  # every arm of setting a trained first (2 arms x 2 seeds)
+        swapped.append((cfg, summarizer))
+        rate = 0.75 if "/compactionrl-" in summarizer else 0.25
+        tasks = [1.0] * round(4 * rate) + [0.0] * (4 - round(4 * rate))
+        result = {"protocol": cfg.eval.protocols[0], "pass_at_1": rate,
+                  "per_task_success": tasks, "summary_recall": rate}  # fmt: skip
+        return {"results": [result], "wall_time_s": 0.5}
+
+    monkeypatch.setattr(runner, "evaluate_with_summarizer", evaluate_with_summarizer)
+    arms = STUDY[STUDY.index("[arms.") : STUDY.index("[[claims]]")]
+    text = STUDY.split("[settings.b]")[0] + arms  # setting a alone, with its two arms
+    study = load_study(write(tmp_path, text + SWAP_CLAIM))
+    runs_dir = str(tmp_path / "runs")
+    selection = select(study)
+    outcome = runner.run_study(study, selection, runs_dir)
+    assert len(swapped) == 4  # two sides x two seeds
+    bases = {c.seed: str(Path(c.run_dir) / "policy") for c in stages.sft if c.seed in (0, 1)}
+    trained = {(c.seed, Path(c.run_dir).name.rsplit("-", 1)[0]): c for c in stages.train}
+    for cfg, summarizer in swapped:
+        seed = cfg.eval.seed
+        assert cfg.policy == bases[seed] and cfg.eval.protocols == ("external-summarizer",)
+        assert summarizer in (
+            bases[seed],
+            str(Path(trained[(seed, "compactionrl")].run_dir) / "policy"),
+        )
+        assert Path(cfg.out).name.startswith("base+") and Path(cfg.out).parent.name == "eval"
+    base = outcome["runs"]["a"]["base"]
+    assert [r["eval"]["external-summarizer+compactionrl"]["pass_at_1"] for r in base] == [0.75] * 2
+    assert [r["eval"]["external-summarizer+base"]["pass_at_1"] for r in base] == [0.25] * 2
+    assert outcome["made"]["eval"] == 2 * 3 + 4  # base and two arms per seed, then the swaps
+    out = write_page(tmp_path / "page", study, selection, outcome, made_by(runs_dir))
+    claim = next(c for c in json.loads(out["results"].read_text())["claims"]
+                 if c["name"] == "summaries")  # fmt: skip
+    assert claim["per_seed_difference"] == [0.5, 0.5] and claim["verdict"] == "reproduced"
+    assert claim["treatment"] == "base + compactionrl's summaries"
+    page = out["page"].read_text()
+    assert "Pass@1 (external-summarizer+compactionrl)" in page
+    assert "`summary_recall` 0.75 [0.75, 0.75] vs 0.25 [0.25, 0.25]" in page
+    again = runner.run_study(study, selection, runs_dir)
+    assert again["made"]["eval"] == 0 and len(swapped) == 4  # read from the cache
+
+
+def test_a_swap_evaluation_is_cxsim_tables_table_1_evaluation(tmp_path: Path):
+    """The study's swap (runner.evaluate_with_summarizer) and ``cxsim tables``'s Table 1
+    evaluation play the same rollouts: same tasks, successes and summaries kept."""
+    from cxsim.experiments import tables
+    from cxsim.pretrained import PRETRAINED
+
+    study = load_study(write(tmp_path, STUDY))
+    setting = replace(study.setting("a"), eval=replace(study.setting("a").eval, episodes=3))
+    out = tmp_path / "swap.json"
+    cfg = runner.eval_config(
+        runner.under(setting, "external-summarizer"), 2, tmp_path, PRETRAINED, out, "cpu"
+    )
+    made = runner.evaluate_with_summarizer(cfg, PRETRAINED, "swap")
+    assert json.loads(out.read_text())["summarizer"] == PRETRAINED
+    ec = tables.Config(
+        preset="full", seeds=1, tables=(1,), env=setting.env, compaction=setting.compaction,
+        eval=replace(setting.eval, seed=2),
+    )  # fmt: skip
+    actor, chat = tables.lm_agent(PRETRAINED, ec)
+    summarizer, _ = tables.lm_agent(PRETRAINED, ec)
+    table1 = tables.evaluate_agent(
+        ec, actor, chat, "t1", protocols=("external-summarizer",), summarizer=summarizer
+    )["results"]["external-summarizer"]
+    (result,) = made["results"]
+    for key in ("per_task_success", "summary_recall", "mean_compactions", "tokens_generated"):
+        assert result[key] == table1[key], key
+    assert result["mean_compactions"] > 0  # summaries were written
 
 
 def made_by(runs_dir: str) -> dict[str, Any]:

@@ -1,25 +1,25 @@
-"""cxsim verdicts: the verdict rules, the page from known per-seed numbers, the pipeline."""
+"""cxsim verdicts: the verdict rules, the run as a study, the page from known per-seed
+numbers, a cache of the older layout adopted, the pipeline."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cxsim.cli import main as cxsim
-from cxsim.config import SFTConfig
 from cxsim.experiments.verdicts import (
     ARMS,
     BUDGETS,
     CREDIT_ARMS,
-    SINGLE,
-    SUMMARIZERS,
     parse,
-    pretrained_start,
+    verdict_study,
 )
-from cxsim.experiments.verdicts_claims import CLAIMS, Claim
+from cxsim.experiments.verdicts_claims import CLAIMS, Claim, evaluation_name, evaluation_side
 from cxsim.experiments.verdicts_page import (
     critic_by_segment,
     informative_mean,
@@ -51,29 +51,59 @@ def test_verdict_words_follow_the_interval_and_the_claim_kind():
     assert verdict_of(PAPER, Interval(math.nan, math.nan, math.nan, 0, "none")) == "not measured"
 
 
-def test_every_claim_names_evaluations_the_runs_make():
-    made = {
-        "main": {
-            "base",
-            *ARMS,
-            *(f"{n}@single" for n in SINGLE),
-            *(f"t1:{n}" for n in SUMMARIZERS),
-        },
-        "credit": {"base", *CREDIT_ARMS},
-        "credit-critic": {"base", *CREDIT_ARMS},
-    }
-    for claim in CLAIMS:
-        assert {claim.treatment, claim.reference} <= made[claim.setting], claim.key
-        assert claim.prediction, claim.key
+def test_the_run_is_a_study_of_every_claim_on_the_presets_settings():
     full = parse(["--preset", "full"])
-    assert [s.name for s in full.credit] == ["credit", "credit-critic"]
-    credit, critic = (full.credit_config(s) for s in full.credit)
-    assert credit.arms == CREDIT_ARMS and credit.single == () and credit.pretrain is None
+    study = verdict_study(full)
+    main, credit, critic = study.settings
+    assert [s.name for s in study.settings] == ["main", "credit", "credit-critic"]
+    assert main.arms == ARMS and credit.arms == CREDIT_ARMS and critic.arms == CREDIT_ARMS[:4]
+    (stage,) = study.stage0  # one stage 0, on the main task, shared by every setting
+    assert all(s.stage0 == stage for s in study.settings) and stage.sft == full.pretrain
+    assert (stage.env, stage.seeds, stage.copy_loss) == (full.env, full.pretrain_seeds, 0.01)
     assert credit.env.env_id == "cxsim/KeyRecallActive-v0" and credit.sft.skip_rate == 0.5
-    assert credit.ppo == full.ppo and critic.ppo.critic_warmup == 12
-    assert critic.ppo.iterations == full.ppo.iterations and critic.sft == credit.sft
+    assert credit.ppo == full.ppo == main.ppo and critic.ppo.critic_warmup == 12
+    assert critic.bases_from == "credit" and critic.sft == credit.sft
+    assert all(
+        s.eval.protocols == ("compacted",) and s.eval.episodes == 256 for s in study.settings
+    )
+    assert study.seeds == tuple(range(8))
+    # each claim's two evaluations are sides of the study's claim of the same name
+    assert len(study.claims) == len(CLAIMS)
+    for claim, made in zip(CLAIMS, study.claims, strict=True):
+        assert (made.setting, made.name, made.prediction) == (
+            claim.setting,
+            claim.key,
+            claim.prediction,
+        )
+        for name, side in (
+            (claim.treatment, made.treatment_side),
+            (claim.reference, made.reference_side),
+        ):
+            assert side.arm in ("base", *study.setting(side.setting).arms), claim.key
+            assert evaluation_name(side.arm, side.protocol, side.summarizer) == name
+        assert made.direction == ("same" if claim.kind == "no-effect" else "higher")
+    swap = next(c for c in study.claims if c.name == "summarizer")
+    assert [(s.arm, s.protocol, s.summarizer) for s in swap.sides] == [
+        ("base", "external-summarizer", "compactionrl"), ("base", "external-summarizer", "base"),
+    ]  # fmt: skip
+    assert evaluation_side("compactionrl@single") == ("compactionrl", "single", "")
     sources = {c.source for c in CLAIMS}
     assert {"Table 1", "Table 2", "Table 3", "Table 4", "not in the paper"} == sources
+    smoke = verdict_study(parse(["--no-credit-setting"]))
+    assert [s.name for s in smoke.settings] == ["main"] and not smoke.stage0
+    assert {c.setting for c in smoke.claims} == {"main"}
+
+
+def test_seeds_are_a_count_or_a_range():
+    assert parse(["--seeds", "3"]).seed_list == (0, 1, 2)
+    assert parse(["--preset", "full"]).seed_list == tuple(range(8))
+    assert parse(["--seeds", "20:24"]).seed_list == (20, 21, 22, 23)
+    from dataclasses import replace
+
+    with pytest.raises(ValueError, match="--seeds 5:6: a paired interval needs at least 2"):
+        replace(BUDGETS["smoke"], seeds="5:6")
+    with pytest.raises(ValueError, match="--seeds '2-4': write a:b"):
+        replace(BUDGETS["smoke"], seeds="2-4")
 
 
 # -- the page from synthetic seeds ------------------------------------------------------
@@ -85,10 +115,7 @@ PASS = {"base": 0.4, "compactionrl": 0.9, "no-summary-training": 0.5, "t1:compac
 
 def result(p: float, seed: int, n: int = 100) -> dict:
     solved = round(n * min(max(p + 0.02 * (seed - 1), 0.0), 1.0))
-    return {
-        "per_task_success": [1.0] * solved + [0.0] * (n - solved),
-        "omission": {"omission/overall": 1 - p, "omission/num_facts": 50},
-    }
+    return {"per_task_success": [1.0] * solved + [0.0] * (n - solved), "summary_recall": p}
 
 
 def history(seed: int) -> list[dict]:
@@ -110,21 +137,21 @@ def synthetic_runs(seeds: int = 3, credit: bool = False) -> list[dict]:
         for name in ("base", *arms):
             p = CREDIT_PASS.get(name, 0.9) if credit else PASS.get(name, 0.7)
             evals[name] = {"results": {"compacted": result(p, s)}}
-        for name in () if credit else SINGLE:
+        for name in () if credit else ("base", "compactionrl"):
             evals[f"{name}@single"] = {"results": {"single": result(0.0, 1)}}
-        for name in () if credit else SUMMARIZERS:
+        for name in () if credit else ("compactionrl", "base"):
             key = f"t1:{name}"
             evals[key] = {"results": {"external-summarizer": result(PASS[key], s)}}
         final = {"charts/success_rate": 0.9, "credit/abs_adv_summary": 0.5,
                  "credit/abs_adv_seg0": 0.25, "compaction/summary_recall": 0.8,
                  "weights/token-mean/summary_share": 0.66}  # fmt: skip
         train = {arm: {"final": final, "history": history(s)} for arm in arms}
-        runs.append({"seed": s, "sft": {"wall_time_s": 60.0}, "eval": evals, "train": train})
+        runs.append({"seed": s, "seconds": 60.0, "eval": evals, "train": train})
     return runs
 
 
 def test_page_pairs_by_seed_and_gives_every_claim_a_verdict(tmp_path: Path):
-    cfg = parse(["--preset", "full"])
+    study = verdict_study(parse(["--preset", "full"]))
     invocations = [
         {"commit": "abc1234", "command": "cxsim verdicts --preset full", "wall_time_s": 3000.0},
         {"commit": "abc1234", "command": "cxsim verdicts --preset full", "wall_time_s": 5.0},
@@ -132,11 +159,18 @@ def test_page_pairs_by_seed_and_gives_every_claim_a_verdict(tmp_path: Path):
     ]
     settings = {"main": synthetic_runs(), "credit": synthetic_runs(credit=True),
                 "credit-critic": synthetic_runs(credit=True)}  # fmt: skip
-    page = render_page(cfg, settings, "cxsim verdicts --preset full", invocations, tmp_path)
+    setting_of = {s.name: s for s in study.settings}
+    chosen = {"seed": 1003, "tried": [{"seed": 1000, "heldout_execution": 0.0517},
+                                      {"seed": 1003, "heldout_execution": 0.0014}]}  # fmt: skip
+    page = render_page(setting_of, settings, CLAIMS, "cxsim verdicts --preset full", invocations,
+                       2, tmp_path, (study.stage0[0], chosen))  # fmt: skip
     text = page.read_text()
     assert "**70 minutes** of wall time in all" in text  # 50 + 20; the 5 s rerun left out
     assert "at commit abc1234 (50 min) then" in text and "**3 independent seeds.**" in text
-    assert "add up to 9 process-minutes" in text  # the three settings' recorded SFT times
+    assert "add up to 9 process-minutes" in text  # the three settings' recorded seconds
+    assert "2 seeds at a time" in text
+    assert "cloned from 512 omission-0 demonstrations x 8 epochs" in text
+    assert "(tried: seed 1000: 0.0517, seed 1003: 0.0014)" in text
     for claim in CLAIMS:
         assert claim.statement in text and claim.prediction in text
     # the shifts are equal on every seed, so each difference is exact with no spread
@@ -165,6 +199,26 @@ def test_page_pairs_by_seed_and_gives_every_claim_a_verdict(tmp_path: Path):
     assert "The same figure on the credit-critic setting:" in text
     assert "**The credit-critic setting** (12 value-only warm-up iterations, not 2" in text
     assert "PPO 2 value-only iterations then 8 with the actor" in text
+    row = next(line for line in text.splitlines() if "the summarizer changes success" in line)
+    assert "+0.40 [+0.40, +0.40]" in row
+    assert "summary recall (evaluation) 0.80 [0.80, 0.80] vs 0.40 [0.40, 0.40]" in row
+
+
+def test_a_page_of_one_claim_leaves_out_what_was_not_run(tmp_path: Path):
+    study = verdict_study(parse([]))
+    credit = synthetic_runs(credit=True)
+    for run in credit:  # --only credit:correction-fixed-lambda: its two arms, no base
+        run["eval"] = {k: v for k, v in run["eval"].items() if k.endswith("fixed-lambda")}
+        run["train"] = {k: v for k, v in run["train"].items() if k.endswith("fixed-lambda")}
+    (claim,) = [c for c in CLAIMS if (c.setting, c.key) == ("credit", "correction-fixed-lambda")]
+    setting_of = {s.name: s for s in study.settings}
+    page = render_page(setting_of, {"credit": credit}, [claim], "cxsim verdicts", [], 1, tmp_path)
+    text = page.read_text()
+    assert "CompactionRL" not in text.split("**Verdicts.**")[0]  # no gain: neither was run
+    rows = [line for line in text.splitlines() if line.startswith("| the cross-segment")]
+    assert len(rows) == 3  # its verdict, its row against the paper's sizes, its prediction
+    assert "-0.20 [-0.20, -0.20]" in rows[0] and "| - | - |" in rows[1]
+    assert "## The critic by segment" not in text  # a figure of the main setting
 
 
 def test_critic_by_segment_reads_only_informative_iterations():
@@ -177,6 +231,137 @@ def test_critic_by_segment_reads_only_informative_iterations():
     assert math.isnan(cells[2].mean)
 
 
+# -- a cache of the older layout --------------------------------------------------------------
+
+
+def old_cache(cfg: Any, loss_1001: float = 0.002) -> dict[str, float]:
+    """The files ``cxsim verdicts`` wrote before it ran through the study engine, for ``cfg``
+    (its folders named after a hash of their settings, recorded in settings.json; candidate
+    1000 of stage 0 does not copy, 1001 does); returns each evaluation's Pass@1 by
+    (setting, seed, name), which its tasks encode."""
+    from cxsim.experiments.verdicts import old_settings
+    from cxsim.tracking import write_json
+
+    root = Path(cfg.runs_dir)
+    main = root / f"{cfg.preset}-0123abcd"
+
+    def policy(where: str) -> str:  # a saved model, as the old runs left beside their results
+        folder = root.parent / "old" / where / "policy"
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+        return str(folder)
+
+    write_json(main / "settings.json", old_settings(cfg, None, None))
+    write_json(main / "invocations.json", {"invocations": [
+        {"commit": "old1234", "command": "cxsim verdicts --preset full", "wall_time_s": 1800.0}
+    ]})  # fmt: skip
+    for seed, loss in ((1000, 0.5), (1001, loss_1001)):
+        write_json(main / "pretrain" / f"p{seed}" / "sft" / "results.json", {
+            "policy": policy(f"p{seed}"), "wall_time_s": 30.0,
+            "final": {"losses/heldout_execution": loss},
+        })  # fmt: skip
+    folders = {"main": (main, cfg.arms, False)}
+    for credit in cfg.credit:
+        folder = root / f"{cfg.preset}-{credit.name}-4567cdef"
+        write_json(folder / "settings.json", old_settings(cfg, credit, 1001))
+        folders[credit.name] = (folder, credit.arms, bool(credit.bases_from))
+    passes: dict[tuple[str, int, str], float] = {}
+    for name, (folder, arms, reused) in folders.items():
+        for seed in (0, 1):
+            seed_dir = folder / f"s{seed}"
+            evaluations = [*arms] if reused else ["base", *arms]
+            if name == "main":
+                evaluations += ["base@single", "compactionrl@single", "t1:compactionrl", "t1:base"]
+            if not reused:
+                write_json(seed_dir / "sft" / "results.json", {
+                    "policy": policy(f"{name}/s{seed}/sft"), "wall_time_s": 20.0,
+                    "final": {}, "config": {"compaction": {"budget": 160}},
+                })  # fmt: skip
+            for arm in arms:
+                history = [{"charts/success_rate": 0.5, "critic/mc_ev_seg0": 0.1 * (seed + 1)}]
+                write_json(seed_dir / "train" / f"{arm}-s{seed}" / "results.json", {
+                    "policy": policy(f"{name}/s{seed}/{arm}"), "iterations_done": 3,
+                    "wall_time_s": 40.0, "final": {"charts/success_rate": 0.5},
+                    "history": history, "config": {"ppo": {"iterations": 1}},
+                })  # fmt: skip
+            for index, evaluation in enumerate(evaluations):
+                solved = (index + seed) % 5
+                protocol = evaluation_side(evaluation)[1]
+                passes[(name, seed, evaluation)] = solved / 5
+                file = evaluation.replace("@", "-").replace(":", "-")
+                result = {"protocol": protocol, "pass_at_1": solved / 5, "summary_recall": 0.5,
+                          "per_task_success": [1.0] * solved + [0.0] * (5 - solved)}  # fmt: skip
+                write_json(seed_dir / "verdicts" / f"eval-{file}.json", {
+                    "label": evaluation, "results": {protocol: result}, "wall_time_s": 5.0,
+                })  # fmt: skip
+    return passes
+
+
+def refuse_every_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cxsim.experiments import evaluate, sft, train
+    from cxsim.studies import runner
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a stage ran: the adopted cache holds every result")
+
+    for module, name in ((sft, "run_sft"), (train, "train"), (evaluate, "evaluate"),
+                         (runner, "evaluate_with_summarizer")):  # fmt: skip
+        monkeypatch.setattr(module, name, refuse)
+
+
+def test_a_cache_of_the_older_layout_is_adopted_and_nothing_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from dataclasses import replace
+
+    from cxsim.config import SFTConfig
+    from cxsim.experiments.verdicts import run_verdicts
+
+    smoke = BUDGETS["smoke"]
+    credit, critic = smoke.credit
+    cfg = replace(
+        smoke, runs_dir=str(tmp_path / "runs"), out_dir=str(tmp_path / "page"), jobs=1,
+        arms=("compactionrl",), pretrain=SFTConfig(episodes=2, epochs=1),
+        pretrain_seeds=(1000, 1001, 1002),
+        credit=(replace(credit, arms=("fixed-lambda", "local-fixed-lambda")),
+                replace(critic, arms=("fixed-lambda", "local-fixed-lambda"))),
+    )  # fmt: skip
+    passes = old_cache(cfg)
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").rglob("*")}
+    refuse_every_stage(monkeypatch)
+    done = run_verdicts(cfg, "cxsim verdicts --preset smoke")
+    assert done["outcome"]["made"] == {"sft": 0, "train": 0, "eval": 0, "stage0": 0}
+    assert all(p.stat().st_mtime_ns == t for p, t in before.items())  # the old files as they were
+    # the stage 0 as the old run chose it: 1001, after 1000 did not copy
+    assert done["outcome"]["stage0"]["copies"]["seed"] == 1001
+    text = done["page"].read_text()
+    assert "(tried: seed 1000: 0.5000, seed 1001: 0.0020)" in text
+    assert "`cxsim verdicts --preset full` at commit old1234 (30 min)" in text
+    # every evaluation read back under its name, per seed, in each setting's table
+    tables = text.split("## Pass@1 per seed")[1]
+    for (setting, seed, name), value in passes.items():
+        block = tables.split(f"The {setting} setting:")[1].split("The ")[0]
+        row = next(line for line in block.splitlines() if line.startswith(f"| `{name}` |"))
+        assert row.split("|")[2 + seed].strip() == f"{value:.3f}", (setting, name, seed)
+    # a second run reads the engine's own files and adopts nothing more
+    again = run_verdicts(cfg, "cxsim verdicts --preset smoke")
+    assert again["outcome"]["made"]["train"] == 0 and again["page"].read_text().count(
+        "|"
+    ) == text.count("|")
+
+
+def test_a_cache_of_other_settings_is_not_adopted(tmp_path: Path):
+    from dataclasses import replace
+
+    from cxsim.experiments.verdicts import adopt_old_runs
+
+    cfg = replace(BUDGETS["smoke"], runs_dir=str(tmp_path), credit_setting=False)
+    old_cache(cfg)
+    other = replace(cfg, sft=replace(cfg.sft, epochs=2))  # another SFT: another cache
+    assert adopt_old_runs(other, verdict_study(other)) == 0
+    assert adopt_old_runs(cfg, verdict_study(cfg)) > 0
+
+
 # -- the pipeline ------------------------------------------------------------------------
 
 
@@ -184,38 +369,53 @@ def test_critic_by_segment_reads_only_informative_iterations():
 def test_smoke_run_writes_the_page(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("CXSIM_QUIET", "0")  # --quiet sets it; restored after the test
     out, runs = tmp_path / "page", tmp_path / "runs"
-    cxsim(["verdicts", "--out", str(out), "--runs-dir", str(runs), "--quiet"])
+    cxsim(["verdicts", "--out", str(out), "--runs-dir", str(runs), "--jobs", "1", "--quiet"])
     text = (out / "verdicts.md").read_text()
     for claim in CLAIMS:
         assert claim.statement in text
     assert "2 independent seeds" in text
-    # each seed's tasks are its own: seed 1's evaluation is not seed 0's
-    # smoke-<hash>, smoke-credit-<hash>, smoke-credit-critic-<hash>
-    main, credit, critic = sorted(runs.iterdir(), key=lambda p: p.name.count("-"))
-    assert (critic / "s0" / "train" / "fixed-lambda-s0" / "results.json").is_file()
+    # the study engine's cache: main-<hash>, credit-<hash>, credit-critic-<hash>
+    folders = {p.name.rsplit("-", 1)[0]: p for p in runs.iterdir() if p.is_dir()}
+    assert set(folders) == {"main", "credit", "credit-critic"}
+    main, credit, critic = (folders[n] for n in ("main", "credit", "credit-critic"))
+    assert len(list(critic.glob("s0/train/*/results.json"))) == 4
     assert not (critic / "s0" / "sft").exists()  # it trains from the credit setting's bases
-    assert not (critic / "s0" / "verdicts" / "eval-base.json").exists()  # and reuses their score
-    assert (main / "s0" / "verdicts" / "eval-base.json").is_file()
-    assert (main / "s1" / "train" / "supo-s1" / "results.json").is_file()
-    # the credit setting: its own bases on KeyRecallActive, only its own arms
-    assert (credit / "s1" / "train" / "local-fixed-lambda-s1" / "results.json").is_file()
-    assert not (credit / "s1" / "train" / "supo-s1").exists()
+    assert not list(critic.glob("s0/eval/base-*.json"))  # and reuses their evaluation
+    assert len(list(main.glob("s1/train/*/results.json"))) == len(ARMS)
+    assert len(list(main.glob("s0/eval/base+*@external-summarizer-*.json"))) == 2  # Table 1
+    assert len(list(main.glob("s0/eval/*@single-*.json"))) == 2  # base and compactionrl
+    assert len(list(credit.glob("s1/train/*/results.json"))) == len(CREDIT_ARMS)
     sft = (credit / "s0" / "sft" / "results.json").read_text()
     assert "KeyRecallActive" in sft and '"skip_rate": 0.5' in sft
+    # a rerun reads every result and makes nothing
+    cxsim(["verdicts", "--out", str(out), "--runs-dir", str(runs), "--jobs", "1", "--quiet"])
+    invocations = json.loads((main / "invocations.json").read_text())["invocations"]
+    assert len(invocations) == 2 and invocations[1]["wall_time_s"] < invocations[0]["wall_time_s"]
 
 
 @pytest.mark.slow
-def test_stage_zero_takes_the_first_seed_that_copies_and_stops_when_none_does(tmp_path: Path):
-    from dataclasses import replace
-
-    tiny = SFTConfig(episodes=4, epochs=1, heldout_episodes=2, omission_rate=0.0)
-    cfg = replace(BUDGETS["smoke"], pretrain=tiny, pretrain_seeds=(1000, 1001), copy_loss=1e9)
-    start = pretrained_start(cfg, tmp_path)
-    assert start["seed"] == 1000 and len(start["tried"]) == 1
-    assert (Path(start["policy"]) / "config.json").is_file()
-    with pytest.raises(RuntimeError, match="no stage-0 seed of \\(1000, 1001\\) learned to copy"):
-        pretrained_start(replace(cfg, copy_loss=0.0), tmp_path)  # seed 1000 is cached
-    assert (tmp_path / "pretrain" / "p1001" / "sft" / "results.json").is_file()
+def test_one_claim_on_new_seeds_runs_only_what_it_needs(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("CXSIM_QUIET", "0")
+    out, runs = tmp_path / "page", tmp_path / "runs"
+    cxsim(["verdicts", "--seeds", "20:24", "--only", "credit:correction-fixed-lambda",
+           "--out", str(out), "--runs-dir", str(runs), "--jobs", "1", "--quiet"])  # fmt: skip
+    folders = {p.name.rsplit("-", 1)[0]: p for p in runs.iterdir() if p.is_dir()}
+    assert set(folders) == {"credit", "main"}  # main: only the record of this invocation
+    assert [p.name for p in folders["main"].iterdir()] == ["invocations.json"]
+    credit = folders["credit"]
+    seeds = [f"s{s}" for s in range(20, 24)]
+    assert sorted(p.name for p in credit.glob("s[0-9]*")) == seeds
+    trained = sorted(p.parent.name.rsplit("-", 1)[0] + "/" + p.parents[2].name
+                     for p in credit.glob("s*/train/*/results.json"))  # fmt: skip
+    assert trained == sorted(f"{arm}/{s}" for arm in ("fixed-lambda", "local-fixed-lambda")
+                             for s in seeds)  # fmt: skip
+    assert len(list(credit.glob("s*/sft/results.json"))) == 4  # the bases they train from
+    assert len(list(credit.glob("s*/eval/*.json"))) == 8  # the two arms, not the base
+    text = (out / "verdicts.md").read_text()
+    (claim,) = [c for c in CLAIMS if (c.setting, c.key) == ("credit", "correction-fixed-lambda")]
+    rows = [line for line in text.splitlines() if line.startswith("| the ")]
+    assert len(rows) == 3 and all(claim.statement in r for r in rows)  # verdict, paper, prediction
+    assert "**4 independent seeds.**" in text and "| s20 | s21 | s22 | s23 |" in text
 
 
 def test_a_setting_reuses_only_the_bases_of_an_earlier_identical_one():

@@ -13,8 +13,9 @@ One topic per module:
 - :mod:`cxsim.studies.spec`: the file parsed and validated into frozen dataclasses, every
   name checked before any run, and what a (setting, seed, arm) means for the main job;
 - :mod:`cxsim.studies.runner`: a stage-0 checkpoint (candidates until one copies), then
-  one (setting, seed, arm) unit as one function call with plain arguments, cached; the
-  study as a map of units over an executor;
+  one (setting, seed, arm) unit as one function call with plain arguments, cached, and the
+  claim sides whose summaries another arm writes; the study as a map of units over an
+  executor;
 - :mod:`cxsim.studies.executors`: where units run (this machine's processes, or Ray tasks
   with ``--executor ray``);
 - :mod:`cxsim.studies.stats`: claims from per-seed results (intervals and power from
@@ -23,6 +24,7 @@ One topic per module:
 - :mod:`cxsim.studies.commands`: the ``cxsim sft`` / ``train`` / ``eval`` command lines that
   make one seed's runs.
 
-The package drives the entry points of ``cxsim.experiments`` (it sits above them); none
-of them imports it.
+The package drives the entry points of ``cxsim.experiments`` (it sits above them); of
+those, only the ones that run studies import it: ``cxsim study`` and ``cxsim verdicts``
+(experiments/verdicts.py, whose runs are a study built from its presets).
 """

@@ -32,6 +32,7 @@ from cxsim.studies.spec import (
     Stage0,
     Study,
     extra_protocols,
+    swapped_sides,
 )
 from cxsim.studies.stages import arm_ppo, stage0_sft_config
 
@@ -161,6 +162,15 @@ def seed_commands(
                 )
                 values["policy"] = policy
                 commands.append(["cxsim", "eval", *config_flags(values, evaluate_entry.Config)])
+        for side in swapped_sides(selection):
+            if side.setting == setting.name:
+                commands.append(
+                    [
+                        f"# {side.arm} acting with {side.summarizer}'s summaries under "
+                        f"{side.protocol}: evaluated by the study itself (cxsim eval's "
+                        "summarizer is the scripted one)"
+                    ]
+                )
     return commands
 
 

@@ -1,15 +1,16 @@
 """Where a study's runs execute: this machine's process pool, or a Ray cluster.
 
 A study is a list of calls with plain arguments (:func:`cxsim.studies.runner.make_base`,
-then :func:`cxsim.studies.runner.run_unit`), so an executor needs one operation:
-:meth:`Executor.map` calls a function on each argument tuple and yields ``(index,
-result)`` as each call finishes, so that the study logs one line per finished run and
-puts the results back in order. Every call writes its files (checkpoints, results) into
-the study's runs folder itself and returns a small dict; nothing large comes back.
+then :func:`cxsim.studies.runner.run_unit`, then :func:`cxsim.studies.runner.run_swap`),
+so an executor needs one operation: :meth:`Executor.map` calls a function on each
+argument tuple and yields ``(index, result)`` as each call finishes, so that the study
+logs one line per finished run and puts the results back in order. Every call writes its
+files (checkpoints, results) into the study's runs folder itself and returns a small dict;
+nothing large comes back.
 
 - :class:`LocalExecutor` (``--executor local``, the default): ``--jobs`` spawned processes
   with one torch thread each, as experiments/processes.py ``map_in_processes`` runs the
-  seeds of ``cxsim tables`` and ``cxsim verdicts``; one job runs in this process.
+  seeds of ``cxsim tables``; one job runs in this process.
 - :class:`RayExecutor` (``--executor ray``): one Ray task per call, asking for one CPU and,
   when the study's device is ``cuda``, one GPU. ``--ray-address HOST:PORT`` joins a running
   cluster; without it a local Ray instance starts with ``--jobs`` CPUs. Ray is imported only

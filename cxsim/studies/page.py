@@ -39,8 +39,8 @@ def claim_statement(claim: Claim) -> str:
 
 
 def side_evaluations(runs: Runs, side: Side) -> list[dict[str, Any]]:
-    """One side's evaluation result under its protocol, per seed."""
-    return [r["eval"][side.protocol] for r in runs[side.setting][side.arm]]
+    """One side's evaluation result under its protocol (with its summarizer), per seed."""
+    return [r["eval"][side.evaluation] for r in runs[side.setting][side.arm]]
 
 
 def comparison(runs: Runs, claim: Claim) -> Comparison:

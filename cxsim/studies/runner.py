@@ -6,7 +6,9 @@ can map units; :func:`run_study` maps them with an executor of :mod:`cxsim.studi
 (this machine's processes, ``--jobs`` at a time, or Ray tasks), logging one line per finished
 call. A stage 0 is made first (:func:`make_stage0`: its candidates through the executor,
 a batch at a time, until one copies), then the seeds' SFT bases (:func:`make_base`), so
-that two arms of one seed running side by side never both make what they share.
+that two arms of one seed running side by side never both make what they share; after
+every unit, the claim sides whose summaries another arm writes (:func:`run_swap`: one
+policy acting, another summarizing, under ``external-summarizer``).
 
 Each stage is the main job's (``cxsim run``'s stage configs, experiments/run.py): SFT
 (experiments/sft.py ``run_sft``), PPO from that base (experiments/train.py ``train``) and
@@ -25,6 +27,8 @@ The runs folder (``--runs-dir``)::
     <setting>-<hash>/s<seed>/train/<arm>-<hash of the arm's PPO config>/
     <setting>-<hash>/s<seed>/eval/<arm>-<hash of its PPO and eval configs>.json
     <setting>-<hash>/s<seed>/eval/<arm>@<protocol>-<hash>.json   under a claim's protocol
+    <setting>-<hash>/s<seed>/eval/<arm>+<summarizer>@<protocol>-<hash>.json   the arm acting,
+                                        the summarizer arm's policy writing the summaries
     predictions.json                    each claim's prediction as first seen
 
 Every stage is read when its file is there and made otherwise (cxsim/tables.py
@@ -50,6 +54,7 @@ from cxsim.studies.spec import (
     Stage0,
     Study,
     extra_protocols,
+    swapped_sides,
 )
 from cxsim.studies.stages import arm_ppo, main_job_config, stage0_sft_config
 from cxsim.studies.values import StudyError
@@ -132,10 +137,38 @@ def unit_eval_file(
     return eval_file(seed_dir, setting, arm, protocol)
 
 
+def swap_eval_file(
+    runs_dir: str | Path,
+    setting: Setting,
+    arm: Arm | None,
+    summarizer: Arm | None,
+    seed: int,
+    device: str,
+    protocol: str,
+) -> Path:
+    """Where the evaluation of ``arm`` acting with ``summarizer``'s summaries goes: beside the
+    acting arm's own (the base's beside the base)."""
+    seed_dir = (base_folder if arm is None else seed_folder)(runs_dir, setting, seed, device)
+    settings = {
+        "acting": None if arm is None else arm_ppo(setting, arm),
+        "writing": None if summarizer is None else arm_ppo(setting, summarizer),
+        "eval": under(setting, protocol).eval,
+    }
+    name = f"{unit_name(arm)}+{unit_name(summarizer)}@{protocol}"
+    return seed_dir / "eval" / f"{config_tag(name, settings)}.json"
+
+
+def unit_name(arm: Arm | None) -> str:
+    return BASE if arm is None else arm.name
+
+
 def side_eval_file(study: Study, side: Side, runs_dir: str | Path, seed: int, device: str) -> Path:
     """The evaluation file of one side of a claim on one seed."""
     setting = study.setting(side.setting)
     arm = None if side.arm == BASE else study.arm(side.arm)
+    if side.summarizer:
+        summarizer = None if side.summarizer == BASE else study.arm(side.summarizer)
+        return swap_eval_file(runs_dir, setting, arm, summarizer, seed, device, side.protocol)
     protocol = None if side.protocol in setting.eval.protocols else side.protocol
     return unit_eval_file(runs_dir, setting, arm, seed, device, protocol)
 
@@ -388,6 +421,104 @@ def run_unit(
     }
 
 
+def unit_policy(setting: Setting, arm: Arm | None, seed: int, runs_dir: str, device: str) -> str:
+    """The policy a unit made: the seed's SFT base (``arm`` None) or the arm's last
+    checkpoint, read from its results (the study makes them before an evaluation needs them)."""
+    if arm is None:
+        path = base_folder(runs_dir, setting, seed, device) / "sft" / "results.json"
+    else:
+        path = train_folder(seed_folder(runs_dir, setting, seed, device), setting, arm)
+        path = path / "results.json"
+    if not path.is_file():
+        raise StudyError(
+            f"settings.{setting.name}, seed {seed}: {unit_name(arm)} is not made yet under "
+            f"{runs_dir}; run the study, which makes every arm before the evaluations that "
+            "swap summarizers"
+        )
+    return str(cached_json(path, dict)["policy"])
+
+
+def evaluate_with_summarizer(
+    cfg: evaluate_entry.Config, summarizer_policy: str, label: str
+) -> dict[str, Any]:
+    """``cxsim eval`` of ``cfg.policy`` (``cfg.eval.protocols``, each one whose summaries
+    another agent writes), with the policy at ``summarizer_policy`` writing the summaries;
+    the same JSON payload, written to ``cfg.out``."""
+    from cxsim.evaluation import evaluate_protocol
+    from cxsim.experiments import evaluate as evaluate_entry
+    from cxsim.preflight import preflight
+
+    began = time.perf_counter()
+    actor, chat, _ = evaluate_entry.build_agent(cfg)
+    summarizer, _, _ = evaluate_entry.build_agent(replace(cfg, policy=summarizer_policy))
+    assert actor is not None and summarizer is not None  # policies, not scripted agents
+    cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))
+    results = []
+    for protocol in cfg.eval.protocols:
+        result, _ = evaluate_protocol(
+            cfg.env.env_id,
+            cfg.env.kwargs,
+            actor,
+            chat,
+            cfg.compaction,
+            protocol,
+            cfg.eval.episodes,
+            cfg.eval.repeats,
+            cfg.eval.seed,
+            threads=cfg.threads,
+            summarizer_agent=summarizer,
+        )
+        results.append(result)
+    payload = {
+        "label": label,
+        "env_id": cfg.env.env_id,
+        "env_kwargs": cfg.env.kwargs,
+        "results": results,
+        "summarizer": summarizer_policy,
+        "wall_time_s": time.perf_counter() - began,
+        "config": cfg,
+    }
+    if cfg.out is not None:
+        write_json(cfg.out, payload)
+    return payload
+
+
+def run_swap(
+    setting: Setting,
+    arm: Arm | None,
+    summarizer: Arm | None,
+    seed: int,
+    runs_dir: str,
+    device: str,
+    protocol: str,
+) -> dict[str, Any]:
+    """One side with a summarizer on one seed (cached): ``arm``'s policy (None: the base)
+    acting under ``protocol`` while ``summarizer``'s writes the summaries, both made
+    already. Returns plain data keyed as the side's evaluation (:attr:`Side.evaluation`)."""
+    began = time.perf_counter()
+    made: list[str] = []
+    acting = unit_policy(setting, arm, seed, runs_dir, device)
+    writing = unit_policy(setting, summarizer, seed, runs_dir, device)
+    out = swap_eval_file(runs_dir, setting, arm, summarizer, seed, device, protocol)
+    seed_dir = seed_folder(runs_dir, setting, seed, device)
+    cfg = eval_config(under(setting, protocol), seed, seed_dir, acting, out, device)
+    label = f"{unit_name(arm)} with {unit_name(summarizer)}'s summaries"
+    evaluation = cached_stage(
+        out, lambda: evaluate_with_summarizer(cfg, writing, label), made, "eval"
+    )
+    key = Side(setting.name, unit_name(arm), protocol, unit_name(summarizer)).evaluation
+    return {
+        "setting": setting.name,
+        "arm": unit_name(arm),
+        "label": label,
+        "seed": seed,
+        "made": made,
+        "wall_time_s": time.perf_counter() - began,
+        "eval": {key: evaluation["results"][0]},
+        "eval_wall_time_s": float(evaluation["wall_time_s"]),
+    }
+
+
 def actor_reductions(history: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Each history key's ``actor_max`` and ``actor_mean`` over the run's actor iterations
     (value-only warm-up iterations left out), for ``[[checks]]`` with ``over = "max"`` or
@@ -419,7 +550,8 @@ def run_study(
 ) -> dict[str, Any]:
     """Every selected unit on every seed (cached), stage 0 and bases first, through
     ``executor`` (None: this machine's processes, ``jobs`` at a time, closed on return);
-    returns the units' results as ``runs[setting][arm]`` (one dict per seed, in seed order),
+    returns the units' results as ``runs[setting][arm]`` (one dict per seed, in seed order;
+    an evaluation with another arm's summaries under the acting arm's ``eval``),
     each stage 0's checkpoint (its chosen file), the predictions as first recorded, and how
     many stages of each kind this call made."""
     if executor is None:
@@ -476,8 +608,31 @@ def run_study(
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for result in results:
         runs.setdefault(result["setting"], {}).setdefault(result["arm"], []).append(result)
+    swaps = [
+        (
+            settings[side.setting],
+            None if side.arm == BASE else study.arm(side.arm),
+            None if side.summarizer == BASE else study.arm(side.summarizer),
+            seed,
+            runs_dir,
+            device,
+            side.protocol,
+        )
+        for side in swapped_sides(selection)
+        for seed in study.seeds
+    ]
+    swapped = mapped(executor, run_swap, swaps, "")
+    for swap in swapped:  # into the acting arm's results, beside its own evaluations
+        seeds = runs[swap["setting"]][swap["arm"]]
+        index = list(study.seeds).index(swap["seed"])
+        unit = seeds[index]
+        seeds[index] = {
+            **unit,
+            "eval": {**unit["eval"], **swap["eval"]},
+            "eval_wall_time_s": unit["eval_wall_time_s"] + swap["eval_wall_time_s"],
+        }
     counts = {stage: 0 for stage in (*STAGES, *(("stage0",) if stages else ()))}
-    for item in [*made, *done.values()]:  # stage 0 and bases come first, never from a unit
+    for item in [*made, *done.values(), *swapped]:  # stage 0 and bases come first
         for stage in item["made"]:
             counts[stage] += 1
     return {"runs": runs, "stage0": stage0, "predictions": predictions, "made": counts}
@@ -494,7 +649,8 @@ def mapped(
         stages = ", ".join(result["made"]) or "read from the cache"
         log(
             f"[{done}/{len(calls)}] {result['setting']}, seed {result['seed']}, "
-            f"{what or result['arm']}: {stages} ({result['wall_time_s']:.0f}s)"
+            f"{what or result.get('label') or result['arm']}: {stages} "
+            f"({result['wall_time_s']:.0f}s)"
         )
     return results
 

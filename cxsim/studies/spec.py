@@ -138,7 +138,12 @@ CLAIM_KEYS = (
     "predicted_size",
     "statement",
     "diagnostics",
+    "treatment_summarizer",
+    "reference_summarizer",
 )
+SWAP_PROTOCOL = "external-summarizer"
+"""The protocol a claim side with a summarizer is evaluated under, unless the claim's
+``protocol`` names another whose summaries another agent writes."""
 
 
 @dataclass(frozen=True)
@@ -217,11 +222,22 @@ OWN_PROTOCOL = "own"
 
 @dataclass(frozen=True)
 class Side:
-    """One side of a claim: an arm (or ``base``) of a setting, under one protocol."""
+    """One side of a claim: an arm (or ``base``) of a setting, under one protocol; with a
+    ``summarizer``, that arm acts while another arm's (or the base's) policy writes the
+    summaries (the Table 1 swap: a fixed executor, another summarizer)."""
 
     setting: str
     arm: str
     protocol: str
+    summarizer: str = ""
+    """An arm of the same setting, or ``base``, whose policy writes the summaries (empty:
+    the protocol's own summarizer)."""
+
+    @property
+    def evaluation(self) -> str:
+        """The key of this side's evaluation in a unit's results: the protocol, followed by
+        ``+SUMMARIZER`` when another policy writes the summaries."""
+        return self.protocol + (f"+{self.summarizer}" if self.summarizer else "")
 
 
 @dataclass(frozen=True)
@@ -260,6 +276,10 @@ class Claim:
     reference_protocol: str = ""
     """The protocol each side is evaluated under (empty: :attr:`protocol`; with ``protocol =
     "own"``, its setting's first ``eval.protocols``)."""
+    treatment_summarizer: str = ""
+    reference_summarizer: str = ""
+    """The arm (or ``base``) whose policy writes each side's summaries while the side's arm
+    acts (:attr:`Side.summarizer`; empty: none)."""
 
     @property
     def treatment_side(self) -> Side:
@@ -267,6 +287,7 @@ class Claim:
             self.treatment_setting or self.setting,
             self.treatment,
             self.treatment_protocol or self.protocol,
+            self.treatment_summarizer,
         )
 
     @property
@@ -275,6 +296,7 @@ class Claim:
             self.reference_setting or self.setting,
             self.reference,
             self.reference_protocol or self.protocol,
+            self.reference_summarizer,
         )
 
     @property
@@ -286,8 +308,10 @@ class Claim:
         return self.treatment_side.setting != self.reference_side.setting
 
     def side_label(self, side: Side) -> str:
-        """How the page names a side: its arm, with its setting when the claim pairs two."""
-        return f"{side.setting}:{side.arm}" if self.across_settings else side.arm
+        """How the page names a side: its arm, with its setting when the claim pairs two,
+        and the arm that wrote its summaries when another did."""
+        label = f"{side.setting}:{side.arm}" if self.across_settings else side.arm
+        return label + (f" + {side.summarizer}'s summaries" if side.summarizer else "")
 
     @property
     def commitments(self) -> dict[str, Any]:
@@ -906,7 +930,14 @@ def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[C
             sides[side] = claim_side(text_of(table, side, here, required=True), setting, settings)
             if isinstance(sides[side], str):
                 raise StudyError(f"{here}: {side} = {sides[side]}")
-        if sides["treatment"] == sides["reference"]:
+        summarizers = {
+            side: claim_summarizer(table, side, side_setting, here)
+            for side, (side_setting, _) in sides.items()
+        }
+        if (sides["treatment"], summarizers["treatment"]) == (
+            sides["reference"],
+            summarizers["reference"],
+        ):
             raise StudyError(f"{here}: treatment and reference are the same; pair two arms")
         metric = text_of(table, "metric", here, default="pass_at_1")
         if metric not in METRICS:
@@ -914,6 +945,9 @@ def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[C
         protocol = text_of(table, "protocol", here, default="compacted")
         protocols = {}
         for side, (side_setting, _) in sides.items():
+            if summarizers[side]:
+                protocols[side] = swap_protocol(table, side, here)
+                continue
             protocols[side] = (
                 side_setting.eval.protocols[0] if protocol == OWN_PROTOCOL else protocol
             )
@@ -967,9 +1001,44 @@ def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[C
                 reference_setting=sides["reference"][0].name,
                 treatment_protocol=protocols["treatment"],
                 reference_protocol=protocols["reference"],
+                treatment_summarizer=summarizers["treatment"],
+                reference_summarizer=summarizers["reference"],
             )
         )
     return tuple(claims)
+
+
+def claim_summarizer(table: dict[str, Any], side: str, setting: Setting, where: str) -> str:
+    """``treatment_summarizer`` / ``reference_summarizer``: an arm of the side's setting (or
+    ``base``) whose policy writes that side's summaries; empty when not given."""
+    key = f"{side}_summarizer"
+    name = text_of(table, key, where)
+    evaluated = (BASE, *setting.arms)
+    if name and name not in evaluated:
+        raise StudyError(
+            f"{where}: {key} = {name!r} is not an arm of setting {setting.name}; choose one "
+            f"of: {', '.join(evaluated)}"
+        )
+    return name
+
+
+def swap_protocol(table: dict[str, Any], side: str, where: str) -> str:
+    """The protocol of a side with a summarizer: the claim's ``protocol`` when given, else
+    :data:`SWAP_PROTOCOL`; one whose policy writes its own summaries is refused."""
+    from cxsim.strategies import STRATEGIES
+
+    protocol = text_of(table, "protocol", where, default=SWAP_PROTOCOL)
+    try:
+        author = STRATEGIES[protocol].summary_by
+    except (KeyError, ValueError) as error:
+        raise StudyError(f"{where}: protocol = {protocol!r}: {first_line(error)}") from error
+    if author != "summarizer":
+        raise StudyError(
+            f"{where}: {side}_summarizer needs a protocol whose summaries another agent "
+            f"writes; protocol = {protocol!r} has the acting policy write them (leave protocol "
+            f"out for {SWAP_PROTOCOL}, or drop {side}_summarizer)"
+        )
+    return protocol
 
 
 def claim_side(
@@ -1063,7 +1132,7 @@ def select(study: Study, only: tuple[str, ...] = ()) -> Selection:
             if not found:
                 names = ", ".join(f"{c.setting}:{c.name}" for c in study.claims) or "none"
                 raise StudyError(f"--only {item}: no such claim; claims: {names}")
-            pairs = {(side.setting, side.arm) for side in found[0].sides}
+            pairs = side_pairs(found[0])
             named.add((setting, claim))
         elif item in settings:
             pairs = {p for p in every if p[0] == item}
@@ -1078,9 +1147,12 @@ def select(study: Study, only: tuple[str, ...] = ()) -> Selection:
     claims = tuple(
         c
         for c in study.claims
-        if {(side.setting, side.arm) for side in c.sides} <= chosen
+        if side_pairs(c) <= chosen
         and (
-            all(side.protocol in study.setting(side.setting).eval.protocols for side in c.sides)
+            all(
+                side.protocol in study.setting(side.setting).eval.protocols and not side.summarizer
+                for side in c.sides
+            )
             or (c.setting, c.name) in named
             or {side.setting for side in c.sides} <= whole
         )
@@ -1088,14 +1160,31 @@ def select(study: Study, only: tuple[str, ...] = ()) -> Selection:
     return Selection(kept, claims)
 
 
+def side_pairs(claim: Claim) -> set[tuple[str, str]]:
+    """The (setting, arm) pairs a claim needs made: its two sides' arms and summarizers."""
+    pairs = set()
+    for side in claim.sides:
+        pairs.add((side.setting, side.arm))
+        if side.summarizer:
+            pairs.add((side.setting, side.summarizer))
+    return pairs
+
+
 def extra_protocols(study: Study, selection: Selection, setting: str, arm: str) -> tuple[str, ...]:
     """The protocols the selected claims compare ``arm`` of ``setting`` under that the
-    setting's ``eval.protocols`` lacks (each evaluated on its own, after those), in order."""
+    setting's ``eval.protocols`` lacks (each evaluated on its own, after those), in order;
+    a side with a summarizer is evaluated apart (:func:`swapped_sides`)."""
     evaluated = study.setting(setting).eval.protocols
     wanted = [
         side.protocol
         for c in selection.claims
         for side in c.sides
-        if (side.setting, side.arm) == (setting, arm)
+        if (side.setting, side.arm) == (setting, arm) and not side.summarizer
     ]
     return tuple(dict.fromkeys(p for p in wanted if p not in evaluated))
+
+
+def swapped_sides(selection: Selection) -> tuple[Side, ...]:
+    """The selected claims' sides whose summaries another arm writes, each once, in order:
+    evaluations made after every arm they name is trained."""
+    return tuple(dict.fromkeys(s for c in selection.claims for s in c.sides if s.summarizer))

@@ -16,13 +16,16 @@ of that seed):
 Then ``tables.md`` (mean over seeds with a 95% interval, the findings, the exact
 command, the runtime) and PNG plots go to ``--out-dir``. Every (row, seed)
 result is cached under ``--runs-dir/<preset>-<hash of the settings>/``: a rerun
-or another table reuses it, a killed run resumes. The page is written by
-experiments/tables_page.py (plots: tables_plots.py), its intervals by
-cxsim/tables.py.
+or another table reuses it, a killed run resumes. The seeds run on the study engine's
+executors (cxsim/studies/executors.py): ``--jobs`` spawned single-threaded processes, or
+one Ray task per seed with ``--executor ray``. The page is written by
+experiments/tables_page.py (plots: tables_plots.py) from the per-seed results and a
+plain :class:`~cxsim.experiments.tables_page.PageSetup`, its intervals by cxsim/tables.py.
 
     cxsim tables                                   # smoke: a minute, under runs/tables/page
     cxsim tables --preset full --out docs/results  # the committed page: 5 seeds, ~1 hour
     cxsim tables --policy path/to/hf-model --device cuda  # every SFT base starts from that model
+    cxsim tables --preset full --seeds 5:8 --executor ray --device cpu  # three more seeds on Ray
 """
 
 from __future__ import annotations
@@ -48,8 +51,7 @@ from cxsim.config import (
 from cxsim.evaluation import evaluate_protocol
 from cxsim.experiments import run as run_entry
 from cxsim.experiments.presets import cli_with_budget
-from cxsim.experiments.processes import map_in_processes
-from cxsim.experiments.tables_page import ONE_WINDOW, ROW_LABELS, ROWS, Seeds, render
+from cxsim.experiments.tables_page import ONE_WINDOW, ROW_LABELS, ROWS, PageSetup, Seeds, render
 from cxsim.model_options import ChatOptions, Precision
 from cxsim.tables import cached_json, config_tag
 from cxsim.tracking import say
@@ -72,8 +74,9 @@ class Config:
     a short task and tiny budgets: checks the pipeline, its numbers mean little) or
     ``full`` (the committed page: the main job's budgets, 5 seeds, 2 at a time, about an
     hour on 2 cores; ``cxsim tables --preset full --out docs/results``)."""
-    seeds: int = 3
-    """K: training seeds per row (seeds 0..K-1, each with its own SFT base)."""
+    seeds: str = "3"
+    """The training seeds, each with its own SFT base: ``K`` (seeds 0 to K-1) or ``a:b``
+    (seeds a to b-1)."""
     tables: tuple[TableId, ...] = (1, 2, 3, 4)
     """Which tables to build (the runs they share are made once)."""
     out_dir: Annotated[str, tyro.conf.arg(aliases=("--out",))] = "runs/tables/page"
@@ -98,7 +101,13 @@ class Config:
     progress_bar: bool = False
     """Show tqdm bars of the training runs."""
     jobs: int = 1
-    """Seeds run at once, each in its own single-threaded process (2 on a 2-core machine)."""
+    """Seeds run at once, each in its own single-threaded process (2 on a 2-core machine;
+    with ``--executor ray`` and no ``--ray-address``: the CPUs of the local Ray instance)."""
+    executor: Literal["local", "ray"] = "local"
+    """Where the seeds run: ``local`` (this machine's processes) or ``ray`` (one Ray task per
+    seed; ``pip install 'cxsim[ray]'``), as ``cxsim study --executor``."""
+    ray_address: str | None = None
+    """A running Ray cluster to join (``HOST:PORT``; with ``--executor ray``)."""
     policy: str | None = None
     """A local Hugging Face causal-LM directory every seed's SFT base starts from (model,
     tokenizer and chat template from it); None: a fresh ``--sft.model`` preset."""
@@ -113,10 +122,16 @@ class Config:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "eval", self.eval.seeded(0))
-        if self.seeds < 1:
+        if not self.seed_list:
             raise ValueError(f"--seeds {self.seeds}: pass at least one seed")
         if self.jobs < 1:
             raise ValueError(f"--jobs {self.jobs}: pass at least one process")
+        if self.executor == "ray":
+            from cxsim.studies.executors import gpus_per_run
+
+            gpus_per_run(self.device)
+        elif self.ray_address is not None:
+            raise ValueError("--ray-address joins a Ray cluster: pass --executor ray too")
         if not self.tables or len(set(self.tables)) != len(self.tables):
             raise ValueError(f"--tables {self.tables}: pass distinct table numbers from 1-4")
         if any(not 0.0 <= p <= 1.0 for p in self.omission_rates):
@@ -126,6 +141,15 @@ class Config:
         if 2 in self.tables and "single" not in self.eval.protocols:
             raise ValueError("Table 2 compares protocols: --eval.protocols must include single")
         self.run_config(Path(self.runs_dir), 0)  # the main job's checks (--policy, --device)
+
+    @property
+    def seed_list(self) -> tuple[int, ...]:
+        """``--seeds``: ``K`` is seeds 0..K-1 (the count, also as an int), ``a:b`` seeds
+        a..b-1."""
+        from cxsim.studies.spec import parse_seeds
+
+        text = str(self.seeds).strip()
+        return tuple(range(int(text))) if text.isdigit() else parse_seeds(text, "--seeds")
 
     @property
     def rows(self) -> tuple[str, ...]:
@@ -152,14 +176,14 @@ smoke tests."""
 
 BUDGETS: dict[str, Config] = {
     "smoke": Config(
-        preset="smoke", seeds=1, env=SMOKE_ENV,
+        preset="smoke", seeds="1", env=SMOKE_ENV,
         compaction=replace(DEFAULT_COMPACTION, budget=160), one_window_kwargs={"memory_length": 2},
         sft=SFTConfig(episodes=6, epochs=1, heldout_episodes=2),
         ppo=PPOConfig(rollouts_per_batch=4, iterations=1, critic_warmup=1, minibatches=1, epochs=1),
         eval=EvalConfig(episodes=3),
     ),
     "full": Config(
-        preset="full", seeds=5, jobs=2,
+        preset="full", seeds="5", jobs=2,
         sft=SFTConfig(episodes=512, epochs=12, bucket_by_length=False),
         ppo=PPOConfig(iterations=24, micro_batch_rows=64, minibatches=2),
     ),
@@ -255,7 +279,8 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
     sft_cfg = run_entry.sft_config(rc)
     tick = time.perf_counter()
     sft = cached_json(Path(sft_cfg.run_dir) / "results.json", lambda: sft_entry.run_sft(sft_cfg))
-    where = f"seed {seed} ({seed + 1} of {cfg.seeds})"
+    seeds = cfg.seed_list
+    where = f"seed {seed} ({seeds.index(seed) + 1} of {len(seeds)})"
     log(f"{where}: SFT base ready ({time.perf_counter() - tick:.0f}s)")
     policies = {"base": sft["policy"]}
     trained: dict[str, dict[str, Any]] = {}
@@ -309,13 +334,33 @@ def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
 
 
 def run_seeds(cfg: Config, cache: Path) -> list[dict[str, Any]]:
-    """run_seed for seeds 0..K-1, ``cfg.jobs`` at a time in spawned processes; in seed order.
+    """run_seed for every seed of ``--seeds`` on the study engine's executor (``--jobs``
+    spawned processes, or Ray tasks); in seed order.
 
-    Each seed writes only under its own folder, so the processes share nothing; a seed that
+    Each seed writes only under its own folder, so the workers share nothing; a seed that
     fails stops the tables with its error, and what the others finished stays cached.
     """
-    dirs = [cache / f"s{seed}" for seed in range(cfg.seeds)]
-    return map_in_processes(run_seed, cfg.jobs, [cfg] * cfg.seeds, dirs, range(cfg.seeds))
+    from cxsim.studies.executors import make_executor
+
+    calls = [(cfg, cache / f"s{seed}", seed) for seed in cfg.seed_list]
+    results: list[dict[str, Any]] = [{} for _ in calls]
+    executor = make_executor(cfg.executor, cfg.jobs, cfg.device, cfg.ray_address)
+    try:
+        for index, result in executor.map(run_seed, calls):
+            results[index] = result
+    finally:
+        executor.close()
+    return results
+
+
+def page_setup(cfg: Config) -> PageSetup:
+    """What the page says about this run, as plain settings."""
+    return PageSetup(
+        preset=cfg.preset, seeds=cfg.seed_list, tables=cfg.tables, rows=cfg.rows, env=cfg.env,
+        compaction=cfg.compaction, sft=cfg.sft, ppo=cfg.ppo, eval=cfg.eval,
+        one_window_kwargs=dict(cfg.one_window_kwargs), omission_rates=cfg.omission_rates,
+        executors=cfg.executors, jobs=cfg.jobs,
+    )  # fmt: skip
 
 
 def log(message: str) -> None:
@@ -339,18 +384,19 @@ def run_tables(cfg: Config, command: str) -> dict[str, Any]:
     cache = Path(cfg.runs_dir) / config_tag(cfg.preset, settings)
     cached_json(cache / "settings.json", lambda: settings)  # what the hash stands for
     seeds = Seeds(run_seeds(cfg, cache))
+    setup = page_setup(cfg)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"curves": out / "tables_learning_curves.png", "omission": out / "tables_omission.png"}
     plot_curves({ROW_LABELS[r]: seeds.histories(r) for r in cfg.rows}, paths["curves"],
                 LEARNING_CURVES)  # fmt: skip
-    plot_omission(cfg, seeds, paths["omission"])
+    plot_omission(setup, seeds, paths["omission"])
     if 1 in cfg.tables:
         paths["summarizers"] = out / "tables_summarizers.png"
-        plot_summarizers(cfg, seeds, paths["summarizers"])
+        plot_summarizers(setup, seeds, paths["summarizers"])
     paths["page"] = out / "tables.md"
     wall = time.perf_counter() - began
-    paths["page"].write_text(render(cfg, seeds, command, wall, cache) + "\n")
+    paths["page"].write_text(render(setup, seeds, command, wall, cache) + "\n")
     log(f"wrote {paths['page']} ({wall:.0f}s)")
     return {"paths": paths, "seeds": seeds, "cache": cache, "wall_time_s": wall}
 

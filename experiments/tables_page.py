@@ -1,9 +1,10 @@
 """The page of ``cxsim tables``: per-seed results -> intervals, Tables 1-4, findings, plots.
 
 ``experiments/tables.py`` makes the runs (one dict per seed, see ``run_seed``);
-this module reads them through :class:`Seeds` and writes nothing but text and
-PNGs. The interval math (Wilson over pooled tasks, Student-t over seeds, paired
-differences) lives in ``cxsim/tables.py``.
+this module reads them through :class:`Seeds`, with what the page says about the run
+in a :class:`PageSetup` (plain settings, not the entry point's Config), and writes
+nothing but text and PNGs. The interval math (Wilson over pooled tasks, Student-t
+over seeds, paired differences) lives in ``cxsim/tables.py``.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from cxsim.config import DEFAULT_COMPACTION, EnvConfig
+from cxsim.compaction import CompactionConfig
+from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
 from cxsim.experiments.presets import preset_ppo
 from cxsim.tables import (
     Interval,
@@ -25,9 +27,6 @@ from cxsim.tables import (
     seed_interval,
     verdict,
 )
-
-if TYPE_CHECKING:
-    from cxsim.experiments.tables import Config
 
 ROWS: dict[int, tuple[str, ...]] = {
     1: ("compactionrl",),
@@ -46,6 +45,27 @@ ROW_LABELS = {
     "stitched": "stitched GAE (not in the paper)",
     "supo": "group broadcast, SUPO-like (not in the paper)",
 }
+
+
+@dataclass(frozen=True)
+class PageSetup:
+    """What the page says about the run: its settings, seeds and tables (plain values)."""
+
+    preset: str
+    seeds: tuple[int, ...]
+    """The training seeds, in the order of the per-seed results."""
+    tables: tuple[int, ...]
+    rows: tuple[str, ...]
+    """The PPO presets trained, in first-needed order."""
+    env: EnvConfig
+    compaction: CompactionConfig
+    sft: SFTConfig
+    ppo: PPOConfig
+    eval: EvalConfig
+    one_window_kwargs: dict[str, Any]
+    omission_rates: tuple[float, ...]
+    executors: tuple[str, ...]
+    jobs: int
 
 
 # -- per-seed numbers -> intervals ------------------------------------------------------
@@ -129,7 +149,7 @@ def omission_by_compaction(results: list[dict[str, Any]]) -> dict[int, Interval]
 # -- the page ---------------------------------------------------------------------------
 
 
-def table1(cfg: Config, s: Seeds) -> str:
+def table1(cfg: PageSetup, s: Seeds) -> str:
     rows = []
     for executor in cfg.executors:
         for rate in cfg.omission_rates:
@@ -166,13 +186,13 @@ ONE_WINDOW = "one-window"
 """Suffix of the Table 2 rows evaluated on the task that fits in one window."""
 
 
-def has_one_window(cfg: Config, s: Seeds) -> bool:
+def has_one_window(cfg: PageSetup, s: Seeds) -> bool:
     return bool(cfg.one_window_kwargs) and all(
         f"base/{ONE_WINDOW}" in run["eval"] for run in s.runs
     )
 
 
-def table2(cfg: Config, s: Seeds) -> str:
+def table2(cfg: PageSetup, s: Seeds) -> str:
     short = has_one_window(cfg, s)
     body = []
     for row in ("base", "ppo-single", "compactionrl"):
@@ -190,7 +210,7 @@ def table2(cfg: Config, s: Seeds) -> str:
     return markdown_table(header, body)
 
 
-def one_window_note(cfg: Config, s: Seeds) -> str:
+def one_window_note(cfg: PageSetup, s: Seeds) -> str:
     kwargs = ", ".join(f"{k} = {v}" for k, v in cfg.one_window_kwargs.items())
     oracle = fmt(pass_interval(s.result(f"oracle/{ONE_WINDOW}", "single")))
     return (
@@ -228,7 +248,7 @@ TRAIN_DIAGNOSTICS = (
 """Training diagnostics shown in Table 4 when the trainer's ``final`` metrics carry them."""
 
 
-def table4(cfg: Config, s: Seeds) -> str:
+def table4(cfg: PageSetup, s: Seeds) -> str:
     single = "single" in cfg.eval.protocols
     diagnostics = [
         (key, name) for key, name in TRAIN_DIAGNOSTICS
@@ -258,7 +278,7 @@ def table4(cfg: Config, s: Seeds) -> str:
     return markdown_table(header, body)
 
 
-def findings(cfg: Config, s: Seeds) -> list[str]:
+def findings(cfg: PageSetup, s: Seeds) -> list[str]:
     """One sentence per question the rows answer, each from paired intervals."""
     rows = set(cfg.rows)
     out = []
@@ -314,7 +334,7 @@ def correction_finding(s: Seeds) -> str:
     )
 
 
-def single_window_finding(cfg: Config, s: Seeds) -> str:
+def single_window_finding(cfg: PageSetup, s: Seeds) -> str:
     def over_base(row: str, suffix: str = "") -> str:
         diff = paired_difference(
             s.passes(row + suffix, "single"), s.passes("base" + suffix, "single")
@@ -347,7 +367,7 @@ def single_window_finding(cfg: Config, s: Seeds) -> str:
     return line
 
 
-def summarizer_finding(cfg: Config, s: Seeds) -> str:
+def summarizer_finding(cfg: PageSetup, s: Seeds) -> str:
     lo, hi = min(cfg.omission_rates), max(cfg.omission_rates)
     parts = []
     for executor in cfg.executors:
@@ -379,9 +399,9 @@ def compute_seconds(s: Seeds) -> float:
     return total
 
 
-def setup_lines(cfg: Config, s: Seeds, command: str, wall_s: float, cache: Path) -> list[str]:
+def setup_lines(cfg: PageSetup, s: Seeds, command: str, wall_s: float, cache: Path) -> list[str]:
     """What was run, how the intervals are made and what it cost."""
-    k = cfg.seeds
+    k = len(cfg.seeds)
     method = (
         f"mean over K = {k} training seeds with a Student-t 95% interval over the per-seed values"
         if k >= 2
@@ -414,8 +434,8 @@ def setup_lines(cfg: Config, s: Seeds, command: str, wall_s: float, cache: Path)
     ]
 
 
-def findings_lines(cfg: Config, s: Seeds) -> list[str]:
-    k, iterations = cfg.seeds, cfg.ppo.iterations
+def findings_lines(cfg: PageSetup, s: Seeds) -> list[str]:
+    k, iterations = len(cfg.seeds), cfg.ppo.iterations
     return [
         "## Findings",
         "",
@@ -427,7 +447,7 @@ def findings_lines(cfg: Config, s: Seeds) -> list[str]:
     ]
 
 
-def table_lines(cfg: Config, s: Seeds) -> list[str]:
+def table_lines(cfg: PageSetup, s: Seeds) -> list[str]:
     """The sections of the chosen tables, each with its notes."""
     lines: list[str] = []
     if 1 in cfg.tables:
@@ -478,7 +498,7 @@ def table_lines(cfg: Config, s: Seeds) -> list[str]:
     return lines
 
 
-def render(cfg: Config, s: Seeds, command: str, wall_s: float, cache: Path) -> str:
+def render(cfg: PageSetup, s: Seeds, command: str, wall_s: float, cache: Path) -> str:
     """tables.md: the setup, the findings, the tables and the plots."""
     lines = [
         *setup_lines(cfg, s, command, wall_s, cache),

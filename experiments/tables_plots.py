@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from cxsim.experiments.tables_page import ROW_LABELS, Seeds, omission_by_compaction, pass_interval
+from cxsim.experiments.tables_page import (
+    ROW_LABELS,
+    PageSetup,
+    Seeds,
+    omission_by_compaction,
+    pass_interval,
+)
 from cxsim.tables import Interval
-
-if TYPE_CHECKING:
-    from cxsim.experiments.tables import Config
 
 LEARNING_CURVES = (
     ("charts/success_rate", "training success rate"),
@@ -45,7 +48,7 @@ def save(fig: Any, path: Path) -> None:
     plt.close(fig)
 
 
-def plot_omission(cfg: Config, s: Seeds, path: Path) -> None:
+def plot_omission(cfg: PageSetup, s: Seeds, path: Path) -> None:
     """Omission by compaction index: the trained rows and the base (Compacted evaluation), and
     the Table 1 summarizers with the oracle executor."""
     import matplotlib
@@ -87,7 +90,7 @@ def summarizer_label(name: str) -> str:
     return f"{ROW_LABELS[name]} summarizer"
 
 
-def plot_summarizers(cfg: Config, s: Seeds, path: Path) -> None:
+def plot_summarizers(cfg: PageSetup, s: Seeds, path: Path) -> None:
     """Table 1: Pass@1 against the scripted summarizer's omission rate, per executor, with the
     trained and untrained policy summarizers as horizontal bands."""
     import matplotlib

@@ -154,7 +154,7 @@ def test_every_registered_estimator_passes_its_reference_in_the_estimator_layout
 
 
 def test_spawned_workers_resolve_the_same_names(folder: Path, monkeypatch):
-    from cxsim.experiments.processes import map_in_processes
+    from cxsim.studies.executors import LocalExecutor
 
     body = (
         "def _zeros(x):\n    return x.values * 0\n\n"
@@ -165,7 +165,12 @@ def test_spawned_workers_resolve_the_same_names(folder: Path, monkeypatch):
     configs = [PPOConfig(estimator=f"{module}:with_critic"),
                PPOConfig(estimator=f"{module}:without_critic")]  # fmt: skip
     # each worker unpickles its config and reads its estimator's declaration from the module
-    assert map_in_processes(operator.attrgetter("uses_critic"), 2, configs) == [True, False]
+    executor = LocalExecutor(2)
+    try:
+        done = dict(executor.map(operator.attrgetter("uses_critic"), [(c,) for c in configs]))
+    finally:
+        executor.close()
+    assert [done[0], done[1]] == [True, False]
 
 
 # ---------------------------------------------------------------- declarations

@@ -219,4 +219,67 @@ def test_unknown_preset_and_bad_flags_fail_before_any_work(tmp_path: Path, capsy
         cxsim(["tables", "--preset", "smoke", "--seeds", "0", "--runs-dir", str(tmp_path)])
     with pytest.raises(SystemExit, match="pass at least one process"):
         cxsim(["tables", "--preset", "smoke", "--jobs", "0", "--runs-dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="b > a"):
+        cxsim(["tables", "--preset", "smoke", "--seeds", "3:1", "--runs-dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="pass --device cuda"):  # Ray gives each task its GPU
+        cxsim(["tables", "--preset", "smoke", "--executor", "ray", "--runs-dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="pass --executor ray too"):
+        cxsim(["tables", "--preset", "smoke", "--ray-address", "host:6379",
+               "--runs-dir", str(tmp_path)])  # fmt: skip
     assert not any(tmp_path.iterdir())
+
+
+def test_seeds_a_to_b_map_to_their_folders_on_the_study_executor(tmp_path: Path, monkeypatch):
+    from cxsim.experiments import tables
+
+    cfg = tables.parse(["--preset", "smoke", "--seeds", "2:4", "--runs-dir", str(tmp_path)])
+    assert cfg.seed_list == (2, 3)
+    calls = []
+
+    def one_seed(given: tables.Config, seed_dir: Path, seed: int) -> dict:
+        calls.append((given, seed_dir, seed))
+        return {"seed": seed}
+
+    monkeypatch.setattr(tables, "run_seed", one_seed)
+    assert tables.run_seeds(cfg, tmp_path / "cache") == [{"seed": 2}, {"seed": 3}]
+    assert calls == [(cfg, tmp_path / "cache" / "s2", 2), (cfg, tmp_path / "cache" / "s3", 3)]
+
+
+def test_a_cache_holding_every_stage_is_read_without_running_one(tmp_path: Path, monkeypatch):
+    """The cache layout every earlier ``cxsim tables`` wrote (``s<seed>/sft``,
+    ``s<seed>/train/<row>-s<seed>``, ``s<seed>/tables/*.json``) is read as it is."""
+    from cxsim.experiments import sft, tables, train
+    from cxsim.experiments.tables_page import ONE_WINDOW, ROWS
+    from cxsim.tracking import write_json
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a stage ran although its result is cached")
+
+    for module, name in ((sft, "run_sft"), (train, "train"), (tables, "evaluate_agent"),
+                         (tables, "lm_agent")):  # fmt: skip
+        monkeypatch.setattr(module, name, refuse)
+    cfg = tables.parse(["--preset", "smoke", "--seeds", "1:2", "--runs-dir", str(tmp_path)])
+    seed_dir = tmp_path / "s1"
+    written = {"sft": {"policy": "sft-policy", "wall_time_s": 1.0}}
+    write_json(seed_dir / "sft" / "results.json", written["sft"])
+    for row in cfg.rows:
+        written[row] = {"policy": f"{row}-policy", "history": [{"iteration": 1}]}
+        write_json(seed_dir / "train" / f"{row}-s1" / "results.json", written[row])
+    one_window = config_tag("one-window", cfg.one_window_kwargs)
+    evaluations = {f"eval-{r}.json": r for r in ("base", *cfg.rows)}
+    evaluations |= {
+        f"eval-{r}-{one_window}.json": f"{r}/{ONE_WINDOW}" for r in ("oracle", "base", *ROWS[2])
+    }
+    summarizers = [f"scripted-{p:g}" for p in cfg.omission_rates] + ["compactionrl", "base"]
+    pairs = [f"{e}+{s}" for e in cfg.executors for s in summarizers]
+    evaluations |= {f"t1-{pair}.json": pair for pair in pairs}
+    for file, key in evaluations.items():
+        write_json(seed_dir / "tables" / file, {"label": key, "results": {}})
+    run = tables.run_seed(cfg, seed_dir, 1)
+    assert run["sft"] == written["sft"]
+    assert run["train"] == {row: written[row] for row in cfg.rows}
+    assert {k: v["label"] for k, v in run["eval"].items()} == {
+        k: k for k in evaluations.values() if k not in pairs
+    }
+    assert list(run["external"]) == pairs
+    assert all(run["external"][p]["label"] == p for p in pairs)

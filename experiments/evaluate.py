@@ -159,17 +159,29 @@ def protocol_agents(
     return RolloutAgents(scripted.actor if agent is None else agent, scripted.summarizer)
 
 
-def evaluate(cfg: Config, label: str | None = None) -> dict[str, Any]:
-    """Runs every protocol of ``cfg.eval``; returns the JSON payload (also written to --out)."""
+def evaluate(
+    cfg: Config, label: str | None = None, summarizer_policy: str | None = None
+) -> dict[str, Any]:
+    """Runs every protocol of ``cfg.eval``; returns the JSON payload (also written to --out).
+    With ``summarizer_policy``, the policy saved there writes every summary that the
+    protocol has another agent write (the Table 1 swap), and the payload names it."""
     from cxsim.evaluation import evaluate_protocol
     from cxsim.preflight import preflight
 
     began = time.perf_counter()
     agent, chat, default_label = build_agent(cfg)
+    summarizer = None
+    if summarizer_policy is not None:
+        summarizer, _, _ = build_agent(replace(cfg, policy=summarizer_policy))
+        if agent is None or summarizer is None:
+            raise ValueError("a summarizer swap needs two policies, not the oracle")
     cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))
     results = []
     for protocol in cfg.eval.protocols:
-        agents = protocol_agents(cfg, protocol, chat, agent)
+        if summarizer is not None:
+            agents = RolloutAgents(agent, summarizer)
+        else:
+            agents = protocol_agents(cfg, protocol, chat, agent)
         result, _ = evaluate_protocol(
             cfg.env.env_id,
             cfg.env.kwargs,
@@ -192,6 +204,8 @@ def evaluate(cfg: Config, label: str | None = None) -> dict[str, Any]:
         "wall_time_s": time.perf_counter() - began,
         "config": cfg,
     }
+    if summarizer_policy is not None:
+        payload["summarizer"] = summarizer_policy
     if cfg.out is not None:
         write_json(cfg.out, payload)
     return payload

@@ -444,43 +444,9 @@ def evaluate_with_summarizer(
     """``cxsim eval`` of ``cfg.policy`` (``cfg.eval.protocols``, each one whose summaries
     another agent writes), with the policy at ``summarizer_policy`` writing the summaries;
     the same JSON payload, written to ``cfg.out``."""
-    from cxsim.evaluation import evaluate_protocol
     from cxsim.experiments import evaluate as evaluate_entry
-    from cxsim.preflight import preflight
 
-    began = time.perf_counter()
-    actor, chat, _ = evaluate_entry.build_agent(cfg)
-    summarizer, _, _ = evaluate_entry.build_agent(replace(cfg, policy=summarizer_policy))
-    assert actor is not None and summarizer is not None  # policies, not scripted agents
-    cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))
-    results = []
-    for protocol in cfg.eval.protocols:
-        result, _ = evaluate_protocol(
-            cfg.env.env_id,
-            cfg.env.kwargs,
-            actor,
-            chat,
-            cfg.compaction,
-            protocol,
-            cfg.eval.episodes,
-            cfg.eval.repeats,
-            cfg.eval.seed,
-            threads=cfg.threads,
-            summarizer_agent=summarizer,
-        )
-        results.append(result)
-    payload = {
-        "label": label,
-        "env_id": cfg.env.env_id,
-        "env_kwargs": cfg.env.kwargs,
-        "results": results,
-        "summarizer": summarizer_policy,
-        "wall_time_s": time.perf_counter() - began,
-        "config": cfg,
-    }
-    if cfg.out is not None:
-        write_json(cfg.out, payload)
-    return payload
+    return evaluate_entry.evaluate(cfg, label, summarizer_policy=summarizer_policy)
 
 
 def run_swap(

@@ -1,8 +1,8 @@
 """Critic: a copy of the policy's transformer backbone plus a value head.
 
 The head reads the backbone's hidden states as the configured value head says
-(``cxsim.critics.VALUE_HEADS``: the prefix's last hidden state, their mean, or an
-attention pool) and gives one scalar or, for a histogram loss, logits over K value bins
+(``cxsim.critics.VALUE_HEADS``: the prefix's last hidden state, their mean, an attention
+pool, or the last hidden state plus a pool of the input embeddings) and gives one scalar or, for a histogram loss, logits over K value bins
 whose expectation is the value (``cxsim.critics.VALUE_LOSSES``).
 
 Shapes: S = rows (segments), T = padded length, H = hidden size, K = value bins.
@@ -70,6 +70,66 @@ class AttentionPool(nn.Module):
             weights = torch.exp(scores[:, None, :stop] - log_norm[:, start:stop, None])
             out[:, start:stop] = (weights * keep) @ h[:, :stop]
         return out
+
+
+def unit_rms(x: torch.Tensor) -> torch.Tensor:
+    """``x`` scaled to root-mean-square 1 over its last dimension (0 stays 0)."""
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-12)
+
+
+class WordsPool(nn.Module):
+    """``features[t] = hidden[t] + rms(pool(embedded)[t])``: the last hidden state plus an
+    :class:`AttentionPool` of the prefix's input embeddings (which words the context holds,
+    wherever they stand), scaled to unit root-mean-square like a normed last layer. The
+    pool's query starts at 0, so its part starts as the prefix mean of the embeddings."""
+
+    reads_embeddings = True
+
+    def __init__(self, hidden_size: int, chunk: int = 256):
+        super().__init__()
+        self.words = AttentionPool(hidden_size, chunk)
+
+    def forward(
+        self, hidden: torch.Tensor, attended: torch.Tensor, embedded: torch.Tensor
+    ) -> torch.Tensor:
+        """hidden, embedded (S, T, H), attended (S, T) bool -> (S, T, H) float32."""
+        # every word and their pool at a normed layer's scale (unit root-mean-square): raw
+        # embeddings are ~30x smaller, too small for the query to pick a word out
+        words = self.words(unit_rms(embedded.float()), attended)
+        return hidden.float() + unit_rms(words)
+
+
+class WordsMaxPool(nn.Module):
+    """``features[t] = hidden[t] + rms(max_{attended j <= t} rms(embedded[j]))``: the last
+    hidden state plus the running elementwise maximum of the prefix's input embeddings, each
+    at unit root-mean-square. A word anywhere in the prefix lifts the coordinates where its
+    embedding is large, however long the prefix, so whether the context holds a word is a
+    large, fixed feature from the first step (no parameters: the head alone learns to read
+    it). 0 where no position is attended yet."""
+
+    reads_embeddings = True
+
+    def forward(
+        self, hidden: torch.Tensor, attended: torch.Tensor, embedded: torch.Tensor
+    ) -> torch.Tensor:
+        """hidden, embedded (S, T, H), attended (S, T) bool -> (S, T, H) float32."""
+        words = unit_rms(embedded.float()).masked_fill(~attended[..., None], -1e4)
+        running = torch.cummax(words, dim=1).values  # position t reads positions <= t
+        running = torch.where(attended.cumsum(dim=1)[..., None] > 0, running, 0.0)
+        return hidden.float() + unit_rms(running)
+
+
+def pool_features(
+    pool: nn.Module | None, hidden: torch.Tensor, attended: torch.Tensor, embedded: torch.Tensor
+) -> torch.Tensor:
+    """What a value head reads: ``hidden`` itself (no pool), or the pool of it (and of the
+    input embeddings, for a pool that declares ``reads_embeddings``), in float32."""
+    if pool is None:
+        return hidden
+    with torch.autocast(hidden.device.type, enabled=False):  # sums and softmax in fp32
+        if getattr(pool, "reads_embeddings", False):
+            return pool(hidden, attended, embedded)
+        return pool(hidden, attended)
 
 
 class Critic(nn.Module):
@@ -150,8 +210,10 @@ class Critic(nn.Module):
             input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=False
         ).last_hidden_state  # (S, T, H)
         if self.pool is not None:
-            with torch.autocast(hidden.device.type, enabled=False):  # sums and softmax in fp32
-                hidden = self.pool(hidden, mask.bool())
+            embedded = None
+            if getattr(self.pool, "reads_embeddings", False):
+                embedded = self.backbone.get_input_embeddings()(input_ids)
+            hidden = pool_features(self.pool, hidden, mask.bool(), embedded)
         # Same positions as sequence_logprobs: token t and its predecessor are both real.
         scored = (mask[:, 1:] * mask[:, :-1]).bool()
         if self.support is None:

@@ -12,7 +12,18 @@ tokens change.
   (a causal cumulative mean; padding is left out);
 - ``attention-pool``: a softmax-weighted mean of the prefix's hidden states, the weights
   from one learned query (``score_j = q . h_j / sqrt(H)``; the query starts at 0, so the
-  pool starts as the prefix mean).
+  pool starts as the prefix mean);
+- ``words-pool``: the last hidden state plus an attention pool (as above) of the prefix's
+  input embeddings: which words the context holds, whatever the last layer kept of them.
+  On KeyRecall the outcome turns on one word of the last summary (``k1`` or ``unknown``),
+  which the last layer, made to predict the next token, does not keep
+  (docs/results.md, "The critic by segment");
+- ``words-max``: the last hidden state plus the running elementwise maximum of the prefix's
+  input embeddings (each at unit scale): whether the context holds a word is a large
+  feature from the start, with nothing to learn but the head.
+
+A pool module may declare ``reads_embeddings = True``; it is then called as
+``pool(hidden, attended, embedded)`` with the backbone's input embeddings (S, T, H).
 
 ``VALUE_LOSSES[name]`` is a :class:`ValueLoss`: the per-token loss the critic update
 reduces, and the support its head's outputs are read against.
@@ -110,12 +121,32 @@ def _attention_pool(hidden_size: int) -> nn.Module:
     return AttentionPool(hidden_size)
 
 
+def _words_pool(hidden_size: int) -> nn.Module:
+    from cxsim.agents.critic import WordsPool
+
+    return WordsPool(hidden_size)
+
+
+def _words_max(hidden_size: int) -> nn.Module:
+    from cxsim.agents.critic import WordsMaxPool
+
+    return WordsMaxPool()
+
+
 VALUE_HEADS: Registry[ValueHead] = Registry(
     {
         "last": ValueHead(_last, "the prefix's last hidden state (a language model's reading)"),
         "prefix-mean": ValueHead(_prefix_mean, "the mean of the prefix's hidden states"),
         "attention-pool": ValueHead(
             _attention_pool, "the prefix's hidden states pooled by one learned query"
+        ),
+        "words-pool": ValueHead(
+            _words_pool,
+            "the last hidden state plus the prefix's input embeddings pooled by one query",
+        ),
+        "words-max": ValueHead(
+            _words_max,
+            "the last hidden state plus the running maximum of the prefix's input embeddings",
         ),
     },
     entry_type=ValueHead,

@@ -19,7 +19,8 @@ Reads top to bottom. For one policy (``--policy``):
    policy fixed; after each iteration its explained variance of the held-out outcome at
    each segment's first trainable token;
 5. **critic variants** (``--variants``, with ``--critic-iterations N``): for each value head
-   (``last``, ``prefix-mean``, ``attention-pool``; cxsim/critics.py), optionally with a value
+   (``last``, ``prefix-mean``, ``attention-pool``, ``words-pool``, ``words-max``;
+   cxsim/critics.py), optionally with a value
    loss (``+mse``, ``+hl-gauss``; else ``--ppo.value-loss``): a ridge probe of the features
    that head reads, fresh from the policy (for a pooled head, the pooled features), and the
    learning curve of a critic of that variant (``cxsim.critics.build_critic``) trained by
@@ -86,7 +87,7 @@ class Config:
     """The critic step's settings (rollouts per iteration, critic ratio, lr, estimator)."""
     variants: tuple[str, ...] | None = None
     """Critic variants to compare (needs --critic-iterations): each a value head (``last``,
-    ``prefix-mean``, ``attention-pool`` or ``module:name``), optionally ``+`` a value loss
+    ``prefix-mean``, ``attention-pool``, ``words-pool``, ``words-max`` or ``module:name``), optionally ``+`` a value loss
     (``mse``, ``hl-gauss``; else --ppo.value-loss), e.g. ``last prefix-mean+hl-gauss``; the
     other --ppo.* settings are shared. None: only the configured --ppo.* critic."""
     out: str | None = None
@@ -226,10 +227,12 @@ def head_features(critic: Any, pool: Any, batch: Any, rows: int = 16) -> Any:
     ``cxsim.critics.VALUE_HEADS``; None: the hidden state itself)."""
     import torch
 
+    from cxsim.agents.critic import pool_features
+
     out = []
     with torch.no_grad():
-        for hidden, mask, at, _ in _hidden_states(critic, batch, rows):
-            features = hidden if pool is None else pool(hidden, mask.bool())
+        for hidden, mask, at, embedded in _hidden_states(critic, batch, rows):
+            features = pool_features(pool, hidden, mask.bool(), embedded)
             out.append(features[torch.arange(len(hidden)), at].double())
     return torch.cat(out)
 

@@ -29,7 +29,7 @@ from cxsim.losses import histogram_edges, hl_gauss_loss, hl_gauss_target
 from cxsim.ppo import critic_update, score_batch
 from cxsim.segments import Segment, SegmentBatch, pack_segments
 
-HEADS = ("last", "prefix-mean", "attention-pool")
+HEADS = ("last", "prefix-mean", "attention-pool", "words-pool", "words-max")
 VARIANTS = [(head, loss) for head in HEADS for loss in ("mse", "hl-gauss")]
 CUE_WIN, CUE_LOSE = 5, 6
 """Token ids of the cue that decides a rollout's reward (shown at position 1 of every segment)."""
@@ -51,8 +51,9 @@ def randomise(critic: Critic, seed: int = 0) -> None:
     with torch.no_grad():
         critic.head.weight.normal_(generator=gen)
         critic.head.bias.normal_(generator=gen)
-        if hasattr(critic.pool, "query"):
-            critic.pool.query.normal_(std=3.0, generator=gen)
+        pool = getattr(critic.pool, "words", critic.pool)  # words-pool: its embeddings' pool
+        if hasattr(pool, "query"):
+            pool.query.normal_(std=3.0, generator=gen)
 
 
 def cue_batch(rollouts: int = 8, length: int = 14) -> SegmentBatch:
@@ -84,7 +85,7 @@ def test_each_variant_reduces_its_value_loss_on_a_fixed_batch(policy, head, loss
     mask = scored.policy_mask
     rewards = batch.rewards[:, None].expand_as(mask)
     torch.testing.assert_close(scored.returns[mask], rewards[mask])  # lambda 1: the reward
-    opt = torch.optim.Adam(critic.parameters(), lr=1e-2)
+    opt = torch.optim.Adam(critic.parameters(), lr=3e-3)
     losses = [critic_update(critic, opt, scored, cfg, passes=1)["losses/value"] for _ in range(12)]
     assert losses[-1] < 0.5 * losses[0], losses
     with torch.no_grad():
@@ -157,6 +158,45 @@ def test_prefix_mean_is_the_mean_of_the_attended_hidden_states(policy):
     # padding never enters the mean: the padded row's values are the same prefixes'
     torch.testing.assert_close(values[1, pad + 1 :], values[0, 1 : 7 - pad], atol=1e-5, rtol=0)
     assert (values[1, : pad + 1] == 0).all()
+
+
+def test_words_pool_adds_the_pooled_input_embeddings_to_the_last_hidden_state(policy):
+    critic, _ = critic_for(policy, "words-pool")
+    randomise(critic)
+    ids = torch.tensor([[3, 10, 11, 4, 12, 13]])
+    with torch.no_grad():
+        values = critic(ids, torch.ones_like(ids))
+        hidden = critic.backbone(ids).last_hidden_state[0]  # (T, H)
+        embedded = critic.backbone.get_input_embeddings()(ids)[0]  # (T, H): the words alone
+        unit = embedded / embedded.pow(2).mean(dim=-1, keepdim=True).sqrt()
+        query = critic.pool.words.query
+        for t in range(1, ids.shape[1]):
+            prefix = unit[:t]
+            words = torch.softmax(prefix @ query / math.sqrt(len(query)), dim=0) @ prefix
+            words = words / words.pow(2).mean().sqrt()  # at a normed layer's scale
+            expected = critic.head(hidden[t - 1] + words)[0]
+            torch.testing.assert_close(values[0, t], expected, atol=1e-5, rtol=0)
+
+
+def test_words_max_adds_the_running_maximum_of_the_words_to_the_last_hidden_state(policy):
+    critic, _ = critic_for(policy, "words-max")
+    randomise(critic)
+    row = [3, 10, 11, 4, 12, 13]
+    pad = 2
+    ids = torch.tensor([row, [0] * pad + row[: len(row) - pad]])  # second row: left padding
+    mask = torch.tensor([[1] * 6, [0] * pad + [1] * (6 - pad)])
+    with torch.no_grad():
+        values = critic(ids, mask)
+        hidden = critic.backbone(ids[:1]).last_hidden_state[0]  # (T, H)
+        embedded = critic.backbone.get_input_embeddings()(ids[:1])[0]
+        unit = embedded / embedded.pow(2).mean(dim=-1, keepdim=True).sqrt()
+        for t in range(1, len(row)):
+            words = unit[:t].amax(dim=0)
+            words = words / words.pow(2).mean().sqrt()
+            expected = critic.head(hidden[t - 1] + words)[0]
+            torch.testing.assert_close(values[0, t], expected, atol=1e-5, rtol=0)
+    # padding never enters the maximum: the padded row's values are the same prefixes'
+    torch.testing.assert_close(values[1, pad + 1 :], values[0, 1 : 6 - pad], atol=1e-5, rtol=0)
 
 
 def test_attention_pool_weights_the_prefix_by_its_query(policy):
@@ -275,7 +315,15 @@ def test_critic_lambda_changes_the_targets_not_the_advantages(policy):
 # --------------------------------------------------------------------------- save, load, names
 
 
-@pytest.mark.parametrize(("head", "loss"), [("prefix-mean", "mse"), ("attention-pool", "hl-gauss")])
+@pytest.mark.parametrize(
+    ("head", "loss"),
+    [
+        ("prefix-mean", "mse"),
+        ("attention-pool", "hl-gauss"),
+        ("words-pool", "mse"),
+        ("words-max", "mse"),
+    ],
+)
 def test_variants_save_and_load(policy, tmp_path, head, loss):
     critic, cfg = critic_for(policy, head, loss)
     randomise(critic)

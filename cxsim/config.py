@@ -286,6 +286,11 @@ class PPOConfig:
     value_head_lr: float | None = when_set(None)
     """Adam learning rate of the value head and its pool (cxsim/critics.py), apart from the
     critic's backbone; None: --ppo.critic-lr for every critic parameter."""
+    value_head_lr_after_warmup: float | None = when_set(None)
+    """The value head's Adam rate once the actor moves (after --ppo.critic-warmup): a head
+    that learned fast in the warm-up then follows slowly, so one batch at near-constant return
+    does not overwrite what it reads; None: --ppo.value-head-lr throughout. Needs
+    --ppo.value-head-lr."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip for actor and critic."""
     entropy_coef: float = 0.0
@@ -374,6 +379,17 @@ class PPOConfig:
             raise ValueError(
                 f"--ppo.value-head-lr {self.value_head_lr} must be positive (or None: critic_lr)"
             )
+        if self.value_head_lr_after_warmup is not None:
+            if self.value_head_lr is None:
+                raise ValueError(
+                    "--ppo.value-head-lr-after-warmup changes the value head's own rate: set "
+                    "--ppo.value-head-lr too (the head's rate in the warm-up)"
+                )
+            if not self.value_head_lr_after_warmup > 0:
+                raise ValueError(
+                    f"--ppo.value-head-lr-after-warmup {self.value_head_lr_after_warmup} must "
+                    "be positive"
+                )
         if self.clip_eps <= 0 or (self.value_clip_eps is not None and self.value_clip_eps <= 0):
             raise ValueError("clip_eps and value_clip_eps must be positive")
         if self.temperature <= 0:
@@ -414,6 +430,7 @@ class PPOConfig:
             "value_head": self.value_head != "last",
             "value_loss": self.value_loss != "mse",
             "value_head_lr": self.value_head_lr is not None,
+            "value_head_lr_after_warmup": self.value_head_lr_after_warmup is not None,
         }
         given = [name for name, on in critic_flags.items() if on]
         if given and not self.uses_critic:

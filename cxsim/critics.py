@@ -227,6 +227,17 @@ def critic_optimizer(critic: nn.Module, config: PPOConfig) -> torch.optim.Adam:
     )
 
 
+def set_value_head_lr(optimizer: torch.optim.Optimizer, config: PPOConfig, warmup: bool) -> None:
+    """The value head's Adam rate for this iteration: ``config.value_head_lr`` in the value-only
+    warm-up, ``config.value_head_lr_after_warmup`` once the actor moves (when set; else
+    nothing changes). ``optimizer`` is :func:`critic_optimizer`'s, whose second group is
+    the head's."""
+    if config.value_head_lr_after_warmup is None:
+        return
+    lr = config.value_head_lr if warmup else config.value_head_lr_after_warmup
+    optimizer.param_groups[1]["lr"] = lr
+
+
 def check_critic(critic: nn.Module, config: PPOConfig) -> None:
     """Raises a one-line ValueError when a loaded critic's head does not match the configured
     value head and loss (a resumed run's critic was made with other flags)."""

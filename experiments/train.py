@@ -127,6 +127,7 @@ def train(cfg: Config) -> dict[str, Any]:
     import torch
 
     from cxsim.agents.lm_agent import LMAgent
+    from cxsim.critics import set_value_head_lr
     from cxsim.evaluation import torch_threads
     from cxsim.experiments.training_run import TrainingRun
     from cxsim.generation import SamplingConfig
@@ -155,6 +156,7 @@ def train(cfg: Config) -> dict[str, Any]:
             scored, metrics = score_batch(batch, critic, ppo, run.whiten, header, fp)
             # 3. critic updates
             if critic is not None:
+                set_value_head_lr(opt["critic"], ppo, warmup)
                 passes = ppo.critic_ratio * ppo.epochs
                 metrics |= critic_update(
                     critic, opt["critic"], scored, ppo, passes, run.global_sum, run.sync_grads, fp

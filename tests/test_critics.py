@@ -24,6 +24,7 @@ from cxsim.critics import (
     build_critic,
     check_critic,
     critic_optimizer,
+    set_value_head_lr,
 )
 from cxsim.losses import histogram_edges, hl_gauss_loss, hl_gauss_target
 from cxsim.ppo import critic_update, score_batch
@@ -93,6 +94,21 @@ def test_each_variant_reduces_its_value_loss_on_a_fixed_batch(policy, head, loss
     win = rewards[mask] > 0
     picked = values[mask]
     assert picked[win].mean() - picked[~win].mean() > 0.3  # the values read the cue
+
+
+def test_the_value_head_slows_down_once_the_actor_moves(policy):
+    critic, cfg = critic_for(
+        policy, "words-max", value_head_lr=0.02, value_head_lr_after_warmup=0.002
+    )
+    optimizer = critic_optimizer(critic, cfg)
+    rates = []
+    for warmup in (True, False, True):
+        set_value_head_lr(optimizer, cfg, warmup)
+        rates.append([group["lr"] for group in optimizer.param_groups])
+    assert rates == [[cfg.critic_lr, 0.02], [cfg.critic_lr, 0.002], [cfg.critic_lr, 0.02]]
+    unset = replace(cfg, value_head_lr_after_warmup=None)
+    set_value_head_lr(optimizer, unset, warmup=False)  # not set: the rate stays as it is
+    assert optimizer.param_groups[1]["lr"] == 0.02
 
 
 def test_the_value_head_learns_at_its_own_rate_apart_from_the_backbone(policy):
@@ -347,6 +363,7 @@ def test_variants_save_and_load(policy, tmp_path, head, loss):
         ("value_head", "no_such_module:head", "no_such_module:head: cannot import module"),
         ("critic_lam", 1.5, "critic_lam=1.5 must lie in [0, 1]"),
         ("value_head_lr", 0.0, "--ppo.value-head-lr 0.0 must be positive"),
+        ("value_head_lr_after_warmup", 0.002, "--ppo.value-head-lr-after-warmup changes"),
         ("value_bins", 1, "value bins: need --ppo.value-bins >= 2"),
     ],
 )

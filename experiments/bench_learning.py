@@ -155,8 +155,9 @@ def run_check(cfg: Config) -> dict[str, Any]:
     """The study file's runs in a fresh folder, then its checks; figures and verdicts."""
     import torch
 
+    from cxsim.studies.load import load_study
     from cxsim.studies.runner import run_study
-    from cxsim.studies.spec import load_study, select
+    from cxsim.studies.selection import select
 
     began = time.perf_counter()
     torch.set_num_threads(1)

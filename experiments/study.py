@@ -1,6 +1,6 @@
 """``cxsim study FILE.toml``: your own question on paired independent seeds, from one file.
 
-Reads top to bottom: parse and validate the study file (cxsim/studies/spec.py: every key
+Reads top to bottom: parse and validate the study file (cxsim/studies/load.py: every key
 and name is checked before any run), pick what this invocation runs (``--only``,
 ``--seeds``), then either print the equivalent ``cxsim sft`` / ``train`` / ``eval`` commands
 (``--print-commands``, cxsim/studies/commands.py), or run every (setting, seed, arm) unit
@@ -86,7 +86,8 @@ def parse(argv: list[str]) -> Config:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from cxsim.studies.spec import load_study, select
+    from cxsim.studies.load import load_study
+    from cxsim.studies.selection import select
 
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg = parse(argv)

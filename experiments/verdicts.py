@@ -208,7 +208,8 @@ def verdict_study(cfg: Config) -> Study:
     every setting shares one stage 0 (with ``--pretrain``), is evaluated under Compacted
     (a claim's other protocols are evaluated for its two sides), and trains its arms with
     their presets over its PPO settings."""
-    from cxsim.studies.spec import STAGE0_PREFIX, Arm, Setting, Stage0, Study, side_pairs
+    from cxsim.studies.selection import side_pairs
+    from cxsim.studies.spec import STAGE0_PREFIX, Arm, Setting, Stage0, Study
     from cxsim.studies.stages import arm_ppo, main_job_config, stage0_sft_config
 
     stage0 = None
@@ -497,7 +498,7 @@ def run_verdicts(cfg: Config, command: str) -> dict[str, Any]:
     from cxsim.experiments.verdicts_page import render_page
     from cxsim.studies.executors import make_executor
     from cxsim.studies.runner import run_study, setting_folder
-    from cxsim.studies.spec import select
+    from cxsim.studies.selection import select
 
     began = time.perf_counter()
     torch.set_num_threads(1)  # tiny models: one thread is faster on a busy 2-core box

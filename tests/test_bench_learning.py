@@ -10,7 +10,8 @@ from scipy import stats
 
 from cxsim.experiments import bench_learning as bl
 from cxsim.studies.checks import run_checks
-from cxsim.studies.spec import load_study, select
+from cxsim.studies.load import load_study
+from cxsim.studies.selection import select
 
 STUDY = load_study(bl.STUDY_FILE)
 IN_RANGE = {

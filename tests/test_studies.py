@@ -14,7 +14,9 @@ import pytest
 import tyro
 
 from cxsim.cli import main as cxsim
-from cxsim.studies.spec import StudyError, load_study, parse_seeds, select
+from cxsim.studies.load import load_study
+from cxsim.studies.selection import select
+from cxsim.studies.spec import StudyError, parse_seeds
 from cxsim.studies.stats import compare, verdict
 from cxsim.tables import Interval
 from cxsim.tracking import to_jsonable

@@ -17,7 +17,9 @@ import pytest
 
 from cxsim.cli import main as cxsim
 from cxsim.studies import runner
-from cxsim.studies.spec import StudyError, load_study, select, swapped_sides
+from cxsim.studies.load import load_study
+from cxsim.studies.selection import select, swapped_sides
+from cxsim.studies.spec import StudyError
 from cxsim.studies.stats import compare, verdict
 from cxsim.tables import Interval
 from cxsim.tracking import to_jsonable
@@ -74,7 +76,7 @@ def test_one_claim_selects_its_two_arms_and_a_protocol_claim_its_evaluations():
     assert [(c.setting, c.name) for c in one.claims] == [("credit", "correction-fixed-lambda")]
     single = select(study, ("main:single-unchanged",))
     assert single.pairs == (("main", "base"), ("main", "compactionrl"))
-    from cxsim.studies.spec import extra_protocols
+    from cxsim.studies.selection import extra_protocols
 
     assert extra_protocols(study, single, "main", "compactionrl") == ("single",)
     assert extra_protocols(study, select(study, ("main:beats-base",)), "main", "base") == ()

@@ -10,8 +10,11 @@ docs/reference/study-files.md.
 
 One topic per module:
 
-- :mod:`cxsim.studies.spec`: the file parsed and validated into frozen dataclasses, every
-  name checked before any run, and what a (setting, seed, arm) means for the main job;
+- :mod:`cxsim.studies.spec`: the file's frozen dataclasses, and its settings, arms, budgets
+  and seeds parsed and validated; :mod:`cxsim.studies.claims`: its ``[[claims]]``;
+  :mod:`cxsim.studies.load`: the file read whole (:func:`~cxsim.studies.load.load_study`),
+  every name checked before any run;
+- :mod:`cxsim.studies.selection`: what one invocation runs (``--only``);
 - :mod:`cxsim.studies.runner`: a stage-0 checkpoint (candidates until one copies), then
   one (setting, seed, arm) unit as one function call with plain arguments, cached, and the
   claim sides whose summaries another arm writes; the study as a map of units over an

@@ -1,4 +1,5 @@
-"""A study's ``[[checks]]``: pass/fail thresholds on per-seed figures, from plain results.
+"""A study's ``[[checks]]``: the tables parsed and validated (:func:`parse_checks`), and
+pass/fail thresholds on per-seed figures from plain results (:func:`run_checks`).
 
 A check reads one figure per seed for one arm of a setting (an evaluation metric under the
 setting's first protocol, or a training history key reduced over the run: its ``final``
@@ -14,8 +15,120 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from cxsim.studies.spec import BASE, Check, Selection, Study
+from cxsim.studies.selection import Selection
+from cxsim.studies.spec import BASE, CHECK_OVER, Check, Setting, Study
 from cxsim.studies.stats import METRICS, seed_values, value_of
+from cxsim.studies.values import StudyError, check_keys, check_name, text_of
+
+CHECK_KEYS = ("name", "setting", "arm", "metric", "minus", "over", "at_least",
+              "each_at_least", "range", "about")  # fmt: skip
+
+
+# -- the file's [[checks]] tables ----------------------------------------------------------
+
+
+def parse_checks(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[Check, ...]:
+    """``[[checks]]`` tables: each names an arm of a setting, a figure and at least one of
+    ``at_least``, ``each_at_least``, ``range``."""
+    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
+        raise StudyError(f"{where}: checks are [[checks]] tables")
+    names = [s.name for s in settings]
+    checks: list[Check] = []
+    for i, table in enumerate(raw, start=1):
+        here = f"{where}: check {i}" + (f" ({table['name']})" if "name" in table else "")
+        check_keys(table, CHECK_KEYS, here, "a check")
+        name = text_of(table, "name", here, required=True)
+        check_name(name, here)
+        if any(c.name == name for c in checks):
+            raise StudyError(f"{here}: another check is named {name!r}")
+        default = names[0] if len(names) == 1 else ""
+        setting_name = text_of(table, "setting", here, default=default)
+        if setting_name not in names:
+            raise StudyError(
+                f"{here}: setting = {setting_name!r}; choose one of: {', '.join(names)}"
+            )
+        setting = next(s for s in settings if s.name == setting_name)
+        arms = {}
+        for key in ("arm", "minus"):
+            value = text_of(table, key, here, required=key == "arm")
+            if value and value not in (BASE, *setting.arms):
+                raise StudyError(
+                    f"{here}: {key} = {value!r} is not an arm of setting {setting.name}; "
+                    f"choose one of: {', '.join((BASE, *setting.arms))}"
+                )
+            arms[key] = value
+        metric = text_of(table, "metric", here, required=True)
+        if metric not in METRICS and "/" not in metric:
+            raise StudyError(
+                f"{here}: metric = {metric!r}: an evaluation metric ({', '.join(METRICS)}) or "
+                'a training history key such as "critic/explained_variance"'
+            )
+        if "/" in metric and BASE in (arms["arm"], arms["minus"]):
+            raise StudyError(f"{here}: the base trains nothing, so it has no {metric!r}")
+        over = text_of(table, "over", here, default="final")
+        if over not in CHECK_OVER or (over != "final" and metric in METRICS):
+            raise StudyError(
+                f"{here}: over = {over!r}: for a training history key, one of "
+                f"{', '.join(CHECK_OVER)} (evaluation metrics take none)"
+            )
+        bounds = {key: check_number(table, key, here) for key in ("at_least", "each_at_least")}
+        span = table.get("range")
+        if span is not None:
+            if (
+                not isinstance(span, list)
+                or len(span) != 2
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in span)
+                or span[0] > span[1]
+            ):
+                raise StudyError(f"{here}: range = {span!r}: write [low, high] with low <= high")
+            span = (float(span[0]), float(span[1]))
+        if span is None and all(v is None for v in bounds.values()):
+            raise StudyError(f"{here}: give at_least, each_at_least or range (what passes)")
+        checks.append(
+            Check(
+                name,
+                setting.name,
+                arms["arm"],
+                metric,
+                arms["minus"],
+                over,
+                bounds["at_least"],
+                bounds["each_at_least"],
+                span,
+                text_of(table, "about", here),
+            )
+        )
+    return tuple(checks)
+
+
+def budget_checks(
+    checks: tuple[Check, ...], chosen: dict[str, Any], budget: str | None, where: str
+) -> tuple[Check, ...]:
+    """The checks that hold under ``--budget``: those its ``checks`` list names (every check
+    when it names none, or with no budget)."""
+    names = chosen.get("checks")
+    if names is None:
+        return checks
+    known = [c.name for c in checks]
+    for name in names:
+        if name not in known:
+            raise StudyError(
+                f"{where}: budgets.{budget}: checks names {name!r}, which is no check; checks: "
+                + (", ".join(known) or "none")
+            )
+    return tuple(c for c in checks if c.name in names)
+
+
+def check_number(table: dict[str, Any], key: str, where: str) -> float | None:
+    value = table.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise StudyError(f"{where}: {key} = {value!r} must be a number")
+    return float(value)
+
+
+# -- their outcomes, from plain results ----------------------------------------------------
 
 Runs = dict[str, dict[str, list[dict[str, Any]]]]
 

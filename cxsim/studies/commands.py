@@ -26,14 +26,8 @@ from cxsim.studies.runner import (
     train_config,
     under,
 )
-from cxsim.studies.spec import (
-    BASE,
-    Selection,
-    Stage0,
-    Study,
-    extra_protocols,
-    swapped_sides,
-)
+from cxsim.studies.selection import Selection, extra_protocols, swapped_sides
+from cxsim.studies.spec import BASE, Stage0, Study
 from cxsim.studies.stages import arm_ppo, stage0_sft_config
 
 

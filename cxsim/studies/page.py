@@ -16,7 +16,8 @@ from typing import Any
 
 from cxsim.evaluation import EVAL_SEED_OFFSET
 from cxsim.studies.checks import check_lines, run_checks
-from cxsim.studies.spec import BASE, Claim, Selection, Setting, Side, Study
+from cxsim.studies.selection import Selection
+from cxsim.studies.spec import BASE, Claim, Setting, Side, Study
 from cxsim.studies.stats import METRICS, Comparison, compare, diagnostic, interval
 from cxsim.tables import NAN_INTERVAL, Interval, fmt, markdown_table
 from cxsim.tracking import to_jsonable, write_json

@@ -45,17 +45,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cxsim.studies.executors import Executor, LocalExecutor
-from cxsim.studies.spec import (
-    BASE,
-    Arm,
-    Selection,
-    Setting,
-    Side,
-    Stage0,
-    Study,
-    extra_protocols,
-    swapped_sides,
-)
+from cxsim.studies.selection import Selection, extra_protocols, swapped_sides
+from cxsim.studies.spec import BASE, Arm, Setting, Side, Stage0, Study
 from cxsim.studies.stages import arm_ppo, main_job_config, stage0_sft_config
 from cxsim.studies.values import StudyError
 from cxsim.tables import cached_json, config_tag

@@ -45,12 +45,16 @@ with one line naming the key (:class:`StudyError`).
 A study's defaults are the command line's, except ``eval.protocols``: ``compacted`` only.
 An arm's PPO settings are its setting's ``ppo`` table, then its preset's changes on top (as
 ``cxsim run --presets`` applies them), then the arm's own ``ppo`` keys.
+
+This module holds the dataclasses and the parsing of the settings, arms, stage-0 tables,
+budgets, seeds, metrics and figure; the claims are parsed in :mod:`cxsim.studies.claims`,
+the checks in :mod:`cxsim.studies.checks`, and the file is read whole by
+:func:`cxsim.studies.load.load_study`; ``--only``: :mod:`cxsim.studies.selection`.
 """
 
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -59,7 +63,7 @@ from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
 from cxsim.experiments.presets import DEFAULT_PRESET, PRESETS
 from cxsim.pretrained import PRETRAINED
-from cxsim.studies.stages import arm_ppo, stage0_sft_config
+from cxsim.studies.stages import stage0_sft_config
 from cxsim.studies.stats import METRICS
 from cxsim.studies.values import (
     StudyError,
@@ -69,7 +73,6 @@ from cxsim.studies.values import (
     first_line,
     normalised,
     split_groups,
-    table_of,
     text_of,
 )
 
@@ -87,7 +90,6 @@ STAGE0_SEEDS = tuple(range(1000, 1008))
 COPY_LOSS = 0.01
 """A stage-0 candidate copies when its held-out execution loss (nats per token) is at most
 this, unless its table says otherwise (as ``cxsim verdicts --copy-loss``)."""
-DIRECTIONS = ("higher", "lower", "same")
 
 GROUPS: dict[str, Any] = {
     "env": EnvConfig(),
@@ -99,24 +101,7 @@ GROUPS: dict[str, Any] = {
 """The config groups a setting sets, with a study's defaults (the command line's; evaluation
 under Compacted only)."""
 BUDGET_GROUPS = ("env", "compaction", "sft", "ppo", "eval")
-TOP_KEYS = (
-    "title",
-    "question",
-    "seeds",
-    "diagnostics",
-    "settings",
-    "stage0",
-    "arms",
-    "claims",
-    "budgets",
-    "metrics",
-    "figure",
-    "checks",
-    "reading",
-)
 FIGURE_KEYS = ("x", "y", "arm")
-CHECK_KEYS = ("name", "setting", "arm", "metric", "minus", "over", "at_least",
-              "each_at_least", "range", "about")  # fmt: skip
 CHECK_OVER = ("final", "max", "mean")
 """How a check reads a training history key per seed: ``final`` (the mean of the run's last
 5 actor iterations, results.json ``final``), ``max`` or ``mean`` over its actor iterations."""
@@ -125,22 +110,6 @@ SETTING_KEYS = (*SETTING_OWN, *GROUPS)
 STAGE0_OWN = ("about", "setting", "policy", "seeds", "copy_loss")
 """A ``[stage0.NAME]`` table's own keys (``copy-loss`` is taken too); its group: ``sft.*``."""
 ARM_KEYS = ("about", "preset", "ppo")
-CLAIM_KEYS = (
-    "name",
-    "setting",
-    "treatment",
-    "reference",
-    "metric",
-    "protocol",
-    "direction",
-    "margin",
-    "prediction",
-    "predicted_size",
-    "statement",
-    "diagnostics",
-    "treatment_summarizer",
-    "reference_summarizer",
-)
 SWAP_PROTOCOL = "external-summarizer"
 """The protocol a claim side with a summarizer is evaluated under, unless the claim's
 ``protocol`` names another whose summaries another agent writes."""
@@ -400,208 +369,7 @@ class Study:
         return next(a for a in self.arms if a.name == name)
 
 
-@dataclass(frozen=True)
-class Selection:
-    """What one invocation runs (``--only``): (setting, arm) pairs and the claims they decide."""
-
-    pairs: tuple[tuple[str, str], ...]
-    """(setting, arm or ``base``), in the file's order."""
-    claims: tuple[Claim, ...]
-
-
-# -- the file -----------------------------------------------------------------------------
-
-
-def read_toml(path: Path) -> dict[str, Any]:
-    """The file's table; a missing file or bad TOML is one line."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        try:
-            import tomli as tomllib
-        except ImportError as error:
-            raise StudyError(
-                "reading a study file needs Python 3.11 or later (tomllib), or "
-                "`pip install tomli` on Python 3.10"
-            ) from error
-    if not path.is_file():
-        raise FileNotFoundError(f"no study file at {path}; pass the path of a .toml file")
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as error:
-        raise StudyError(f"{path.name} is not valid TOML: {error}") from error
-
-
-def load_study(path: str | Path, seeds: str | None = None, budget: str | None = None) -> Study:
-    """Parse and validate the study file at ``path``: every key, every name, every config
-    and every (setting, arm) PPO config, before any run. ``seeds`` (``a:b``) replaces the
-    file's seeds; ``budget`` names a ``[budgets.NAME]`` table set over every setting.
-
-    The file's folder goes on the import path (after the current folder), so that an arm's
-    ``ppo.estimator = "my_module:name"`` finds a module kept next to the file."""
-    path = Path(path).absolute()
-    raw = read_toml(path)
-    where = path.name
-    folder = str(path.parent)
-    if folder not in sys.path:
-        sys.path.append(folder)
-    check_keys(raw, TOP_KEYS, where, "a study file")
-    budgets = parse_budgets(raw.get("budgets", {}), where)
-    if budget is not None and budget not in budgets:
-        choices = ", ".join(budgets) or "none: add a [budgets.NAME] table"
-        raise StudyError(f"--budget {budget}: {where} has no [budgets.{budget}]; choose: {choices}")
-    chosen_budget = budgets.get(budget or "", {})
-    arms = parse_arms(table_of(raw, "arms", where), where)
-    settings = parse_settings(
-        table_of(raw, "settings", where), arms, chosen_budget, path.parent, where
-    )
-    stage0 = parse_stage0(
-        table_of(raw, "stage0", where),
-        settings,
-        chosen_budget.get("stage0", {}),
-        path.parent,
-        where,
-    )
-    settings = attach_stage0(settings, stage0, where)
-    check_bases_from(settings, where)
-    for setting in settings:  # every arm's PPO, and the main job's own checks
-        for name in setting.arms:
-            try:
-                arm_ppo(setting, next(a for a in arms if a.name == name))
-            except StudyError as error:
-                raise StudyError(f"{where}: {error}") from error
-    claims = parse_claims(raw.get("claims", []), settings, where)
-    seed_text = seeds if seeds is not None else raw.get("seeds")
-    if seed_text is None:
-        raise StudyError(f'{where}: name the seeds (seeds = "0:8"), or pass --seeds a:b')
-    seed_where = "--seeds" if seeds is not None else f"{where}: seeds"
-    study_seeds = parse_seeds(seed_text, seed_where)
-    for stage in stage0:
-        shared = sorted(set(stage.seeds) & set(study_seeds))
-        if shared:
-            raise StudyError(
-                f"{seed_where}: seed {shared[0]} is also a candidate seed of stage0.{stage.name}, "
-                "whose demonstrations must be tasks no seed uses; pick other seeds"
-            )
-    return Study(
-        path=str(path),
-        title=text_of(raw, "title", where, default=path.stem),
-        question=text_of(raw, "question", where),
-        seeds=study_seeds,
-        settings=settings,
-        arms=arms,
-        claims=claims,
-        diagnostics=parse_diagnostics(raw.get("diagnostics", []), where),
-        budget=budget,
-        stage0=stage0,
-        checks=budget_checks(
-            parse_checks(raw.get("checks", []), settings, where), chosen_budget, budget, where
-        ),
-        metrics=parse_metrics(raw.get("metrics", []), where),
-        reading=text_of(raw, "reading", where),
-        figure=parse_figure(raw.get("figure"), arms, where),
-    )
-
-
-def parse_checks(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[Check, ...]:
-    """``[[checks]]`` tables: each names an arm of a setting, a figure and at least one of
-    ``at_least``, ``each_at_least``, ``range``."""
-    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
-        raise StudyError(f"{where}: checks are [[checks]] tables")
-    names = [s.name for s in settings]
-    checks: list[Check] = []
-    for i, table in enumerate(raw, start=1):
-        here = f"{where}: check {i}" + (f" ({table['name']})" if "name" in table else "")
-        check_keys(table, CHECK_KEYS, here, "a check")
-        name = text_of(table, "name", here, required=True)
-        check_name(name, here)
-        if any(c.name == name for c in checks):
-            raise StudyError(f"{here}: another check is named {name!r}")
-        default = names[0] if len(names) == 1 else ""
-        setting_name = text_of(table, "setting", here, default=default)
-        if setting_name not in names:
-            raise StudyError(
-                f"{here}: setting = {setting_name!r}; choose one of: {', '.join(names)}"
-            )
-        setting = next(s for s in settings if s.name == setting_name)
-        arms = {}
-        for key in ("arm", "minus"):
-            value = text_of(table, key, here, required=key == "arm")
-            if value and value not in (BASE, *setting.arms):
-                raise StudyError(
-                    f"{here}: {key} = {value!r} is not an arm of setting {setting.name}; "
-                    f"choose one of: {', '.join((BASE, *setting.arms))}"
-                )
-            arms[key] = value
-        metric = text_of(table, "metric", here, required=True)
-        if metric not in METRICS and "/" not in metric:
-            raise StudyError(
-                f"{here}: metric = {metric!r}: an evaluation metric ({', '.join(METRICS)}) or "
-                'a training history key such as "critic/explained_variance"'
-            )
-        if "/" in metric and BASE in (arms["arm"], arms["minus"]):
-            raise StudyError(f"{here}: the base trains nothing, so it has no {metric!r}")
-        over = text_of(table, "over", here, default="final")
-        if over not in CHECK_OVER or (over != "final" and metric in METRICS):
-            raise StudyError(
-                f"{here}: over = {over!r}: for a training history key, one of "
-                f"{', '.join(CHECK_OVER)} (evaluation metrics take none)"
-            )
-        bounds = {key: check_number(table, key, here) for key in ("at_least", "each_at_least")}
-        span = table.get("range")
-        if span is not None:
-            if (
-                not isinstance(span, list)
-                or len(span) != 2
-                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in span)
-                or span[0] > span[1]
-            ):
-                raise StudyError(f"{here}: range = {span!r}: write [low, high] with low <= high")
-            span = (float(span[0]), float(span[1]))
-        if span is None and all(v is None for v in bounds.values()):
-            raise StudyError(f"{here}: give at_least, each_at_least or range (what passes)")
-        checks.append(
-            Check(
-                name,
-                setting.name,
-                arms["arm"],
-                metric,
-                arms["minus"],
-                over,
-                bounds["at_least"],
-                bounds["each_at_least"],
-                span,
-                text_of(table, "about", here),
-            )
-        )
-    return tuple(checks)
-
-
-def budget_checks(
-    checks: tuple[Check, ...], chosen: dict[str, Any], budget: str | None, where: str
-) -> tuple[Check, ...]:
-    """The checks that hold under ``--budget``: those its ``checks`` list names (every check
-    when it names none, or with no budget)."""
-    names = chosen.get("checks")
-    if names is None:
-        return checks
-    known = [c.name for c in checks]
-    for name in names:
-        if name not in known:
-            raise StudyError(
-                f"{where}: budgets.{budget}: checks names {name!r}, which is no check; checks: "
-                + (", ".join(known) or "none")
-            )
-    return tuple(c for c in checks if c.name in names)
-
-
-def check_number(table: dict[str, Any], key: str, where: str) -> float | None:
-    value = table.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise StudyError(f"{where}: {key} = {value!r} must be a number")
-    return float(value)
+# -- the file's tables --------------------------------------------------------------------
 
 
 def parse_metrics(raw: Any, where: str) -> tuple[str, ...]:
@@ -902,201 +670,6 @@ def check_bases_from(settings: tuple[Setting, ...], where: str) -> None:
                 )
 
 
-def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[Claim, ...]:
-    if not isinstance(raw, list):
-        raise StudyError(f"{where}: claims are [[claims]] tables")
-    claims: list[Claim] = []
-    for i, table in enumerate(raw, start=1):
-        if not isinstance(table, dict):
-            raise StudyError(f"{where}: claims are [[claims]] tables")
-        here = f"{where}: claim {i}" + (f" ({table['name']})" if "name" in table else "")
-        check_keys(table, CLAIM_KEYS, here, "a claim")
-        name = text_of(table, "name", here, required=True)
-        check_name(name, here)
-        names = [s.name for s in settings]
-        default_setting = names[0] if len(names) == 1 else None
-        setting_name = text_of(table, "setting", here, default=default_setting or "")
-        if setting_name not in names:
-            said = f"setting = {setting_name!r}" if setting_name else "no setting"
-            raise StudyError(f"{here}: {said}; choose one of: {', '.join(names)}")
-        if any((c.setting, c.name) == (setting_name, name) for c in claims):
-            raise StudyError(
-                f"{here}: another claim of setting {setting_name} is named {name!r}; names "
-                "must differ within a setting"
-            )
-        setting = next(s for s in settings if s.name == setting_name)
-        sides: dict[str, tuple[Setting, str]] = {}
-        for side in ("treatment", "reference"):
-            sides[side] = claim_side(text_of(table, side, here, required=True), setting, settings)
-            if isinstance(sides[side], str):
-                raise StudyError(f"{here}: {side} = {sides[side]}")
-        summarizers = {
-            side: claim_summarizer(table, side, side_setting, here)
-            for side, (side_setting, _) in sides.items()
-        }
-        if (sides["treatment"], summarizers["treatment"]) == (
-            sides["reference"],
-            summarizers["reference"],
-        ):
-            raise StudyError(f"{here}: treatment and reference are the same; pair two arms")
-        metric = text_of(table, "metric", here, default="pass_at_1")
-        if metric not in METRICS:
-            raise StudyError(f"{here}: metric = {metric!r}; choose one of: {', '.join(METRICS)}")
-        protocol = text_of(table, "protocol", here, default="compacted")
-        protocols = {}
-        for side, (side_setting, _) in sides.items():
-            if summarizers[side]:
-                protocols[side] = swap_protocol(table, side, here)
-                continue
-            protocols[side] = (
-                side_setting.eval.protocols[0] if protocol == OWN_PROTOCOL else protocol
-            )
-            try:  # a protocol the setting does not evaluate is evaluated for this claim's arms
-                replace(side_setting.eval, protocols=(protocols[side],))
-            except (ValueError, TypeError, KeyError) as error:
-                raise StudyError(
-                    f'{here}: protocol = {protocol!r}: {first_line(error)} (or "own": each '
-                    "side under its setting's first eval.protocols)"
-                ) from error
-        direction = text_of(table, "direction", here, default="higher")
-        if direction not in DIRECTIONS:
-            raise StudyError(
-                f"{here}: direction = {direction!r}; choose higher, lower or same (with a margin)"
-            )
-        margin = claim_margin(table, direction, here)
-        prediction = text_of(table, "prediction", here)
-        if not prediction.strip():
-            raise StudyError(
-                f'{here}: write the prediction before the run (prediction = "direction, size, '
-                'why"); the page records when it was first seen'
-            )
-        size = table.get("predicted_size")
-        if size is not None and direction == "same":
-            raise StudyError(
-                f"{here}: predicted_size is for higher or lower claims; a same claim predicts "
-                "no difference, and its margin says how close counts as the same"
-            )
-        if size is not None and (
-            isinstance(size, bool) or not isinstance(size, (int, float)) or size < 0
-        ):
-            raise StudyError(
-                f"{here}: predicted_size = {size!r}: the predicted size of the difference in "
-                "the claim's direction, a number >= 0"
-            )
-        claims.append(
-            Claim(
-                name,
-                setting.name,
-                sides["treatment"][1],
-                sides["reference"][1],
-                prediction,
-                metric,
-                protocol,
-                direction,
-                None if size is None else float(size),
-                text_of(table, "statement", here),
-                margin,
-                claim_diagnostics(table.get("diagnostics", []), here),
-                treatment_setting=sides["treatment"][0].name,
-                reference_setting=sides["reference"][0].name,
-                treatment_protocol=protocols["treatment"],
-                reference_protocol=protocols["reference"],
-                treatment_summarizer=summarizers["treatment"],
-                reference_summarizer=summarizers["reference"],
-            )
-        )
-    return tuple(claims)
-
-
-def claim_summarizer(table: dict[str, Any], side: str, setting: Setting, where: str) -> str:
-    """``treatment_summarizer`` / ``reference_summarizer``: an arm of the side's setting (or
-    ``base``) whose policy writes that side's summaries; empty when not given."""
-    key = f"{side}_summarizer"
-    name = text_of(table, key, where)
-    evaluated = (BASE, *setting.arms)
-    if name and name not in evaluated:
-        raise StudyError(
-            f"{where}: {key} = {name!r} is not an arm of setting {setting.name}; choose one "
-            f"of: {', '.join(evaluated)}"
-        )
-    return name
-
-
-def swap_protocol(table: dict[str, Any], side: str, where: str) -> str:
-    """The protocol of a side with a summarizer: the claim's ``protocol`` when given, else
-    :data:`SWAP_PROTOCOL`; one whose policy writes its own summaries is refused."""
-    from cxsim.strategies import STRATEGIES
-
-    protocol = text_of(table, "protocol", where, default=SWAP_PROTOCOL)
-    try:
-        author = STRATEGIES[protocol].summary_by
-    except (KeyError, ValueError) as error:
-        raise StudyError(f"{where}: protocol = {protocol!r}: {first_line(error)}") from error
-    if author != "summarizer":
-        raise StudyError(
-            f"{where}: {side}_summarizer needs a protocol whose summaries another agent "
-            f"writes; protocol = {protocol!r} has the acting policy write them (leave protocol "
-            f"out for {SWAP_PROTOCOL}, or drop {side}_summarizer)"
-        )
-    return protocol
-
-
-def claim_side(
-    value: str, home: Setting, settings: tuple[Setting, ...]
-) -> tuple[Setting, str] | str:
-    """A claim side's (setting, arm): ``ARM`` (an arm of the claim's setting, or ``base``) or
-    ``SETTING:ARM`` (of another setting); what is wrong with it, in words, otherwise."""
-    setting = home
-    arm = value
-    if ":" in value:
-        name, _, arm = value.partition(":")
-        found = [s for s in settings if s.name == name]
-        if not found:
-            names = ", ".join(s.name for s in settings)
-            return f"{value!r} names no setting {name!r}; settings: {names}"
-        setting = found[0]
-    evaluated = (BASE, *setting.arms)
-    if arm not in evaluated:
-        return (
-            f"{value!r} is not an arm of setting {setting.name}; choose one of: "
-            f"{', '.join(evaluated)} (or SETTING:ARM for another setting's)"
-        )
-    return setting, arm
-
-
-def claim_margin(table: dict[str, Any], direction: str, where: str) -> float | None:
-    """A ``same`` claim's margin (required, > 0); no other claim takes one."""
-    margin = table.get("margin")
-    if direction != "same":
-        if margin is not None:
-            raise StudyError(
-                f'{where}: margin goes with direction = "same" (the arms do not differ by more '
-                "than it); remove it or set that direction"
-            )
-        return None
-    if margin is None:
-        raise StudyError(
-            f'{where}: direction = "same" needs a margin: how close counts as the same, in the '
-            "metric's units (margin = 0.05, as on the verdict page)"
-        )
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin <= 0:
-        raise StudyError(f"{where}: margin = {margin!r}: a number > 0, e.g. 0.05")
-    return float(margin)
-
-
-def claim_diagnostics(raw: Any, where: str) -> tuple[str, ...]:
-    """A claim's diagnostics: metric names (METRICS) or training history keys (with a /)."""
-    if not isinstance(raw, list) or not all(
-        isinstance(k, str) and (k in METRICS or "/" in k) for k in raw
-    ):
-        raise StudyError(
-            f"{where}: diagnostics = {raw!r}: a list of evaluation metrics "
-            f"({', '.join(METRICS)}) or training history keys such as "
-            '"credit/abs_adv_seg0" (docs/tensorboard.md)'
-        )
-    return tuple(raw)
-
-
 def parse_diagnostics(raw: Any, where: str) -> tuple[str, ...]:
     if not isinstance(raw, list) or not all(isinstance(k, str) and "/" in k for k in raw):
         raise StudyError(
@@ -1104,87 +677,3 @@ def parse_diagnostics(raw: Any, where: str) -> tuple[str, ...]:
             '"credit/abs_adv_seg0" (docs/tensorboard.md lists them)'
         )
     return tuple(raw)
-
-
-def select(study: Study, only: tuple[str, ...] = ()) -> Selection:
-    """The (setting, arm) pairs ``--only`` keeps (all without it), and the claims whose two
-    sides are among them (a claim under a protocol its setting does not evaluate: when
-    named, or its whole setting is). Items: ``SETTING`` (its base and arms),
-    ``SETTING:CLAIM`` (the two sides of that claim), ``arm:NAME`` (that arm wherever it is
-    trained)."""
-    every = [(s.name, a) for s in study.settings for a in (BASE, *s.arms)]
-    if not only:
-        return Selection(tuple(every), study.claims)
-    chosen: set[tuple[str, str]] = set()
-    named: set[tuple[str, str]] = set()
-    whole: set[str] = set()
-    settings = [s.name for s in study.settings]
-    for item in only:
-        if item.startswith(ARM_PREFIX):
-            arm = item.removeprefix(ARM_PREFIX)
-            pairs = {p for p in every if p[1] == arm and arm != BASE}
-            if not pairs:
-                names = ", ".join(a.name for a in study.arms)
-                raise StudyError(f"--only {item}: no setting trains an arm {arm!r}; arms: {names}")
-        elif ":" in item:
-            setting, _, claim = item.partition(":")
-            found = [c for c in study.claims if c.setting == setting and c.name == claim]
-            if not found:
-                names = ", ".join(f"{c.setting}:{c.name}" for c in study.claims) or "none"
-                raise StudyError(f"--only {item}: no such claim; claims: {names}")
-            pairs = side_pairs(found[0])
-            named.add((setting, claim))
-        elif item in settings:
-            pairs = {p for p in every if p[0] == item}
-            whole.add(item)
-        else:
-            raise StudyError(
-                f"--only {item}: not a setting, SETTING:CLAIM or arm:NAME; settings: "
-                + ", ".join(settings)
-            )
-        chosen |= pairs
-    kept = tuple(p for p in every if p in chosen)
-    claims = tuple(
-        c
-        for c in study.claims
-        if side_pairs(c) <= chosen
-        and (
-            all(
-                side.protocol in study.setting(side.setting).eval.protocols and not side.summarizer
-                for side in c.sides
-            )
-            or (c.setting, c.name) in named
-            or {side.setting for side in c.sides} <= whole
-        )
-    )
-    return Selection(kept, claims)
-
-
-def side_pairs(claim: Claim) -> set[tuple[str, str]]:
-    """The (setting, arm) pairs a claim needs made: its two sides' arms and summarizers."""
-    pairs = set()
-    for side in claim.sides:
-        pairs.add((side.setting, side.arm))
-        if side.summarizer:
-            pairs.add((side.setting, side.summarizer))
-    return pairs
-
-
-def extra_protocols(study: Study, selection: Selection, setting: str, arm: str) -> tuple[str, ...]:
-    """The protocols the selected claims compare ``arm`` of ``setting`` under that the
-    setting's ``eval.protocols`` lacks (each evaluated on its own, after those), in order;
-    a side with a summarizer is evaluated apart (:func:`swapped_sides`)."""
-    evaluated = study.setting(setting).eval.protocols
-    wanted = [
-        side.protocol
-        for c in selection.claims
-        for side in c.sides
-        if (side.setting, side.arm) == (setting, arm) and not side.summarizer
-    ]
-    return tuple(dict.fromkeys(p for p in wanted if p not in evaluated))
-
-
-def swapped_sides(selection: Selection) -> tuple[Side, ...]:
-    """The selected claims' sides whose summaries another arm writes, each once, in order:
-    evaluations made after every arm they name is trained."""
-    return tuple(dict.fromkeys(s for c in selection.claims for s in c.sides if s.summarizer))

@@ -1,0 +1,228 @@
+"""A study file's ``[[claims]]``, parsed and validated into :class:`~cxsim.studies.spec.Claim`
+before any run: each side an arm (or ``base``) of the claim's setting or, as ``SETTING:ARM``,
+of another; the metric and protocol compared (``"own"``: each side under its setting's first
+``eval.protocols``); the direction (``same`` with a ``margin``); the prediction written before
+the run; a side whose summaries another arm's policy writes (``treatment_summarizer``, the
+Table 1 swap) and the protocol it is evaluated under."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from cxsim.studies.spec import BASE, OWN_PROTOCOL, SWAP_PROTOCOL, Claim, Setting
+from cxsim.studies.stats import METRICS
+from cxsim.studies.values import StudyError, check_keys, check_name, first_line, text_of
+
+CLAIM_KEYS = (
+    "name",
+    "setting",
+    "treatment",
+    "reference",
+    "metric",
+    "protocol",
+    "direction",
+    "margin",
+    "prediction",
+    "predicted_size",
+    "statement",
+    "diagnostics",
+    "treatment_summarizer",
+    "reference_summarizer",
+)
+DIRECTIONS = ("higher", "lower", "same")
+
+
+def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[Claim, ...]:
+    if not isinstance(raw, list):
+        raise StudyError(f"{where}: claims are [[claims]] tables")
+    claims: list[Claim] = []
+    for i, table in enumerate(raw, start=1):
+        if not isinstance(table, dict):
+            raise StudyError(f"{where}: claims are [[claims]] tables")
+        here = f"{where}: claim {i}" + (f" ({table['name']})" if "name" in table else "")
+        check_keys(table, CLAIM_KEYS, here, "a claim")
+        name = text_of(table, "name", here, required=True)
+        check_name(name, here)
+        names = [s.name for s in settings]
+        default_setting = names[0] if len(names) == 1 else None
+        setting_name = text_of(table, "setting", here, default=default_setting or "")
+        if setting_name not in names:
+            said = f"setting = {setting_name!r}" if setting_name else "no setting"
+            raise StudyError(f"{here}: {said}; choose one of: {', '.join(names)}")
+        if any((c.setting, c.name) == (setting_name, name) for c in claims):
+            raise StudyError(
+                f"{here}: another claim of setting {setting_name} is named {name!r}; names "
+                "must differ within a setting"
+            )
+        setting = next(s for s in settings if s.name == setting_name)
+        sides: dict[str, tuple[Setting, str]] = {}
+        for side in ("treatment", "reference"):
+            sides[side] = claim_side(text_of(table, side, here, required=True), setting, settings)
+            if isinstance(sides[side], str):
+                raise StudyError(f"{here}: {side} = {sides[side]}")
+        summarizers = {
+            side: claim_summarizer(table, side, side_setting, here)
+            for side, (side_setting, _) in sides.items()
+        }
+        if (sides["treatment"], summarizers["treatment"]) == (
+            sides["reference"],
+            summarizers["reference"],
+        ):
+            raise StudyError(f"{here}: treatment and reference are the same; pair two arms")
+        metric = text_of(table, "metric", here, default="pass_at_1")
+        if metric not in METRICS:
+            raise StudyError(f"{here}: metric = {metric!r}; choose one of: {', '.join(METRICS)}")
+        protocol = text_of(table, "protocol", here, default="compacted")
+        protocols = {}
+        for side, (side_setting, _) in sides.items():
+            if summarizers[side]:
+                protocols[side] = swap_protocol(table, side, here)
+                continue
+            protocols[side] = (
+                side_setting.eval.protocols[0] if protocol == OWN_PROTOCOL else protocol
+            )
+            try:  # a protocol the setting does not evaluate is evaluated for this claim's arms
+                replace(side_setting.eval, protocols=(protocols[side],))
+            except (ValueError, TypeError, KeyError) as error:
+                raise StudyError(
+                    f'{here}: protocol = {protocol!r}: {first_line(error)} (or "own": each '
+                    "side under its setting's first eval.protocols)"
+                ) from error
+        direction = text_of(table, "direction", here, default="higher")
+        if direction not in DIRECTIONS:
+            raise StudyError(
+                f"{here}: direction = {direction!r}; choose higher, lower or same (with a margin)"
+            )
+        margin = claim_margin(table, direction, here)
+        prediction = text_of(table, "prediction", here)
+        if not prediction.strip():
+            raise StudyError(
+                f'{here}: write the prediction before the run (prediction = "direction, size, '
+                'why"); the page records when it was first seen'
+            )
+        size = table.get("predicted_size")
+        if size is not None and direction == "same":
+            raise StudyError(
+                f"{here}: predicted_size is for higher or lower claims; a same claim predicts "
+                "no difference, and its margin says how close counts as the same"
+            )
+        if size is not None and (
+            isinstance(size, bool) or not isinstance(size, (int, float)) or size < 0
+        ):
+            raise StudyError(
+                f"{here}: predicted_size = {size!r}: the predicted size of the difference in "
+                "the claim's direction, a number >= 0"
+            )
+        claims.append(
+            Claim(
+                name,
+                setting.name,
+                sides["treatment"][1],
+                sides["reference"][1],
+                prediction,
+                metric,
+                protocol,
+                direction,
+                None if size is None else float(size),
+                text_of(table, "statement", here),
+                margin,
+                claim_diagnostics(table.get("diagnostics", []), here),
+                treatment_setting=sides["treatment"][0].name,
+                reference_setting=sides["reference"][0].name,
+                treatment_protocol=protocols["treatment"],
+                reference_protocol=protocols["reference"],
+                treatment_summarizer=summarizers["treatment"],
+                reference_summarizer=summarizers["reference"],
+            )
+        )
+    return tuple(claims)
+
+
+def claim_summarizer(table: dict[str, Any], side: str, setting: Setting, where: str) -> str:
+    """``treatment_summarizer`` / ``reference_summarizer``: an arm of the side's setting (or
+    ``base``) whose policy writes that side's summaries; empty when not given."""
+    key = f"{side}_summarizer"
+    name = text_of(table, key, where)
+    evaluated = (BASE, *setting.arms)
+    if name and name not in evaluated:
+        raise StudyError(
+            f"{where}: {key} = {name!r} is not an arm of setting {setting.name}; choose one "
+            f"of: {', '.join(evaluated)}"
+        )
+    return name
+
+
+def swap_protocol(table: dict[str, Any], side: str, where: str) -> str:
+    """The protocol of a side with a summarizer: the claim's ``protocol`` when given, else
+    :data:`SWAP_PROTOCOL`; one whose policy writes its own summaries is refused."""
+    from cxsim.strategies import STRATEGIES
+
+    protocol = text_of(table, "protocol", where, default=SWAP_PROTOCOL)
+    try:
+        author = STRATEGIES[protocol].summary_by
+    except (KeyError, ValueError) as error:
+        raise StudyError(f"{where}: protocol = {protocol!r}: {first_line(error)}") from error
+    if author != "summarizer":
+        raise StudyError(
+            f"{where}: {side}_summarizer needs a protocol whose summaries another agent "
+            f"writes; protocol = {protocol!r} has the acting policy write them (leave protocol "
+            f"out for {SWAP_PROTOCOL}, or drop {side}_summarizer)"
+        )
+    return protocol
+
+
+def claim_side(
+    value: str, home: Setting, settings: tuple[Setting, ...]
+) -> tuple[Setting, str] | str:
+    """A claim side's (setting, arm): ``ARM`` (an arm of the claim's setting, or ``base``) or
+    ``SETTING:ARM`` (of another setting); what is wrong with it, in words, otherwise."""
+    setting = home
+    arm = value
+    if ":" in value:
+        name, _, arm = value.partition(":")
+        found = [s for s in settings if s.name == name]
+        if not found:
+            names = ", ".join(s.name for s in settings)
+            return f"{value!r} names no setting {name!r}; settings: {names}"
+        setting = found[0]
+    evaluated = (BASE, *setting.arms)
+    if arm not in evaluated:
+        return (
+            f"{value!r} is not an arm of setting {setting.name}; choose one of: "
+            f"{', '.join(evaluated)} (or SETTING:ARM for another setting's)"
+        )
+    return setting, arm
+
+
+def claim_margin(table: dict[str, Any], direction: str, where: str) -> float | None:
+    """A ``same`` claim's margin (required, > 0); no other claim takes one."""
+    margin = table.get("margin")
+    if direction != "same":
+        if margin is not None:
+            raise StudyError(
+                f'{where}: margin goes with direction = "same" (the arms do not differ by more '
+                "than it); remove it or set that direction"
+            )
+        return None
+    if margin is None:
+        raise StudyError(
+            f'{where}: direction = "same" needs a margin: how close counts as the same, in the '
+            "metric's units (margin = 0.05, as on the verdict page)"
+        )
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin <= 0:
+        raise StudyError(f"{where}: margin = {margin!r}: a number > 0, e.g. 0.05")
+    return float(margin)
+
+
+def claim_diagnostics(raw: Any, where: str) -> tuple[str, ...]:
+    """A claim's diagnostics: metric names (METRICS) or training history keys (with a /)."""
+    if not isinstance(raw, list) or not all(
+        isinstance(k, str) and (k in METRICS or "/" in k) for k in raw
+    ):
+        raise StudyError(
+            f"{where}: diagnostics = {raw!r}: a list of evaluation metrics "
+            f"({', '.join(METRICS)}) or training history keys such as "
+            '"credit/abs_adv_seg0" (docs/tensorboard.md)'
+        )
+    return tuple(raw)

@@ -1,0 +1,135 @@
+"""A study file read whole: the TOML's top-level keys, each table parsed and validated
+(:mod:`cxsim.studies.spec`, :mod:`cxsim.studies.claims`, :mod:`cxsim.studies.checks`), every
+arm's PPO config checked, and the seeds and budget applied, before any run
+(:func:`load_study`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from cxsim.studies.checks import budget_checks, parse_checks
+from cxsim.studies.claims import parse_claims
+from cxsim.studies.spec import (
+    Study,
+    attach_stage0,
+    check_bases_from,
+    parse_arms,
+    parse_budgets,
+    parse_diagnostics,
+    parse_figure,
+    parse_metrics,
+    parse_seeds,
+    parse_settings,
+    parse_stage0,
+)
+from cxsim.studies.stages import arm_ppo
+from cxsim.studies.values import StudyError, check_keys, table_of, text_of
+
+TOP_KEYS = (
+    "title",
+    "question",
+    "seeds",
+    "diagnostics",
+    "settings",
+    "stage0",
+    "arms",
+    "claims",
+    "budgets",
+    "metrics",
+    "figure",
+    "checks",
+    "reading",
+)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The file's table; a missing file or bad TOML is one line."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        try:
+            import tomli as tomllib
+        except ImportError as error:
+            raise StudyError(
+                "reading a study file needs Python 3.11 or later (tomllib), or "
+                "`pip install tomli` on Python 3.10"
+            ) from error
+    if not path.is_file():
+        raise FileNotFoundError(f"no study file at {path}; pass the path of a .toml file")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise StudyError(f"{path.name} is not valid TOML: {error}") from error
+
+
+def load_study(path: str | Path, seeds: str | None = None, budget: str | None = None) -> Study:
+    """Parse and validate the study file at ``path``: every key, every name, every config
+    and every (setting, arm) PPO config, before any run. ``seeds`` (``a:b``) replaces the
+    file's seeds; ``budget`` names a ``[budgets.NAME]`` table set over every setting.
+
+    The file's folder goes on the import path (after the current folder), so that an arm's
+    ``ppo.estimator = "my_module:name"`` finds a module kept next to the file."""
+    path = Path(path).absolute()
+    raw = read_toml(path)
+    where = path.name
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.append(folder)
+    check_keys(raw, TOP_KEYS, where, "a study file")
+    budgets = parse_budgets(raw.get("budgets", {}), where)
+    if budget is not None and budget not in budgets:
+        choices = ", ".join(budgets) or "none: add a [budgets.NAME] table"
+        raise StudyError(f"--budget {budget}: {where} has no [budgets.{budget}]; choose: {choices}")
+    chosen_budget = budgets.get(budget or "", {})
+    arms = parse_arms(table_of(raw, "arms", where), where)
+    settings = parse_settings(
+        table_of(raw, "settings", where), arms, chosen_budget, path.parent, where
+    )
+    stage0 = parse_stage0(
+        table_of(raw, "stage0", where),
+        settings,
+        chosen_budget.get("stage0", {}),
+        path.parent,
+        where,
+    )
+    settings = attach_stage0(settings, stage0, where)
+    check_bases_from(settings, where)
+    for setting in settings:  # every arm's PPO, and the main job's own checks
+        for name in setting.arms:
+            try:
+                arm_ppo(setting, next(a for a in arms if a.name == name))
+            except StudyError as error:
+                raise StudyError(f"{where}: {error}") from error
+    claims = parse_claims(raw.get("claims", []), settings, where)
+    seed_text = seeds if seeds is not None else raw.get("seeds")
+    if seed_text is None:
+        raise StudyError(f'{where}: name the seeds (seeds = "0:8"), or pass --seeds a:b')
+    seed_where = "--seeds" if seeds is not None else f"{where}: seeds"
+    study_seeds = parse_seeds(seed_text, seed_where)
+    for stage in stage0:
+        shared = sorted(set(stage.seeds) & set(study_seeds))
+        if shared:
+            raise StudyError(
+                f"{seed_where}: seed {shared[0]} is also a candidate seed of stage0.{stage.name}, "
+                "whose demonstrations must be tasks no seed uses; pick other seeds"
+            )
+    return Study(
+        path=str(path),
+        title=text_of(raw, "title", where, default=path.stem),
+        question=text_of(raw, "question", where),
+        seeds=study_seeds,
+        settings=settings,
+        arms=arms,
+        claims=claims,
+        diagnostics=parse_diagnostics(raw.get("diagnostics", []), where),
+        budget=budget,
+        stage0=stage0,
+        checks=budget_checks(
+            parse_checks(raw.get("checks", []), settings, where), chosen_budget, budget, where
+        ),
+        metrics=parse_metrics(raw.get("metrics", []), where),
+        reading=text_of(raw, "reading", where),
+        figure=parse_figure(raw.get("figure"), arms, where),
+    )

@@ -1,0 +1,103 @@
+"""What one invocation of a study runs (``--only``): the (setting, arm) pairs it makes, the
+claims they decide, and what those claims add to a pair's evaluations (a protocol its setting
+does not evaluate, a side whose summaries another arm writes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cxsim.studies.spec import ARM_PREFIX, BASE, Claim, Side, Study
+from cxsim.studies.values import StudyError
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What one invocation runs (``--only``): (setting, arm) pairs and the claims they decide."""
+
+    pairs: tuple[tuple[str, str], ...]
+    """(setting, arm or ``base``), in the file's order."""
+    claims: tuple[Claim, ...]
+
+
+def select(study: Study, only: tuple[str, ...] = ()) -> Selection:
+    """The (setting, arm) pairs ``--only`` keeps (all without it), and the claims whose two
+    sides are among them (a claim under a protocol its setting does not evaluate: when
+    named, or its whole setting is). Items: ``SETTING`` (its base and arms),
+    ``SETTING:CLAIM`` (the two sides of that claim), ``arm:NAME`` (that arm wherever it is
+    trained)."""
+    every = [(s.name, a) for s in study.settings for a in (BASE, *s.arms)]
+    if not only:
+        return Selection(tuple(every), study.claims)
+    chosen: set[tuple[str, str]] = set()
+    named: set[tuple[str, str]] = set()
+    whole: set[str] = set()
+    settings = [s.name for s in study.settings]
+    for item in only:
+        if item.startswith(ARM_PREFIX):
+            arm = item.removeprefix(ARM_PREFIX)
+            pairs = {p for p in every if p[1] == arm and arm != BASE}
+            if not pairs:
+                names = ", ".join(a.name for a in study.arms)
+                raise StudyError(f"--only {item}: no setting trains an arm {arm!r}; arms: {names}")
+        elif ":" in item:
+            setting, _, claim = item.partition(":")
+            found = [c for c in study.claims if c.setting == setting and c.name == claim]
+            if not found:
+                names = ", ".join(f"{c.setting}:{c.name}" for c in study.claims) or "none"
+                raise StudyError(f"--only {item}: no such claim; claims: {names}")
+            pairs = side_pairs(found[0])
+            named.add((setting, claim))
+        elif item in settings:
+            pairs = {p for p in every if p[0] == item}
+            whole.add(item)
+        else:
+            raise StudyError(
+                f"--only {item}: not a setting, SETTING:CLAIM or arm:NAME; settings: "
+                + ", ".join(settings)
+            )
+        chosen |= pairs
+    kept = tuple(p for p in every if p in chosen)
+    claims = tuple(
+        c
+        for c in study.claims
+        if side_pairs(c) <= chosen
+        and (
+            all(
+                side.protocol in study.setting(side.setting).eval.protocols and not side.summarizer
+                for side in c.sides
+            )
+            or (c.setting, c.name) in named
+            or {side.setting for side in c.sides} <= whole
+        )
+    )
+    return Selection(kept, claims)
+
+
+def side_pairs(claim: Claim) -> set[tuple[str, str]]:
+    """The (setting, arm) pairs a claim needs made: its two sides' arms and summarizers."""
+    pairs = set()
+    for side in claim.sides:
+        pairs.add((side.setting, side.arm))
+        if side.summarizer:
+            pairs.add((side.setting, side.summarizer))
+    return pairs
+
+
+def extra_protocols(study: Study, selection: Selection, setting: str, arm: str) -> tuple[str, ...]:
+    """The protocols the selected claims compare ``arm`` of ``setting`` under that the
+    setting's ``eval.protocols`` lacks (each evaluated on its own, after those), in order;
+    a side with a summarizer is evaluated apart (:func:`swapped_sides`)."""
+    evaluated = study.setting(setting).eval.protocols
+    wanted = [
+        side.protocol
+        for c in selection.claims
+        for side in c.sides
+        if (side.setting, side.arm) == (setting, arm) and not side.summarizer
+    ]
+    return tuple(dict.fromkeys(p for p in wanted if p not in evaluated))
+
+
+def swapped_sides(selection: Selection) -> tuple[Side, ...]:
+    """The selected claims' sides whose summaries another arm writes, each once, in order:
+    evaluations made after every arm they name is trained."""
+    return tuple(dict.fromkeys(s for c in selection.claims for s in c.sides if s.summarizer))

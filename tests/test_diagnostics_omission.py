@@ -123,3 +123,21 @@ def test_ceiling_splits_success_by_what_the_last_summary_kept():
     # the training diagnostic reports the same figure each iteration
     assert summary_omission(records)["critic/ev_ceiling"] == pytest.approx(0.6)
     assert "critic/ev_ceiling" not in summary_omission([record(True, True)] * 4)
+    # leave one out: kept successes are predicted 2/3, the kept failure 1, the lost 0;
+    # residuals (1/3, 1/3, 1/3, -1, 0, 0, 0, 0): 1 - (4/3) / 1.875 (sums of squares)
+    assert out["ev_ceiling_loo"] == pytest.approx(1 - (4 / 3) / 1.875)
+    assert summary_omission(records)["critic/ev_ceiling_loo"] == pytest.approx(
+        out["ev_ceiling_loo"]
+    )
+
+
+def test_a_lost_summary_alone_in_its_group_does_not_explain_itself():
+    def record(success: bool, kept: bool) -> SimpleNamespace:
+        return SimpleNamespace(success=success, summary_recall=[{"key": kept}])
+
+    records = [record(True, True)] * 6 + [record(False, True)] + [record(False, False)]
+    out = outcome_ceiling(records)
+    # fitted on itself the one lost rollout is predicted exactly (0), which explains 0.43;
+    # from the others it is predicted 6/7, like every rollout: nothing is explained
+    assert out["ev_ceiling"] == pytest.approx(1 - (42 / 49) / 1.5)
+    assert out["ev_ceiling_loo"] < 0 < out["ev_ceiling"]

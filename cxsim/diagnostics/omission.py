@@ -46,7 +46,10 @@ def summary_omission(records: Sequence[RecallRecord | Mapping]) -> dict[str, flo
     - ``omission/num_summaries``, ``omission/num_facts`` (counts);
     - ``critic/ev_ceiling``: the explained variance of the outcome that knowing whether the
       last summary kept the needed facts allows (:func:`outcome_ceiling`), the bar a
-      critic's explained variance at the last window is read against.
+      critic's explained variance at the last window is read against;
+      ``critic/ev_ceiling_loo``: the same with each rollout's group rate taken from the
+      other rollouts of the batch (leave one out), what a value that learned the rates
+      elsewhere could explain: a group of 1 or 2 rollouts no longer explains itself.
 
     Keys whose group is empty are left out.
     """
@@ -98,6 +101,7 @@ def summary_omission(records: Sequence[RecallRecord | Mapping]) -> dict[str, flo
     ceiling = outcome_ceiling(recs)
     if ceiling["ev_ceiling"] == ceiling["ev_ceiling"]:  # defined (outcomes vary)
         stats["critic/ev_ceiling"] = torch.tensor(ceiling["ev_ceiling"])
+        stats["critic/ev_ceiling_loo"] = torch.tensor(ceiling["ev_ceiling_loo"])
     return to_floats(stats)
 
 
@@ -114,7 +118,14 @@ def outcome_ceiling(records: Sequence[RecallRecord | Mapping]) -> dict[str, floa
     variance of predicting each rollout's success by its group's rate (between-group over
     total variance; NaN when every outcome is equal). The critic at the last window sees
     no more of the past than that summary, so this is the most its value can explain
-    there, on a task whose outcome is decided by the kept fact."""
+    there, on a task whose outcome is decided by the kept fact.
+
+    The group rates are fitted on the same rollouts they explain, so a small group explains
+    itself: two lost rollouts that both failed make ``success_if_lost`` 0 and their
+    residual 0, whatever the true rate. ``ev_ceiling_loo`` predicts each rollout by its
+    group's rate over the other rollouts (the batch's rate over the others when it is alone
+    in its group), as a value fitted on earlier batches would, and measures both as the
+    critic's explained variance is measured, ``1 - Var(y - pred) / Var(y)``."""
     recs = as_records(records)
     success = torch.tensor([float(bool(r.success)) for r in recs], dtype=torch.float64)
     kept = torch.tensor([last_summary_kept(r) for r in recs], dtype=torch.bool)
@@ -127,4 +138,25 @@ def outcome_ceiling(records: Sequence[RecallRecord | Mapping]) -> dict[str, floa
     total = float(((success - success.mean()) ** 2).sum())
     residual = float(((success - pred) ** 2).sum())
     out["ev_ceiling"] = 1.0 - residual / total if total > 0 else float("nan")
+    out["ev_ceiling_loo"] = leave_one_out_ev(success, kept) if total > 0 else float("nan")
     return out
+
+
+def leave_one_out_ev(outcome: torch.Tensor, group: torch.Tensor) -> float:
+    """``1 - Var(y - pred) / Var(y)`` with ``pred[i]`` the mean outcome of the other members
+    of ``i``'s group (bool ``group``), or of every other rollout when ``i`` is alone in it;
+    NaN for fewer than 2 rollouts or equal outcomes."""
+    n = len(outcome)
+    if n < 2 or float(outcome.var()) == 0.0:
+        return float("nan")
+    pred = torch.empty_like(outcome)
+    for flag in (True, False):
+        members = group == flag
+        size = int(members.sum())
+        if size == 0:
+            continue
+        if size == 1:
+            pred[members] = (outcome.sum() - outcome[members]) / (n - 1)
+        else:
+            pred[members] = (outcome[members].sum() - outcome[members]) / (size - 1)
+    return 1.0 - float((outcome - pred).var() / outcome.var())

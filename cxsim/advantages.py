@@ -30,19 +30,12 @@ Segment trees
 
 A rollout's segments form a tree when a context strategy opens child windows
 (``folding``, ``cxsim.strategies.folding``): ``parent_index`` (S,) names each row's
-parent segment (-1 for the rollout's first), and a segment that opened a child window
-has two children, the child and its own continuation after the child returned. A linear
-rollout is the chain in which each segment's parent is the previous one; the estimators
-below take ``parent_index=None`` for that reading (every figure then as before) and read
-any tree so:
+parent segment (-1 for the rollout's first). A linear rollout is the chain in which each
+segment's parent is the previous one; the estimators below take ``parent_index=None`` for
+that reading (every figure then as before) and read any tree along the paths of
+``cxsim.segment_trees``: ``path(s) = (s, c(s), c(c(s)), ...)``, ``c(s)`` the latest child
+of s, ending at the last segment, in time, of the subtree under s. So:
 
-- **The path of a segment.** From segment s the path goes down to s's latest child (the
-  child with the highest ``segment_index``), then to that one's latest child, and so on
-  to a leaf: ``path(s) = (s, c(s), c(c(s)), ...)``, ``c(s)`` the latest child of s. On a
-  chain it is every later segment. It ends at the last segment, in time, of the subtree
-  under s: for the rollout's first segment, the rollout's last segment (where the
-  episode ended); for a child window that returned, its own last segment (the summary it
-  returned to its parent).
 - **The leaf of a path carries the reward.** The rollout's terminal reward ``R`` is put
   at the last trainable token of every path's leaf: the main path's leaf, as on a chain,
   and each returned child's (the child's summary is its outcome, credited with the
@@ -58,8 +51,7 @@ any tree so:
   token of ``c(s)``), and the leaf's last one gets ``R``. So at zero values
   cross-segment equals stitched on trees too: token i of s gets
   ``R (gamma lam)^{N_>s + n_s - i}``.
-- Since each segment has at most one predecessor on any path (its parent, when it is the
-  parent's latest child), the paths cut the tree into disjoint chains (:func:`segment_chains`);
+- The paths cut the tree into disjoint chains (:func:`cxsim.segment_trees.segment_chains`);
   both estimators run on those chains as on rollouts. ``group_broadcast`` (and
   ``adaptive_lambda``) read only rollout ids: every segment of a rollout, on any path, gets
   the rollout's group-normalised return, the same as on a chain.
@@ -76,6 +68,17 @@ from typing import Literal
 
 import torch
 
+from cxsim.advantage_checks import (
+    Lam,
+    _check_gamma,
+    _check_mask,
+    _check_rows,
+    _check_tokens,
+    _duplicate_check,
+    _lam_rows,
+    _nan_check,
+    _raise_if_any,
+)
 from cxsim.scans import (
     first_in_group,
     last_in_run,
@@ -84,86 +87,11 @@ from cxsim.scans import (
     reverse_linear_scan,
     rollout_order,
 )
-
-Checks = list[tuple[torch.Tensor, str]]
+from cxsim.segment_trees import _path_keys
 
 AdaptiveScope = Literal["segment", "rollout"]
 ADAPTIVE_SCOPES: tuple[AdaptiveScope, ...] = ("segment", "rollout")
 """What the length-adaptive lambda counts: the segment's or the whole rollout's tokens."""
-
-Lam = float | torch.Tensor
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def _raise_if_any(checks: list[tuple[torch.Tensor, str]]) -> None:
-    """Raises ValueError with the message of the first true flag.
-
-    All flags are reduced on their device and read back with a single host
-    synchronisation, so a valid call pays for one sync however many checks run.
-    """
-    if not checks:
-        return
-    flags = torch.stack([flag.reshape(()).to(torch.bool) for flag, _ in checks])
-    if bool(flags.any()):
-        first = int(flags.to(torch.int8).argmax())
-        raise ValueError(checks[first][1])
-
-
-def _check_tokens(values: torch.Tensor, trainable: torch.Tensor) -> tuple[int, int]:
-    if values.dim() != 2 or not values.is_floating_point():
-        raise ValueError(
-            f"values must be a (S, T) float tensor, got shape {tuple(values.shape)} "
-            f"and dtype {values.dtype}"
-        )
-    _check_mask(trainable, values.shape)
-    return values.shape[0], values.shape[1]
-
-
-def _check_mask(trainable: torch.Tensor, shape: torch.Size | tuple[int, ...]) -> None:
-    if trainable.dtype != torch.bool:
-        raise ValueError(f"trainable must be a bool tensor, got dtype {trainable.dtype}")
-    if tuple(trainable.shape) != tuple(shape):
-        raise ValueError(f"trainable must have shape {tuple(shape)}, got {tuple(trainable.shape)}")
-
-
-def _check_rows(name: str, x: torch.Tensor, num_rows: int, integer: bool) -> None:
-    if tuple(x.shape) != (num_rows,):
-        raise ValueError(f"{name} must have shape ({num_rows},), got {tuple(x.shape)}")
-    if integer and (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
-        raise ValueError(f"{name} must be an integer tensor, got dtype {x.dtype}")
-    if not integer and not x.is_floating_point():
-        raise ValueError(f"{name} must be a float tensor, got dtype {x.dtype}")
-
-
-def _check_gamma(gamma: float) -> None:
-    if not 0.0 <= float(gamma) <= 1.0:
-        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
-
-
-def _lam_rows(lam: Lam, num_rows: int, like: torch.Tensor) -> tuple[torch.Tensor, list]:
-    """``lam`` as an (S,) tensor of ``like``'s dtype/device, plus its deferred checks."""
-    if isinstance(lam, torch.Tensor):
-        if tuple(lam.shape) != (num_rows,):
-            raise ValueError(
-                f"lam must be a float or an ({num_rows},) tensor, got shape {tuple(lam.shape)}"
-            )
-        lam_t = lam.to(device=like.device, dtype=like.dtype)
-        bad = torch.isnan(lam_t).any() | (lam_t < 0).any() | (lam_t > 1).any()
-        return lam_t, [(bad, "lam must lie in [0, 1] (and not be NaN) for every segment")]
-    if not 0.0 <= float(lam) <= 1.0:
-        raise ValueError(f"lam must be in [0, 1], got {lam}")
-    return torch.full((num_rows,), float(lam), dtype=like.dtype, device=like.device), []
-
-
-def _nan_check(name: str, x: torch.Tensor, where: torch.Tensor | None = None):
-    bad = ~torch.isfinite(x)
-    if where is not None:
-        bad = bad & where
-    return bad.any(), f"{name} contains NaN or inf" + (
-        " at a trainable position" if where is not None else ""
-    )
 
 
 # --------------------------------------------------------------------------- GAE scan
@@ -208,18 +136,6 @@ def _gae_core(
     # a flat contiguous scan: shifting a (B, L) tensor row by row is much slower
     adv = reverse_linear_scan(coef.reshape(-1), delta.reshape(-1), span=length)
     return torch.where(trainable, adv.reshape(values.shape), zero)
-
-
-# --------------------------------------------------------------------------- rows of a rollout
-
-
-def _duplicate_check(rollout_id, segment_index, order):
-    rid, seg = rollout_id[order], segment_index[order]
-    dup = ((rid[1:] == rid[:-1]) & (seg[1:] == seg[:-1])).any()
-    return dup, (
-        "rollout_id/segment_index: two rows share the same (rollout_id, segment_index); "
-        "each pair must be unique"
-    )
 
 
 # --------------------------------------------------------------------------- estimators
@@ -315,74 +231,6 @@ def tokens_after(
     keys, order, tree_checks = _path_keys(rollout_id, segment_index, parent_index, order)
     _raise_if_any(checks + tree_checks)
     return _tokens_after(trainable, keys, order)
-
-
-def segment_chains(
-    rollout_id: torch.Tensor, segment_index: torch.Tensor, parent_index: torch.Tensor
-) -> torch.Tensor:
-    """(S,) long: the chain of each row when a rollout's segments form a tree (module
-    docstring, "Segment trees"): rows on one path from a chain's first segment to its leaf
-    share an id. A chain that starts at a rollout's first segment (parent -1) keeps the
-    rollout's id, so a linear rollout is one chain with its own id; every other chain gets
-    ``max(rollout_id) + 1 + `` the row of its first segment.
-
-    Raises ValueError when a parent is not among the rollout's rows or not earlier
-    (``-1 <= parent < segment_index``), or when a rollout has no first segment or two.
-    """
-    num_rows = rollout_id.shape[0]
-    _check_rows("rollout_id", rollout_id, num_rows, integer=True)
-    _check_rows("segment_index", segment_index, num_rows, integer=True)
-    _check_rows("parent_index", parent_index, num_rows, integer=True)
-    order = rollout_order(rollout_id, segment_index)
-    chains, checks = _segment_chains(rollout_id, segment_index, parent_index, order)
-    _raise_if_any([_duplicate_check(rollout_id, segment_index, order), *checks])
-    return chains
-
-
-def _segment_chains(rollout_id, segment_index, parent_index, order) -> tuple[torch.Tensor, Checks]:
-    num_rows = rollout_id.shape[0]
-    rid, seg, parent = rollout_id.long(), segment_index.long(), parent_index.long()
-    rows = torch.arange(num_rows, device=rid.device)
-    # one integer key per (rollout, segment), sorted like ``order``: the parent's row by search
-    width = seg.max() + 2
-    offset = rid - rid.min()
-    keys_sorted = (offset * width + seg + 1)[order]
-    position = torch.searchsorted(keys_sorted, offset * width + parent + 1).clamp(max=num_rows - 1)
-    root = parent == -1
-    found = keys_sorted[position] == offset * width + parent + 1
-    parent_row = torch.where(root | ~found, rows, order[position])
-    # the latest child of each row: the highest segment_index among the rows naming it
-    target = torch.where(root | ~found, num_rows, parent_row)
-    latest = torch.full((num_rows + 1,), -1, dtype=torch.long, device=rid.device)
-    latest = latest.scatter_reduce(0, target, seg, reduce="amax")[:num_rows]
-    follows = ~root & found & (latest[parent_row] == seg)  # on its parent's path
-    head = torch.where(follows, parent_row, rows)
-    for _ in range(max(1, (num_rows - 1).bit_length())):  # pointer doubling to the chain's first
-        head = head[head]
-    chains = torch.where(root[head], rid, rid.max() + 1 + head)
-    roots = per_group_sum(root.to(torch.float32), rid)
-    checks: Checks = [
-        (
-            (~root & ~found).any() | (parent < -1).any() | (parent >= seg).any(),
-            "parent_index: every segment's parent must be -1 or an earlier segment "
-            "(parent < segment_index) of the same rollout, present in the batch",
-        ),
-        (
-            (roots != 1).any(),
-            "parent_index: every rollout needs exactly one segment with parent -1",
-        ),
-    ]
-    return chains, checks
-
-
-def _path_keys(rollout_id, segment_index, parent_index, order):
-    """The rows' sequence keys and their order: rollouts (chains) without ``parent_index``,
-    else the tree's paths (:func:`segment_chains`)."""
-    if parent_index is None:
-        return rollout_id, order, []
-    _check_rows("parent_index", parent_index, rollout_id.shape[0], integer=True)
-    chains, checks = _segment_chains(rollout_id, segment_index, parent_index, order)
-    return chains, rollout_order(chains, segment_index), checks
 
 
 def _tokens_after(trainable, rollout_id, order):

@@ -19,7 +19,6 @@ from test_strategies import by_rollout, trainable_runs
 from cxsim.advantages import (
     cross_segment_gae,
     group_broadcast,
-    segment_chains,
     stitched_gae,
     tokens_after,
 )
@@ -39,6 +38,7 @@ from cxsim.estimators import ESTIMATORS, EstimatorInputs
 from cxsim.ppo import score_batch
 from cxsim.preflight import preflight
 from cxsim.runtime import RolloutBatch, collect_rollouts, env_system_prompt
+from cxsim.segment_trees import segment_chains
 from cxsim.segments import Segment, pack_segments
 from cxsim.strategies import STRATEGIES, TurnState
 from cxsim.strategies.folding import BRANCH_WORD, FOLDING, RETURN_WORD, Folding

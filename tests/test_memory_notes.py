@@ -16,7 +16,7 @@ import pytest
 import torch
 from test_strategies import by_rollout, trainable_runs
 
-from cxsim.advantages import cross_segment_gae, segment_chains, stitched_gae
+from cxsim.advantages import cross_segment_gae, stitched_gae
 from cxsim.agent_api import TurnRequest, TurnResponse
 from cxsim.agents.chat import WordChatFormat
 from cxsim.agents.scripted import ScriptedAgent
@@ -27,6 +27,7 @@ from cxsim.config import DEFAULT_COMPACTION, EnvConfig
 from cxsim.envs import vocabulary
 from cxsim.preflight import preflight
 from cxsim.runtime import RolloutBatch, collect_rollouts, env_system_prompt
+from cxsim.segment_trees import segment_chains
 from cxsim.segments import Segment, pack_segments
 from cxsim.strategies import STRATEGIES, Note
 from cxsim.strategies.memory_notes import (

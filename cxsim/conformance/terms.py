@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
-from cxsim.advantages import segment_chains
 from cxsim.conformance.batches import Batch, select_rows
 from cxsim.conformance.reference import GAE_QUANTITIES, GROUP_EPS, lambda_rows
 from cxsim.losses import aggregate
+from cxsim.segment_trees import segment_chains
 
 MAX_TERMS = 3
 """The most wrong terms tried together."""

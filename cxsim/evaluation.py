@@ -40,7 +40,7 @@ from cxsim.compaction import Protocol as RuntimeProtocol
 if TYPE_CHECKING:  # torch and the runtime load where used: the interval maths stays light
     from cxsim.agent_api import Agent
     from cxsim.agents.chat import ChatFormat
-    from cxsim.runtime import RolloutRecord
+    from cxsim.rollout_records import RolloutRecord
 
 Protocol = RuntimeProtocol
 """A context strategy's name (``cxsim.strategies.STRATEGIES``) or a plug-in's module:name."""

@@ -77,7 +77,7 @@ Decisions the paper leaves open, made here:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -87,27 +87,11 @@ import cxsim.envs  # noqa: F401  (registers the cxsim/* environment ids)
 from cxsim.agent_api import Agent, TurnRequest, TurnResponse
 from cxsim.agents.chat import ChatFormat, WordChatFormat
 from cxsim.compaction import CompactionConfig
-from cxsim.envs.scripted import summary_recall
+from cxsim.rollout_records import EndReason, RecallHook, RolloutRecord, recall_hook
 from cxsim.segments import EpisodeEnd, Segment
 from cxsim.strategies import Note, StepCost, TurnState
 
-__all__ = ["CompactionConfig", "RolloutBatch", "RolloutRecord", "collect_rollouts"]
-
-EndReason = Literal[
-    "terminated", "env_truncated", "window_full", "max_turns", "observation_overflow"
-]
-
-RecallHook = Callable[[str, dict[str, Any]], dict[str, bool]]
-"""``(summary text, info) -> {needed fact: kept its current value}``."""
-
-
-def recall_hook(env: gym.Env) -> RecallHook | None:
-    """How to score a summary against the environment's ground truth, if it has any: its own
-    ``summary_recall`` method, else cxsim's ``key_facts`` / ``needed_facts`` info keys."""
-    own = getattr(env.unwrapped, "summary_recall", None)
-    if callable(own):
-        return own
-    return _info_recall
+__all__ = ["CompactionConfig", "RolloutBatch", "collect_rollouts"]
 
 
 def check_text_env(env: gym.Env, env_id: str) -> None:
@@ -142,49 +126,6 @@ def check_env_words(
         f"environment {env_id!r} (its vocabulary(), system prompt) or the compaction instructions"
     )
     chat.check_words(words, where)
-
-
-def _info_recall(summary: str, info: dict[str, Any]) -> dict[str, bool] | None:
-    if "key_facts" in info and "needed_facts" in info:
-        return summary_recall(summary, info)
-    return None
-
-
-@dataclass
-class RolloutRecord:
-    """What happened in one rollout (diagnostics, evaluation, compute accounting)."""
-
-    rollout_id: int
-    seed: int
-    success: bool
-    reward: float
-    """The episode's return: every reward of the environment, summed."""
-    terminated: bool
-    """The environment ended the episode (solved or failed by its own rules)."""
-    truncated: bool
-    """The episode was cut: by the environment's time limit or by the runtime."""
-    end_reason: EndReason
-    turns: int
-    compactions: int
-    summaries: list[str]
-    """Text of each summary, in order (also those another agent wrote)."""
-    summary_recall: list[dict[str, bool]]
-    """Per summary: needed fact -> the summary kept its value at that time (empty when the
-    environment has no ground truth to score summaries against)."""
-    tokens_generated: int
-    """Tokens sampled by the agents: responses and summaries, end tokens included."""
-    tokens_prefilled: int
-    """Tokens the agents had to encode that they did not generate (the ``append`` chunks)."""
-    tokens_summarised: int
-    """Summary tokens written (a part of ``tokens_generated``)."""
-    peak_context: int
-    """Longest context of the rollout (window, or summary prompt + summary), in tokens."""
-    group_id: int = -1
-    transcript: str = ""
-    model_calls: int = 0
-    """Requests the agents answered: actions, summaries and any state or note they wrote."""
-    branches: int = 0
-    """Child windows opened (a strategy's ``branch_move``); 0 for a chain of windows."""
 
 
 @dataclass

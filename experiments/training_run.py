@@ -52,7 +52,8 @@ from cxsim.distributed import (
 )
 from cxsim.evaluation import rollout_metrics
 from cxsim.preflight import preflight
-from cxsim.runtime import RolloutBatch, RolloutRecord, collect_rollouts
+from cxsim.rollout_records import RolloutRecord
+from cxsim.runtime import RolloutBatch, collect_rollouts
 from cxsim.tracking import (
     advance,
     log_config,

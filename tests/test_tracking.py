@@ -13,7 +13,7 @@ import torch
 from cxsim.checkpoint import TrainingState
 from cxsim.config import PPOConfig, SFTConfig
 from cxsim.distributed import DistContext
-from cxsim.runtime import RolloutRecord
+from cxsim.rollout_records import RolloutRecord
 from cxsim.tracking import (
     LineProgress,
     SettingsMismatch,

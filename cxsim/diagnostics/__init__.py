@@ -7,7 +7,7 @@ few prefixes (``omission/``, ``credit/``, ``critic/``, ``weights/``, ``horizon/`
 for the batch (an empty group, a zero variance). Formulas and how to read
 each number: ``docs/diagnostics.md``.
 
-Records are ``cxsim.runtime.RolloutRecord`` objects or dicts with the same
+Records are ``cxsim.rollout_records.RolloutRecord`` objects or dicts with the same
 keys; nothing here imports the runtime.
 """
 

@@ -96,7 +96,7 @@ def last_segment(
 def as_records(records: Sequence[Any]) -> list[Any]:
     """Lets plain dicts stand in for rollout records (attribute access over keys).
 
-    Objects with the documented attributes (``cxsim.runtime.RolloutRecord``)
+    Objects with the documented attributes (``cxsim.rollout_records.RolloutRecord``)
     pass through unchanged; a missing key surfaces as ``AttributeError`` where
     it is read.
     """

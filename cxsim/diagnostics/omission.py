@@ -1,6 +1,6 @@
 """Summary omission: needed key facts a summary failed to carry (docs/diagnostics.md).
 
-Input per rollout (``cxsim.runtime.RolloutRecord`` or a dict with these keys):
+Input per rollout (``cxsim.rollout_records.RolloutRecord`` or a dict with these keys):
 ``summary_recall: list[dict[str, bool]]``, one dict per summary in time order,
 mapping each needed fact already shown when the summary was written to whether the
 summary kept its current value (``cxsim.envs.scripted.summary_recall``: a fact not

@@ -1,0 +1,78 @@
+"""Per-rollout records: what the runtime (``cxsim.runtime``) reports of each episode it ran.
+
+``RolloutRecord`` holds one rollout's outcome (success, return, how and why it ended), its
+turns, compactions and child windows, the text of its summaries with their recall, its token
+counts and its transcript; diagnostics, evaluation, tracking and compute accounting read it
+(``cxsim.diagnostics`` also take dicts with the same keys). ``recall_hook`` says how a summary
+is scored against the environment's ground truth: its own ``summary_recall`` method, else
+cxsim's ``key_facts`` / ``needed_facts`` info keys, else not at all (no recall recorded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import gymnasium as gym
+
+from cxsim.envs.scripted import summary_recall
+
+EndReason = Literal[
+    "terminated", "env_truncated", "window_full", "max_turns", "observation_overflow"
+]
+
+RecallHook = Callable[[str, dict[str, Any]], dict[str, bool]]
+"""``(summary text, info) -> {needed fact: kept its current value}``."""
+
+
+def recall_hook(env: gym.Env) -> RecallHook | None:
+    """How to score a summary against the environment's ground truth, if it has any: its own
+    ``summary_recall`` method, else cxsim's ``key_facts`` / ``needed_facts`` info keys."""
+    own = getattr(env.unwrapped, "summary_recall", None)
+    if callable(own):
+        return own
+    return _info_recall
+
+
+def _info_recall(summary: str, info: dict[str, Any]) -> dict[str, bool] | None:
+    if "key_facts" in info and "needed_facts" in info:
+        return summary_recall(summary, info)
+    return None
+
+
+@dataclass
+class RolloutRecord:
+    """What happened in one rollout (diagnostics, evaluation, compute accounting)."""
+
+    rollout_id: int
+    seed: int
+    success: bool
+    reward: float
+    """The episode's return: every reward of the environment, summed."""
+    terminated: bool
+    """The environment ended the episode (solved or failed by its own rules)."""
+    truncated: bool
+    """The episode was cut: by the environment's time limit or by the runtime."""
+    end_reason: EndReason
+    turns: int
+    compactions: int
+    summaries: list[str]
+    """Text of each summary, in order (also those another agent wrote)."""
+    summary_recall: list[dict[str, bool]]
+    """Per summary: needed fact -> the summary kept its value at that time (empty when the
+    environment has no ground truth to score summaries against)."""
+    tokens_generated: int
+    """Tokens sampled by the agents: responses and summaries, end tokens included."""
+    tokens_prefilled: int
+    """Tokens the agents had to encode that they did not generate (the ``append`` chunks)."""
+    tokens_summarised: int
+    """Summary tokens written (a part of ``tokens_generated``)."""
+    peak_context: int
+    """Longest context of the rollout (window, or summary prompt + summary), in tokens."""
+    group_id: int = -1
+    transcript: str = ""
+    model_calls: int = 0
+    """Requests the agents answered: actions, summaries and any state or note they wrote."""
+    branches: int = 0
+    """Child windows opened (a strategy's ``branch_move``); 0 for a chain of windows."""

@@ -176,22 +176,12 @@ def test_prefix_mean_is_the_mean_of_the_attended_hidden_states(policy):
     assert (values[1, : pad + 1] == 0).all()
 
 
-def test_words_pool_adds_the_pooled_input_embeddings_to_the_last_hidden_state(policy):
-    critic, _ = critic_for(policy, "words-pool")
-    randomise(critic)
-    ids = torch.tensor([[3, 10, 11, 4, 12, 13]])
-    with torch.no_grad():
-        values = critic(ids, torch.ones_like(ids))
-        hidden = critic.backbone(ids).last_hidden_state[0]  # (T, H)
-        embedded = critic.backbone.get_input_embeddings()(ids)[0]  # (T, H): the words alone
-        unit = embedded / embedded.pow(2).mean(dim=-1, keepdim=True).sqrt()
-        query = critic.pool.words.query
-        for t in range(1, ids.shape[1]):
-            prefix = unit[:t]
-            words = torch.softmax(prefix @ query / math.sqrt(len(query)), dim=0) @ prefix
-            words = words / words.pow(2).mean().sqrt()  # at a normed layer's scale
-            expected = critic.head(hidden[t - 1] + words)[0]
-            torch.testing.assert_close(values[0, t], expected, atol=1e-5, rtol=0)
+def hidden_and_words(critic: Critic, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(T, H) each, for the first row of ``ids``: the last hidden states, and the input
+    embeddings (the words alone) at unit root-mean-square, as the words heads read them."""
+    hidden = critic.backbone(ids[:1]).last_hidden_state[0]
+    embedded = critic.backbone.get_input_embeddings()(ids[:1])[0]
+    return hidden, embedded / embedded.pow(2).mean(dim=-1, keepdim=True).sqrt()
 
 
 def test_words_max_adds_the_running_maximum_of_the_words_to_the_last_hidden_state(policy):
@@ -203,9 +193,7 @@ def test_words_max_adds_the_running_maximum_of_the_words_to_the_last_hidden_stat
     mask = torch.tensor([[1] * 6, [0] * pad + [1] * (6 - pad)])
     with torch.no_grad():
         values = critic(ids, mask)
-        hidden = critic.backbone(ids[:1]).last_hidden_state[0]  # (T, H)
-        embedded = critic.backbone.get_input_embeddings()(ids[:1])[0]
-        unit = embedded / embedded.pow(2).mean(dim=-1, keepdim=True).sqrt()
+        hidden, unit = hidden_and_words(critic, ids)
         for t in range(1, len(row)):
             words = unit[:t].amax(dim=0)
             words = words / words.pow(2).mean().sqrt()
@@ -215,20 +203,31 @@ def test_words_max_adds_the_running_maximum_of_the_words_to_the_last_hidden_stat
     torch.testing.assert_close(values[1, pad + 1 :], values[0, 1 : 6 - pad], atol=1e-5, rtol=0)
 
 
-def test_attention_pool_weights_the_prefix_by_its_query(policy):
-    critic, _ = critic_for(policy, "attention-pool")
+@pytest.mark.parametrize("head", ["attention-pool", "words-pool"])
+def test_a_pool_weights_the_prefix_by_its_query(policy, head):
+    """attention-pool pools the hidden states; words-pool pools the words at unit scale and
+    adds them, at unit scale too, to the last hidden state."""
+    critic, _ = critic_for(policy, head)
     randomise(critic)
     ids = torch.tensor([[3, 10, 11, 4, 12, 13]])
     with torch.no_grad():
         values = critic(ids, torch.ones_like(ids))
-        hidden = critic.backbone(ids).last_hidden_state[0]  # (T, H)
-        query = critic.pool.query
+        hidden, unit = hidden_and_words(critic, ids)  # (T, H) each
+        pool = getattr(critic.pool, "words", critic.pool)
+        read = unit if head == "words-pool" else hidden
         for t in range(1, ids.shape[1]):
-            prefix = hidden[:t]
-            weights = torch.softmax(prefix @ query / math.sqrt(len(query)), dim=0)
-            expected = critic.head(weights @ prefix)[0]
-            torch.testing.assert_close(values[0, t], expected, atol=1e-5, rtol=0)
-        # a zero query is the prefix mean
+            prefix = read[:t]
+            pooled = torch.softmax(prefix @ pool.query / math.sqrt(len(pool.query)), dim=0) @ prefix
+            if head == "words-pool":
+                pooled = hidden[t - 1] + pooled / pooled.pow(2).mean().sqrt()
+            torch.testing.assert_close(values[0, t], critic.head(pooled)[0], atol=1e-5, rtol=0)
+
+
+def test_attention_pool_with_a_zero_query_is_the_prefix_mean(policy):
+    critic, _ = critic_for(policy, "attention-pool")
+    randomise(critic)
+    ids = torch.tensor([[3, 10, 11, 4, 12, 13]])
+    with torch.no_grad():
         torch.nn.init.zeros_(critic.pool.query)
         mean_critic, _ = critic_for(policy, "prefix-mean")
         mean_critic.head.load_state_dict(critic.head.state_dict())

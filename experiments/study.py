@@ -105,10 +105,11 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from cxsim.experiments.verdicts_page import commit
+    from cxsim.studies.calls import log
     from cxsim.studies.checks import check_lines, run_checks
     from cxsim.studies.executors import make_executor
     from cxsim.studies.page import summary, write_page
-    from cxsim.studies.runner import log, run_study
+    from cxsim.studies.runner import run_study
 
     torch.set_num_threads(1)  # tiny models: one thread is faster on a busy machine
     executor = make_executor(cfg.executor, cfg.jobs, cfg.device, cfg.ray_address)

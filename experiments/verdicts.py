@@ -412,15 +412,14 @@ def adopt_old_runs(cfg: Config, study: Study) -> int:
     files are copied; the policies they name stay where they are. Returns how many."""
     from cxsim.studies.runner import (
         base_folder,
-        chosen_file,
         seed_folder,
         setting_folder,
-        stage0_folder,
         swap_eval_file,
         train_folder,
         unit_eval_file,
     )
     from cxsim.studies.spec import BASE, SWAP_PROTOCOL
+    from cxsim.studies.stage0 import chosen_file, stage0_folder
 
     runs_dir, device = Path(cfg.runs_dir), cfg.device
     main = old_folder(runs_dir, cfg.preset, old_settings(cfg, None, None))

@@ -15,12 +15,13 @@ One topic per module:
   :mod:`cxsim.studies.load`: the file read whole (:func:`~cxsim.studies.load.load_study`),
   every name checked before any run;
 - :mod:`cxsim.studies.selection`: what one invocation runs (``--only``);
-- :mod:`cxsim.studies.runner`: a stage-0 checkpoint (candidates until one copies), then
-  one (setting, seed, arm) unit as one function call with plain arguments, cached, and the
-  claim sides whose summaries another arm writes; the study as a map of units over an
-  executor;
+- :mod:`cxsim.studies.stage0`: a stage-0 checkpoint (candidates until one copies), cached;
+- :mod:`cxsim.studies.runner`: one (setting, seed, arm) unit as one function call with
+  plain arguments, cached, and the claim sides whose summaries another arm writes; the study
+  as a map of units over an executor;
 - :mod:`cxsim.studies.executors`: where units run (this machine's processes, or Ray tasks
-  with ``--executor ray``);
+  with ``--executor ray``); :mod:`cxsim.studies.calls`: a call's stages read from the cache
+  or made, and calls mapped through an executor, one log line each;
 - :mod:`cxsim.studies.stats`: claims from per-seed results (intervals and power from
   cxsim/tables.py);
 - :mod:`cxsim.studies.page`: the Markdown page from plain results;

@@ -20,7 +20,6 @@ from typing import Any
 from cxsim.experiments.presets import preset_ppo
 from cxsim.pretrained import PRETRAINED
 from cxsim.studies.runner import (
-    chosen_file,
     eval_config,
     sft_config,
     train_config,
@@ -28,6 +27,7 @@ from cxsim.studies.runner import (
 )
 from cxsim.studies.selection import Selection, extra_protocols, swapped_sides
 from cxsim.studies.spec import BASE, Stage0, Study
+from cxsim.studies.stage0 import chosen_file
 from cxsim.studies.stages import arm_ppo, stage0_sft_config
 
 

@@ -4,11 +4,12 @@ A unit is one call of :func:`run_unit` with plain arguments (frozen dataclasses 
 :mod:`cxsim.studies.spec`, a seed, two strings, the extra protocols), so that any executor
 can map units; :func:`run_study` maps them with an executor of :mod:`cxsim.studies.executors`
 (this machine's processes, ``--jobs`` at a time, or Ray tasks), logging one line per finished
-call. A stage 0 is made first (:func:`make_stage0`: its candidates through the executor,
-a batch at a time, until one copies), then the seeds' SFT bases (:func:`make_base`), so
-that two arms of one seed running side by side never both make what they share; after
-every unit, the claim sides whose summaries another arm writes (:func:`run_swap`: one
-policy acting, another summarizing, under ``external-summarizer``).
+call (:func:`cxsim.studies.calls.mapped`). A stage 0 is made first
+(:func:`cxsim.studies.stage0.make_stage0`: its candidates through the executor, a batch at a
+time, until one copies), then the seeds' SFT bases (:func:`make_base`), so that two arms of
+one seed running side by side never both make what they share; after every unit, the claim
+sides whose summaries another arm writes (:func:`run_swap`: one policy acting, another
+summarizing, under ``external-summarizer``).
 
 Each stage is the main job's (``cxsim run``'s stage configs, experiments/run.py): SFT
 (experiments/sft.py ``run_sft``), PPO from that base (experiments/train.py ``train``) and
@@ -17,7 +18,8 @@ seed, the training seed and the evaluation seed of every arm, as in ``cxsim verd
 
 The runs folder (``--runs-dir``)::
 
-    stage0-<name>-<hash>/p<seed>/sft/   a stage-0 candidate (``[stage0.NAME]``)
+    stage0-<name>-<hash>/p<seed>/sft/   a stage-0 candidate (``[stage0.NAME]``,
+                                        :mod:`cxsim.studies.stage0`)
     stage0-<name>-<hash>/chosen-<hash>.json   the candidate that copies, and those tried
                                         (hash of the candidate seeds and copy loss)
     <setting>-<hash>/settings.json      what the hash stands for: task, compaction, SFT,
@@ -39,18 +41,19 @@ resumes, and a changed setting or arm gets new folders beside the old ones.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cxsim.studies.calls import cached_stage, log, mapped
 from cxsim.studies.executors import Executor, LocalExecutor
 from cxsim.studies.selection import Selection, extra_protocols, swapped_sides
-from cxsim.studies.spec import BASE, Arm, Setting, Side, Stage0, Study
-from cxsim.studies.stages import arm_ppo, main_job_config, stage0_sft_config
+from cxsim.studies.spec import BASE, Arm, Setting, Side, Study
+from cxsim.studies.stage0 import make_stage0, stage0_policy, stage0_settings
+from cxsim.studies.stages import arm_ppo, main_job_config
 from cxsim.studies.values import StudyError
 from cxsim.tables import cached_json, config_tag
-from cxsim.tracking import say, write_json
+from cxsim.tracking import write_json
 
 if TYPE_CHECKING:
     from cxsim.experiments import evaluate as evaluate_entry
@@ -164,29 +167,6 @@ def side_eval_file(study: Study, side: Side, runs_dir: str | Path, seed: int, de
     return unit_eval_file(runs_dir, setting, arm, seed, device, protocol)
 
 
-def stage0_settings(stage: Stage0) -> dict[str, Any]:
-    """What a stage-0 candidate's SFT depends on besides its seed (and the device)."""
-    return {
-        "env": stage.env,
-        "compaction": stage.compaction,
-        "sft": stage.sft,
-        "policy": stage.policy,
-    }
-
-
-def stage0_folder(runs_dir: str | Path, stage: Stage0, device: str) -> Path:
-    """The stage's candidates, ``p<seed>/sft/`` each: more candidate seeds or another copy
-    loss reuse the candidates made."""
-    settings = {**stage0_settings(stage), "device": device}
-    return Path(runs_dir) / config_tag(f"stage0-{stage.name}", settings)
-
-
-def chosen_file(runs_dir: str | Path, stage: Stage0, device: str) -> Path:
-    """The stage's choice among its candidates, for its candidate seeds and copy loss."""
-    tag = config_tag("chosen", {"seeds": stage.seeds, "copy_loss": stage.copy_loss})
-    return stage0_folder(runs_dir, stage, device) / f"{tag}.json"
-
-
 # -- the stage configs (the main job's) -----------------------------------------------------
 
 
@@ -223,89 +203,6 @@ def eval_config(
 
 
 # -- units ----------------------------------------------------------------------------------
-
-
-def cached_stage(
-    path: Path, compute: Callable[[], dict[str, Any]], made: list[str], stage: str
-) -> dict[str, Any]:
-    """``cached_json``, noting in ``made`` the stages this call had to compute."""
-    if not path.is_file():
-        made.append(stage)
-    return cached_json(path, compute)
-
-
-def make_stage0_candidate(stage: Stage0, seed: int, runs_dir: str, device: str) -> dict[str, Any]:
-    """One stage-0 candidate (cached): SFT with the stage's settings, SFT seed ``seed``; its
-    held-out execution loss, whether that copies, and its policy folder."""
-    from cxsim.experiments import sft as sft_entry
-
-    began = time.perf_counter()
-    made: list[str] = []
-    cfg = stage0_sft_config(
-        stage, seed, stage0_folder(runs_dir, stage, device) / f"p{seed}", device
-    )
-    result = cached_stage(
-        Path(cfg.run_dir) / "results.json", lambda: sft_entry.run_sft(cfg), made, "stage0"
-    )
-    loss = float(result["final"]["losses/heldout_execution"])
-    return {
-        "setting": f"stage0.{stage.name}",
-        "seed": seed,
-        "made": made,
-        "heldout_execution": loss,
-        "copies": loss <= stage.copy_loss,
-        "policy": result["policy"],
-        "sft_wall_time_s": float(result["wall_time_s"]),
-        "wall_time_s": time.perf_counter() - began,
-    }
-
-
-def make_stage0(
-    stage: Stage0, runs_dir: str, device: str, executor: Executor
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The stage's checkpoint (:func:`chosen_file`, cached): the first candidate seed, in order,
-    whose model copies, candidates made ``executor.workers`` at a time; returns it (policy,
-    seed, every candidate tried with its loss) and the candidate calls made now. None
-    copies: a one-line error that says what to change."""
-    chosen_path = chosen_file(runs_dir, stage, device)
-    if chosen_path.is_file():
-        return cached_json(chosen_path, dict), []
-    tried: list[dict[str, Any]] = []
-    seeds = list(stage.seeds)
-    for first in range(0, len(seeds), executor.workers):
-        batch = [
-            (stage, seed, runs_dir, device) for seed in seeds[first : first + executor.workers]
-        ]
-        tried += mapped(executor, make_stage0_candidate, batch, "candidate")
-        copies = [t for t in tried if t["copies"]]
-        if copies:
-            chosen = {
-                "stage0": stage.name,
-                "policy": copies[0]["policy"],
-                "seed": copies[0]["seed"],
-                "copy_loss": stage.copy_loss,
-                "tried": [
-                    {k: t[k] for k in ("seed", "heldout_execution", "copies", "sft_wall_time_s")}
-                    for t in tried[: tried.index(copies[0]) + 1]
-                ],
-            }
-            return cached_json(chosen_path, lambda c=chosen: c), tried
-    losses = ", ".join(f"{t['seed']}: {t['heldout_execution']:.4f}" for t in tried)
-    raise StudyError(
-        f"stage0.{stage.name}: no candidate seed learned to copy (held-out execution loss <= "
-        f"{stage.copy_loss:g}; {losses}); add candidate seeds (seeds) or sft.epochs"
-    )
-
-
-def stage0_policy(stage: Stage0, runs_dir: str, device: str) -> str:
-    """The stage's checkpoint, made already (:func:`make_stage0` runs before any base)."""
-    chosen = chosen_file(runs_dir, stage, device)
-    if not chosen.is_file():
-        raise StudyError(
-            f"stage0.{stage.name} is not made yet under {runs_dir}: run the study "
-            "(cxsim study), which makes it before any SFT base"
-        )
-    return str(cached_json(chosen, dict)["policy"])
 
 
 def start_of(setting: Setting, runs_dir: str, device: str) -> str | None:
@@ -493,10 +390,6 @@ def actor_reductions(history: list[dict[str, Any]]) -> dict[str, dict[str, float
 # -- the study ------------------------------------------------------------------------------
 
 
-def log(message: str) -> None:
-    say(f"[study {time.strftime('%H:%M:%S')}] {message}")
-
-
 def run_study(
     study: Study,
     selection: Selection,
@@ -593,23 +486,6 @@ def run_study(
         for stage in item["made"]:
             counts[stage] += 1
     return {"runs": runs, "stage0": stage0, "predictions": predictions, "made": counts}
-
-
-def mapped(
-    executor: Executor, fn: Callable[..., dict[str, Any]], calls: list[tuple[Any, ...]], what: str
-) -> list[dict[str, Any]]:
-    """``[fn(*c) for c in calls]`` through ``executor``, in order; one log line per call as
-    it finishes (``what`` names a call; empty: its arm)."""
-    results: list[dict[str, Any]] = [{} for _ in calls]
-    for done, (index, result) in enumerate(executor.map(fn, calls), start=1):
-        results[index] = result
-        stages = ", ".join(result["made"]) or "read from the cache"
-        log(
-            f"[{done}/{len(calls)}] {result['setting']}, seed {result['seed']}, "
-            f"{what or result.get('label') or result['arm']}: {stages} "
-            f"({result['wall_time_s']:.0f}s)"
-        )
-    return results
 
 
 def record_predictions(

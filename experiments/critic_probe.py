@@ -476,7 +476,8 @@ def variants_page(result: dict[str, Any], cfg: Config) -> str:
         f"# Critic variants: {result['policy']}\n\n"
         f"{result['episodes']} rollouts ({result['episodes'] - held} fit, {held} held out); "
         f"success {result['success']:.3f}; ceiling (a value that knows whether the last "
-        f"summary kept the facts) {result['ev_ceiling']:+.3f}. EV: held-out explained "
+        f"summary kept the facts) {result['ev_ceiling']:+.3f}, "
+        f"{result['ev_ceiling_loo']:+.3f} left one out. EV: held-out explained "
         "variance of the outcome at the first trainable token of each rollout's last segment; "
         "the probe is a ridge regression from the features the head reads in a critic fresh "
         "from the policy (penalty in brackets); the critic is trained by the trainer's critic "
@@ -491,7 +492,8 @@ def show(result: dict[str, Any]) -> None:
         f"the facts in {result['kept_share']:.3f} (success "
         f"{result.get('success_if_kept', float('nan')):.3f}), lost them otherwise (success "
         f"{result.get('success_if_lost', float('nan')):.3f}); a value knowing only that "
-        f"explains {result['ev_ceiling']:+.3f} of the outcome"
+        f"explains {result['ev_ceiling']:+.3f} of the outcome "
+        f"({result['ev_ceiling_loo']:+.3f} with each group's rate from the other rollouts)"
     )
     for seg, cells in result["probe_heldout_ev"].items():
         parts = [

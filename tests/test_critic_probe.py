@@ -163,6 +163,7 @@ def test_variants_get_one_row_each(tmp_path: Path, capsys):
         ("last", "mse"), ("attention-pool", "hl-gauss")
     ]  # fmt: skip
     assert 0 < result["ev_ceiling"] <= 1  # 8 values: the outcome varies with the summary
+    assert result["ev_ceiling_loo"] <= result["ev_ceiling"]  # a group no longer explains itself
     for row in rows:
         # each iteration: critic ratio 2 x epochs 1 x 1 minibatch
         assert [p["step"] for p in row["curve"]] == [2, 4] and row["steps"] == 4
@@ -181,4 +182,6 @@ def test_variants_get_one_row_each(tmp_path: Path, capsys):
     assert (
         "| last | last | mse |" in page and "| attention-pool+hl-gauss | attention-pool |" in page
     )
-    assert "EV after 4 steps" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "EV after 4 steps" in printed
+    assert f"({result['ev_ceiling_loo']:+.3f} with each group's rate from the other" in printed

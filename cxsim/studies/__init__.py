@@ -25,6 +25,7 @@ One topic per module:
 - :mod:`cxsim.studies.stats`: claims from per-seed results (intervals and power from
   cxsim/tables.py);
 - :mod:`cxsim.studies.page`: the Markdown page from plain results;
+  :mod:`cxsim.studies.page_settings`: its tables of every setting that decides a number;
 - :mod:`cxsim.studies.commands`: the ``cxsim sft`` / ``train`` / ``eval`` command lines that
   make one seed's runs.
 

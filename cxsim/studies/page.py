@@ -4,23 +4,23 @@ setting that decides a number, from plain results.
 :func:`write_page` takes the parsed study (:mod:`cxsim.studies.spec`), the units' results
 (:func:`cxsim.studies.runner.run_study`: plain dicts read from the cache) and a few words on
 how the results were made; it writes ``<stem>.md`` and ``<stem>.json`` (the same numbers
-as data). Intervals, verdicts and power: :mod:`cxsim.studies.stats`.
+as data). Intervals, verdicts and power: :mod:`cxsim.studies.stats`; the settings
+tables: :mod:`cxsim.studies.page_settings`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from cxsim.evaluation import EVAL_SEED_OFFSET
 from cxsim.studies.checks import check_lines, run_checks
+from cxsim.studies.page_settings import group_text, how_it_trains, setting_lines
 from cxsim.studies.selection import Selection
-from cxsim.studies.spec import BASE, Claim, Setting, Side, Study
+from cxsim.studies.spec import BASE, Claim, Side, Study
 from cxsim.studies.stats import METRICS, Comparison, compare, diagnostic, interval
 from cxsim.tables import NAN_INTERVAL, Interval, fmt, markdown_table
-from cxsim.tracking import to_jsonable, write_json
+from cxsim.tracking import write_json
 
 Runs = dict[str, dict[str, list[dict[str, Any]]]]
 """``runs[setting][arm]``: one unit result per seed, in seed order (runner.run_unit's dicts)."""
@@ -435,14 +435,6 @@ def draw_figure(study: Study, selection: Selection, runs: Runs, path: Path) -> b
     return True
 
 
-def how_it_trains(study: Study, arm: str) -> str:
-    if arm == BASE:
-        return "the seed's SFT base, untrained"
-    found = study.arm(arm)
-    own = ", ".join(f"`ppo.{k.replace('_', '-')}` {value_text(v)}" for k, v in found.ppo)
-    return f"preset `{found.preset}`" + (f", then {own}" if own else "")
-
-
 def recorded(runs: Runs, key: str) -> bool:
     return any(
         r["train"] and key in r["train"]["final"]
@@ -450,117 +442,6 @@ def recorded(runs: Runs, key: str) -> bool:
         for results in arms.values()
         for r in results
     )
-
-
-def value_text(value: Any) -> str:
-    if value is None:
-        return "None"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (list, tuple)):
-        return " ".join(value_text(v) for v in value)
-    if isinstance(value, dict):
-        return " ".join(f"{k} {value_text(v)}" for k, v in value.items())
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def group_text(config: Any, group: str) -> str:
-    return ", ".join(  # every field, those recorded only when set included
-        f"{group}.{f.name.replace('_', '-')} {value_text(to_jsonable(getattr(config, f.name)))}"
-        for f in fields(config)
-    )
-
-
-def setting_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
-    lines = [
-        "## Every setting that decides a number",
-        "",
-        "Names as the command line writes them (`cxsim sft|train|eval --help`). Seed s is the "
-        "SFT seed, the training seed and the evaluation seed; the PPO training tasks of seed s "
-        "are s * 1000000 + k (experiments/train.py), its evaluation tasks "
-        f"{EVAL_SEED_OFFSET} + s * 10000 + i for i below `eval.episodes`, and repeat r samples "
-        "with torch seeded s * 1000 + r (cxsim/evaluation.py). Every stage runs with one torch "
-        "thread in float32.",
-        "",
-    ]
-    for setting in study.settings:
-        if setting.name not in runs:
-            continue
-        first = next(iter(runs[setting.name].values()))[0]
-        derived = first["sft"]["compaction"]
-        sizes = ", ".join(
-            f"{k.replace('_', '-')} {derived[k]}"
-            for k in ("budget", "threshold", "max_response_tokens", "max_summary_tokens")
-        )
-        rows = [
-            [
-                "task",
-                f"env.env-id {setting.env.env_id}, env.kwargs "
-                f"{value_text(dict(setting.env.kwargs))}",
-            ],
-            [
-                "starting checkpoint",
-                f"policy {value_text(setting.policy)} (each seed's SFT starts from it"
-                + (
-                    f": stage 0 `{setting.stage0.name}`, above)"
-                    if setting.stage0 is not None
-                    else ")"
-                ),
-            ],
-            *(
-                [
-                    [
-                        "SFT bases",
-                        f"setting **{setting.bases_from}**'s (bases_from: same task, "
-                        "compaction, SFT and start), with their evaluations",
-                    ]
-                ]
-                if setting.bases_from
-                else []
-            ),
-            [
-                "compaction",
-                group_text(setting.compaction, "compaction")
-                + f"; sizes as run (unset ones derived by the pre-flight): {sizes}",
-            ],
-            ["SFT", group_text(setting.sft, "sft")],
-            ["PPO every arm starts from", group_text(setting.ppo, "ppo")],
-            *arm_rows(setting, selection, runs),
-            [
-                "evaluation",
-                group_text(setting.eval, "eval").replace("eval.seed None", "eval.seed s")
-                + "; each arm's last checkpoint, sampled at eval.temperature",
-            ],
-        ]
-        lines += [
-            f"Setting **{setting.name}**" + (f": {setting.about}" if setting.about else "") + ":",
-            "",
-            markdown_table(["what", "settings"], rows),
-            "",
-        ]
-    return lines
-
-
-def arm_rows(setting: Setting, selection: Selection, runs: Runs) -> list[list[str]]:
-    """Each trained arm's PPO settings where they differ from the setting's, as run."""
-    start = to_jsonable(setting.ppo)
-    rows = []
-    for name, results in runs[setting.name].items():
-        if name == BASE or (setting.name, name) not in selection.pairs:
-            continue
-        ran = results[0]["train"]
-        changed = {k: v for k, v in ran["ppo"].items() if start.get(k) != v}
-        said = ", ".join(f"ppo.{k.replace('_', '-')} {value_text(v)}" for k, v in changed.items())
-        rows.append(
-            [
-                f"arm `{name}`",
-                (said or "no change")
-                + f"; evaluated at its last checkpoint, iteration {ran['iterations_done']}",
-            ]
-        )
-    return rows
 
 
 def per_seed_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:

@@ -1,0 +1,143 @@
+"""The settings a study's page lists: every setting that decides a number, as run, in the
+names the command line writes, from plain results.
+
+:func:`setting_lines` writes that section of the page, one table per setting (its task,
+starting checkpoint, compaction with the sizes the pre-flight derived, SFT, PPO, each trained
+arm's PPO where it differs from the setting's, evaluation); :func:`how_it_trains` says in a
+few words how an arm trains (its preset, then its own PPO settings), for the page's arms;
+:func:`group_text` writes every field of a config group (a stage 0's SFT too).
+:mod:`cxsim.studies.page` assembles the page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from cxsim.evaluation import EVAL_SEED_OFFSET
+from cxsim.studies.selection import Selection
+from cxsim.studies.spec import BASE, Setting, Study
+from cxsim.tables import markdown_table
+from cxsim.tracking import to_jsonable
+
+Runs = dict[str, dict[str, list[dict[str, Any]]]]
+"""``runs[setting][arm]``: one unit result per seed, as :mod:`cxsim.studies.page` takes them."""
+
+
+def how_it_trains(study: Study, arm: str) -> str:
+    if arm == BASE:
+        return "the seed's SFT base, untrained"
+    found = study.arm(arm)
+    own = ", ".join(f"`ppo.{k.replace('_', '-')}` {value_text(v)}" for k, v in found.ppo)
+    return f"preset `{found.preset}`" + (f", then {own}" if own else "")
+
+
+def value_text(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return " ".join(value_text(v) for v in value)
+    if isinstance(value, dict):
+        return " ".join(f"{k} {value_text(v)}" for k, v in value.items())
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def group_text(config: Any, group: str) -> str:
+    return ", ".join(  # every field, those recorded only when set included
+        f"{group}.{f.name.replace('_', '-')} {value_text(to_jsonable(getattr(config, f.name)))}"
+        for f in fields(config)
+    )
+
+
+def setting_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
+    lines = [
+        "## Every setting that decides a number",
+        "",
+        "Names as the command line writes them (`cxsim sft|train|eval --help`). Seed s is the "
+        "SFT seed, the training seed and the evaluation seed; the PPO training tasks of seed s "
+        "are s * 1000000 + k (experiments/train.py), its evaluation tasks "
+        f"{EVAL_SEED_OFFSET} + s * 10000 + i for i below `eval.episodes`, and repeat r samples "
+        "with torch seeded s * 1000 + r (cxsim/evaluation.py). Every stage runs with one torch "
+        "thread in float32.",
+        "",
+    ]
+    for setting in study.settings:
+        if setting.name not in runs:
+            continue
+        first = next(iter(runs[setting.name].values()))[0]
+        derived = first["sft"]["compaction"]
+        sizes = ", ".join(
+            f"{k.replace('_', '-')} {derived[k]}"
+            for k in ("budget", "threshold", "max_response_tokens", "max_summary_tokens")
+        )
+        rows = [
+            [
+                "task",
+                f"env.env-id {setting.env.env_id}, env.kwargs "
+                f"{value_text(dict(setting.env.kwargs))}",
+            ],
+            [
+                "starting checkpoint",
+                f"policy {value_text(setting.policy)} (each seed's SFT starts from it"
+                + (
+                    f": stage 0 `{setting.stage0.name}`, above)"
+                    if setting.stage0 is not None
+                    else ")"
+                ),
+            ],
+            *(
+                [
+                    [
+                        "SFT bases",
+                        f"setting **{setting.bases_from}**'s (bases_from: same task, "
+                        "compaction, SFT and start), with their evaluations",
+                    ]
+                ]
+                if setting.bases_from
+                else []
+            ),
+            [
+                "compaction",
+                group_text(setting.compaction, "compaction")
+                + f"; sizes as run (unset ones derived by the pre-flight): {sizes}",
+            ],
+            ["SFT", group_text(setting.sft, "sft")],
+            ["PPO every arm starts from", group_text(setting.ppo, "ppo")],
+            *arm_rows(setting, selection, runs),
+            [
+                "evaluation",
+                group_text(setting.eval, "eval").replace("eval.seed None", "eval.seed s")
+                + "; each arm's last checkpoint, sampled at eval.temperature",
+            ],
+        ]
+        lines += [
+            f"Setting **{setting.name}**" + (f": {setting.about}" if setting.about else "") + ":",
+            "",
+            markdown_table(["what", "settings"], rows),
+            "",
+        ]
+    return lines
+
+
+def arm_rows(setting: Setting, selection: Selection, runs: Runs) -> list[list[str]]:
+    """Each trained arm's PPO settings where they differ from the setting's, as run."""
+    start = to_jsonable(setting.ppo)
+    rows = []
+    for name, results in runs[setting.name].items():
+        if name == BASE or (setting.name, name) not in selection.pairs:
+            continue
+        ran = results[0]["train"]
+        changed = {k: v for k, v in ran["ppo"].items() if start.get(k) != v}
+        said = ", ".join(f"ppo.{k.replace('_', '-')} {value_text(v)}" for k, v in changed.items())
+        rows.append(
+            [
+                f"arm `{name}`",
+                (said or "no change")
+                + f"; evaluated at its last checkpoint, iteration {ran['iterations_done']}",
+            ]
+        )
+    return rows

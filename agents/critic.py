@@ -2,8 +2,9 @@
 
 The head reads the backbone's hidden states as the configured value head says
 (``cxsim.critics.VALUE_HEADS``: the prefix's last hidden state, their mean, an attention
-pool, or the last hidden state plus a pool of the input embeddings) and gives one scalar or, for a histogram loss, logits over K value bins
-whose expectation is the value (``cxsim.critics.VALUE_LOSSES``).
+pool, or the last hidden state plus a pool of the input embeddings) and gives one scalar
+or, for a histogram loss, logits over K value bins whose expectation is the value
+(``cxsim.critics.VALUE_LOSSES``).
 
 Shapes: S = rows (segments), T = padded length, H = hidden size, K = value bins.
 """

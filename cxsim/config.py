@@ -301,8 +301,9 @@ class PPOConfig:
     """What the critic's value of a prefix reads (cxsim/critics.py): ``last`` (its last hidden
     state), ``prefix-mean`` (the mean of its hidden states), ``attention-pool`` (its hidden
     states pooled by a learned query), ``words-pool`` / ``words-max`` (its last hidden state
-    plus the prefix's input embeddings, pooled by a learned query / by a running maximum), or ``my_module:my_head`` for a ``ValueHead`` of your
-    own. Every one reads the prefix only."""
+    plus the prefix's input embeddings, pooled by a learned query / by a running maximum),
+    or ``my_module:my_head`` for a ``ValueHead`` of your own. Every one reads the prefix
+    only."""
     value_loss: ValueLossName = when_set("mse")
     """Critic loss (cxsim/critics.py): ``mse`` (0.5 (V - G)^2), ``hl-gauss`` (cross-entropy
     of logits over value bins to a Gaussian around the return; the value is the expectation

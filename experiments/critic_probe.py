@@ -20,8 +20,8 @@ Reads top to bottom. For one policy (``--policy``):
    each segment's first trainable token;
 5. **critic variants** (``--variants``, with ``--critic-iterations N``): for each value head
    (``last``, ``prefix-mean``, ``attention-pool``, ``words-pool``, ``words-max``;
-   cxsim/critics.py), optionally with a value
-   loss (``+mse``, ``+hl-gauss``; else ``--ppo.value-loss``): a ridge probe of the features
+   cxsim/critics.py), optionally with a value loss (``+mse``, ``+hl-gauss``; else
+   ``--ppo.value-loss``): a ridge probe of the features
    that head reads, fresh from the policy (for a pooled head, the pooled features), and the
    learning curve of a critic of that variant (``cxsim.critics.build_critic``) trained by
    the trainer's own critic step as in step 4, on the same fit rollouts and the same
@@ -87,8 +87,8 @@ class Config:
     """The critic step's settings (rollouts per iteration, critic ratio, lr, estimator)."""
     variants: tuple[str, ...] | None = None
     """Critic variants to compare (needs --critic-iterations): each a value head (``last``,
-    ``prefix-mean``, ``attention-pool``, ``words-pool``, ``words-max`` or ``module:name``), optionally ``+`` a value loss
-    (``mse``, ``hl-gauss``; else --ppo.value-loss), e.g. ``last prefix-mean+hl-gauss``; the
+    ``prefix-mean``, ``attention-pool``, ``words-pool``, ``words-max`` or ``module:name``),
+    optionally ``+`` a value loss (``mse``, ``hl-gauss``; else --ppo.value-loss), e.g. ``last prefix-mean+hl-gauss``; the
     other --ppo.* settings are shared. None: only the configured --ppo.* critic."""
     out: str | None = None
     """Write the figures here as JSON (None: print only)."""

@@ -24,8 +24,8 @@ from transformers import (
 
 from cxsim.agents.chat import ChatFormat, ChatOptions, HFChatFormat, WordChatFormat
 from cxsim.agents.tokenizer import SPECIAL_TOKENS
-from cxsim.generation import check_servable, serving_layout
 from cxsim.pretrained import policy_path
+from cxsim.servable import check_servable, serving_layout
 
 MARKER_FILE = "cxsim.json"
 """Written next to a policy saved by `save_policy`; names the chat format to load it with."""
@@ -131,7 +131,7 @@ def load_policy(
     they are the master copy that optimizers update (bf16 is an autocast
     choice, `cxsim.devices`). Nothing is downloaded and no remote code runs.
     A model the KV-cache runtime would serve wrong or cannot run is refused here with
-    a one-line ValueError saying why (`cxsim.generation.check_servable`).
+    a one-line ValueError saying why (`cxsim.servable.check_servable`).
     """
     path = policy_path(path)  # ``pretrained``: the shipped starting checkpoint
     if not (path / "config.json").is_file():

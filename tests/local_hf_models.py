@@ -98,7 +98,8 @@ def save_hf_policy(kind: str, path, template: str = "chatml") -> None:
 
 # ---------------------------------------------------------------------------------------------
 # The architecture sweep: every causal LM transformers can build from a config, made tiny here,
-# either served right by the row cache (cxsim/generation.py) or refused at load in one line.
+# either served right by the row cache (cxsim/generation.py) or refused at load in one line
+# (cxsim/servable.py).
 
 SWEEP_TOLERANCE = 1e-4
 """Largest |cached - clean| log-prob a served architecture may show."""
@@ -310,7 +311,7 @@ def sweep_architecture(name: str) -> SweepResult:
     from transformers import CONFIG_MAPPING, AutoModelForCausalLM
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    from cxsim.generation import attention_layout, check_servable, serving_layout
+    from cxsim.servable import attention_layout, check_servable, serving_layout
 
     model_type, changes = sweep_entries()[name]
     model_class = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]

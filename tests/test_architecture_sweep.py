@@ -22,7 +22,8 @@ from local_hf_models import (
 )
 
 import cxsim.generation as generation
-from cxsim.generation import FULL, AttentionLayout, RowCache, check_servable
+from cxsim.generation import RowCache
+from cxsim.servable import FULL, AttentionLayout, check_servable
 
 FAST = {
     "llama": "served",  # rotary positions

@@ -13,15 +13,8 @@ import torch.nn.functional as F
 from cxsim.agents.models import build_policy
 from cxsim.agents.tokenizer import build_tokenizer
 from cxsim.cli import main as cli_main
-from cxsim.generation import (
-    FULL,
-    AttentionLayout,
-    RowCache,
-    SamplingConfig,
-    attention_layout,
-    cache_argument,
-    sample_next,
-)
+from cxsim.generation import RowCache, SamplingConfig, sample_next
+from cxsim.servable import FULL, AttentionLayout, attention_layout, cache_argument
 
 
 @pytest.fixture(autouse=True, scope="module")

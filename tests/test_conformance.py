@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from cxsim.advantages import adaptive_lambda
 from cxsim.conformance import LAYOUTS, Checker, conform, load_function
-from cxsim.conformance.batches import pinned_cases, random_cases
+from cxsim.conformance.batches import pinned_cases
+from cxsim.conformance.random_batches import random_cases
 from cxsim.conformance.reference import GAE_QUANTITIES, lambda_rows, reference
 from cxsim.conformance.terms import gae_model
 from cxsim.experiments import conform as conform_cli

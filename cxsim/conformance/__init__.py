@@ -6,6 +6,11 @@ against cxsim's float64 references, on random compacted batches (docs/conformanc
 declares what the function implements (lambda scope and kind, smallest group,
 rejected summary attempts); ``cxsim.conformance.rules`` holds the credit rules
 in use as named references.
+
+Modules: ``batches`` (the canonical batch, building it, the pinned cases),
+``random_batches`` (the random case families, hypothesis strategies),
+``layouts``, ``adapters``, ``reference``, ``rules``, ``claims``, ``terms`` (which
+terms a failing function gets wrong), ``variants``, ``check``.
 """
 
 from cxsim.conformance.check import CaseResult, Checker, Skipped, conform, load_function

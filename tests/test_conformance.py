@@ -16,7 +16,7 @@ from cxsim.conformance import LAYOUTS, Checker, conform, load_function
 from cxsim.conformance.batches import pinned_cases
 from cxsim.conformance.random_batches import random_cases
 from cxsim.conformance.reference import GAE_QUANTITIES, lambda_rows, reference
-from cxsim.conformance.terms import gae_model
+from cxsim.conformance.term_models import gae_model
 from cxsim.experiments import conform as conform_cli
 
 ADAPTERS = "cxsim.conformance.adapters:"

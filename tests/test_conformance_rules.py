@@ -28,7 +28,7 @@ from cxsim.conformance.rules import (
     per_rollout_loss,
     trained_without_rejected,
 )
-from cxsim.conformance.terms import gae_model, including_rejected
+from cxsim.conformance.term_models import gae_model, including_rejected
 from cxsim.estimators import split_over_chains
 from cxsim.losses import aggregate
 

@@ -33,7 +33,7 @@ from cxsim.conformance.batches import pinned_cases
 from cxsim.conformance.check import cases_for
 from cxsim.conformance.random_batches import tree_cases
 from cxsim.conformance.reference import GAE_QUANTITIES, reference
-from cxsim.conformance.terms import gae_model
+from cxsim.conformance.term_models import gae_model
 from cxsim.envs import vocabulary
 from cxsim.estimators import ESTIMATORS, EstimatorInputs
 from cxsim.ppo import score_batch

@@ -9,8 +9,9 @@ in use as named references.
 
 Modules: ``batches`` (the canonical batch, building it, the pinned cases),
 ``random_batches`` (the random case families, hypothesis strategies),
-``layouts``, ``adapters``, ``reference``, ``rules``, ``claims``, ``terms`` (which
-terms a failing function gets wrong), ``variants``, ``check``.
+``layouts``, ``adapters``, ``reference``, ``rules``, ``claims``, ``term_models``
+(each quantity in float64 with its terms as settings), ``terms`` (which terms a
+failing function gets wrong), ``variants``, ``check``.
 """
 
 from cxsim.conformance.check import CaseResult, Checker, Skipped, conform, load_function

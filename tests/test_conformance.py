@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cxsim.advantages import adaptive_lambda
 from cxsim.conformance import LAYOUTS, Checker, conform, load_function
-from cxsim.conformance.batches import pinned_cases
+from cxsim.conformance.pinned_batches import pinned_cases
 from cxsim.conformance.random_batches import random_cases
 from cxsim.conformance.reference import GAE_QUANTITIES, lambda_rows, reference
 from cxsim.conformance.term_models import gae_model

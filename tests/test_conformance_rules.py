@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from cxsim import cli
 from cxsim.advantages import cross_segment_gae, group_broadcast
 from cxsim.conformance import Checker, Claims, load_function
-from cxsim.conformance.batches import Segment, build_batch, pinned_cases
+from cxsim.conformance.batches import Segment, build_batch
 from cxsim.conformance.check import cases_for, format_report
+from cxsim.conformance.pinned_batches import pinned_cases
 from cxsim.conformance.random_batches import random_cases
 from cxsim.conformance.reference import reference
 from cxsim.conformance.rules import (

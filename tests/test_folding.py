@@ -29,8 +29,8 @@ from cxsim.cli import main as cxsim
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, PPOConfig
 from cxsim.conformance import Checker
-from cxsim.conformance.batches import pinned_cases
 from cxsim.conformance.check import cases_for
+from cxsim.conformance.pinned_batches import pinned_cases
 from cxsim.conformance.random_batches import tree_cases
 from cxsim.conformance.reference import GAE_QUANTITIES, reference
 from cxsim.conformance.term_models import gae_model

@@ -7,7 +7,8 @@ declares what the function implements (lambda scope and kind, smallest group,
 rejected summary attempts); ``cxsim.conformance.rules`` holds the credit rules
 in use as named references.
 
-Modules: ``batches`` (the canonical batch, building it, the pinned cases),
+Modules: ``batches`` (the canonical batch and building it), ``pinned_batches`` (the
+hand-built cases with textbook numbers),
 ``random_batches`` (the random case families, hypothesis strategies),
 ``layouts``, ``adapters``, ``reference``, ``rules``, ``claims``, ``term_models``
 (each quantity in float64 with its terms as settings), ``terms`` (which terms a

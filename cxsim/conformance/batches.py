@@ -1,4 +1,4 @@
-"""Compacted batches for the conformance check: the canonical form, building, pinned cases.
+"""Compacted batches for the conformance check: the canonical form and building.
 
 A :class:`Batch` is cxsim's own layout in float64: one row per segment, holding
 that segment's response tokens only (trainable tokens and the observation
@@ -9,8 +9,8 @@ Random cases (``random_batches.py``) are hypothesis strategies over :func:`build
 so a failure shrinks to a small example: segment structures are drawn as run
 lengths, and values and losses come from a drawn seed with a drawn scale that
 shrinks to 0 (all-zero values make the advantages plain powers of
-``gamma * lam``). Pinned cases are the small hand-built examples in which the
-known pitfalls show their textbook numbers (docs/conformance.md).
+``gamma * lam``). Pinned cases (``pinned_batches.py``) are the small hand-built
+examples in which the known pitfalls show their textbook numbers (docs/conformance.md).
 
 A rejected summary attempt (a summary that failed and is kept as an untrained
 branch) is a row whose response tokens are all untrainable: its mask is 0, so
@@ -226,132 +226,3 @@ def _explicit(rows: Sequence[Sequence[float]], lengths: list[int], width: int) -
             raise ValueError(f"row {row}: {len(given)} numbers for {length} response tokens")
         out[row, :length] = torch.tensor(list(given), dtype=torch.float64)
     return out
-
-
-# --------------------------------------------------------------------------- pinned cases
-
-
-def pinned_cases() -> list[Case]:
-    """Hand-built batches in which each known pitfall shows the numbers docs/conformance.md quotes."""
-    examples = [
-        (
-            "pinned/observations-5",
-            "a 5-token row (3 trainable, 2 observation tokens), gamma 1, lambda 0.8: "
-            "token 2 gets 0.44",
-            build_batch(
-                [[Segment((3, 2))]],
-                gamma=1.0,
-                lam=0.8,
-                values=[[0.5, 0.4, 0.2, 0.0, 0.8]],
-            ),
-        ),
-        (
-            "pinned/4+4",
-            "a segment of 4 trainable and 4 observation tokens, alpha 1.5: lambda 1 - 1/6",
-            build_batch([[Segment((2, 2, 2, 2))]], gamma=1.0, lam=None, alpha=1.5),
-        ),
-        (
-            "pinned/1000+2000",
-            "a 1000-token segment followed by 2000 more, alpha 1.5, gamma 1: "
-            "its first token gets (1 - 1/1500)^2999 = 0.135",
-            build_batch([[Segment((1000,)), Segment((2000,))]], gamma=1.0, lam=None, alpha=1.5),
-        ),
-        (
-            "pinned/ends-on-observation",
-            "a segment ending on an observation token: the reward sits on its last trainable token",
-            build_batch([[Segment((2, 1))]], gamma=1.0, lam=0.9),
-        ),
-        (
-            "pinned/one-token-alpha-0.5",
-            "three one-token segments, alpha 0.5: lambda clamps to 0, so only the last gets R",
-            build_batch(
-                [[Segment((1,)), Segment((1,)), Segment((1,))]], gamma=1.0, lam=None, alpha=0.5
-            ),
-        ),
-        (
-            "pinned/two-micro-batches",
-            "two micro-batches: 1 token of loss 1, then 3 tokens of loss 0: token-mean 0.25",
-            build_batch(
-                [[Segment((1,))], [Segment((3,))]],
-                gamma=1.0,
-                lam=0.9,
-                losses=[[1.0], [0.0, 0.0, 0.0]],
-                micro_batches=(1, 1),
-            ),
-        ),
-        (
-            "pinned/rejected-summary",
-            "segments of 2, 1 and 1 trainable tokens with a rejected 3-token summary attempt "
-            "after the first, gamma 1, lambda 0.5: the first segment gets (0.125, 0.25)",
-            build_batch(
-                [[Segment((2,)), Segment((3,), rejected=True), Segment((1,)), Segment((1,))]],
-                gamma=1.0,
-                lam=0.5,
-            ),
-        ),
-        (
-            "pinned/traces",
-            "a group of two rollouts, one of 3 segments with reward 1 and one of 1 segment with "
-            "reward 0: every token of the first gets +0.7071, of the second -0.7071",
-            build_batch(
-                [[Segment((2,)), Segment((1,)), Segment((1,))], [Segment((2,))]],
-                gamma=1.0,
-                lam=0.9,
-                rewards=[1.0, 0.0],
-                groups=[0, 0],
-            ),
-        ),
-        (
-            "pinned/three-chains",
-            "a rollout of 3 chains with reward 1 and one of 1 chain with reward 0.5: "
-            "each chain of the first gets 1/3, the second 0.5",
-            build_batch(
-                [[Segment((2,)), Segment((1,)), Segment((1,))], [Segment((1,))]],
-                gamma=1.0,
-                lam=0.9,
-                rewards=[1.0, 0.5],
-            ),
-        ),
-        (
-            "pinned/tree",
-            "a root of 2 trainable tokens, a child window of 3 and the root's continuation of 1 "
-            "(both children of the root), gamma 1, lambda 0.5: the root's path goes on through "
-            "the continuation, so the root gets (0.25, 0.5) and the child (0.25, 0.5, 1)",
-            build_batch(
-                [[Segment((2,)), Segment((3,)), Segment((1,))]],
-                gamma=1.0,
-                lam=0.5,
-                parents=[[-1, 0, 0]],
-            ),
-        ),
-        (
-            "pinned/rollout-denominators",
-            "rollout 0: segments of loss (1) and (0, 0, 0) split over two micro-batches; "
-            "rollout 1: loss (2, 4): rollout-mean (1/4 + 3) / 2 = 1.625",
-            build_batch(
-                [[Segment((1,)), Segment((3,))], [Segment((2,))]],
-                gamma=1.0,
-                lam=0.9,
-                losses=[[1.0], [0.0, 0.0, 0.0], [2.0, 4.0]],
-                micro_batches=(1, 2),
-            ),
-        ),
-    ]
-    return [_pinned(name, what, batch) for name, what, batch in examples]
-
-
-def _pinned(name: str, what: str, batch: Batch) -> Case:
-    """A pinned case, with the lambda kind and scope its batch exercises."""
-    several = bool((batch.rollout_id.bincount() > 1).any())
-    kind = "fixed" if batch.lam is not None else "adaptive"
-    return Case(
-        name,
-        what,
-        st.just(batch),
-        pinned=True,
-        lam_kind=kind,
-        scope=batch.scope if kind == "adaptive" and several else None,
-        rejected=bool(batch.rejected.any()),
-        tree=batch.parent_index is not None,
-        example=batch,
-    )

@@ -25,8 +25,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from cxsim.conformance import layouts
-from cxsim.conformance.batches import Batch, Case, pinned_cases
+from cxsim.conformance.batches import Batch, Case
 from cxsim.conformance.claims import Claims
+from cxsim.conformance.pinned_batches import pinned_cases
 from cxsim.conformance.random_batches import random_cases, tree_cases
 from cxsim.conformance.reference import GAE_QUANTITIES, compared_positions, reference
 from cxsim.conformance.terms import explain

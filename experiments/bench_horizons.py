@@ -91,13 +91,13 @@ def bench(cfg: Config) -> dict[str, Any]:
     from cxsim.preflight import preflight
     from cxsim.runtime import collect_rollouts
     from cxsim.segments import pack_segments
+    from cxsim.strategies import ScriptedOptions
 
     torch.set_num_threads(cfg.threads)
     chat = WordChatFormat(default_tokenizer())
     compaction = preflight(cfg.env, cfg.compaction, chat)
-    agents = compaction.strategy.scripted_agents(
-        cfg.env.env_id, chat, omission_rate=cfg.omission_rate, seed=cfg.first_seed
-    )
+    options = ScriptedOptions(omission_rate=cfg.omission_rate, seed=cfg.first_seed)
+    agents = compaction.strategy.scripted_agents(cfg.env.env_id, chat, options)
     seeds = [cfg.first_seed + i for i in range(cfg.episodes)]
     rollouts = collect_rollouts(
         cfg.env.env_id, cfg.env.kwargs, agents.actor, compaction, seeds, chat, agents.summarizer

@@ -28,7 +28,7 @@ import tyro
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, check_policy_dir
 from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
-from cxsim.strategies import STRATEGIES, RolloutAgents
+from cxsim.strategies import STRATEGIES, RolloutAgents, ScriptedOptions
 from cxsim.tracking import say, write_json
 
 if TYPE_CHECKING:  # torch-heavy; imported where used, so that --help is fast
@@ -153,9 +153,8 @@ def protocol_agents(
     if agent is not None and strategy.summary_by != "summarizer":
         return RolloutAgents(agent)
     runtime = replace(cfg.compaction, protocol=protocol)
-    scripted = strategy.scripted_agents_for(
-        runtime, cfg.env.env_id, chat, cfg.omission_rate, cfg.eval.seed
-    )
+    options = ScriptedOptions(omission_rate=cfg.omission_rate, seed=cfg.eval.seed)
+    scripted = strategy.scripted_agents_for(runtime, cfg.env.env_id, chat, options)
     return RolloutAgents(scripted.actor if agent is None else agent, scripted.summarizer)
 
 

@@ -99,11 +99,14 @@ def demonstrations(cfg: Config, chat: ChatFormat, seeds: list[int]) -> RolloutBa
     scripted agents of the config's context strategy for its sizes
     (``ContextStrategy.scripted_agents_for``)."""
     from cxsim.runtime import collect_rollouts
+    from cxsim.strategies import ScriptedOptions
 
+    options = ScriptedOptions(
+        omission_rate=cfg.sft.omission_rate, seed=cfg.seed, skip_rate=cfg.sft.skip_rate
+    )
     agents = cfg.compaction.strategy.scripted_agents_for(
-        cfg.compaction, cfg.env.env_id, chat, omission_rate=cfg.sft.omission_rate,
-        seed=cfg.seed, skip_rate=cfg.sft.skip_rate,
-    )  # fmt: skip
+        cfg.compaction, cfg.env.env_id, chat, options
+    )
     return collect_rollouts(
         cfg.env.env_id, cfg.env.kwargs, agents.actor, cfg.compaction, seeds, chat, agents.summarizer
     )

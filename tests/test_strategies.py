@@ -31,7 +31,7 @@ from cxsim.experiments.train import Config as TrainCommand
 from cxsim.preflight import preflight
 from cxsim.runtime import RolloutBatch, collect_rollouts
 from cxsim.segments import Segment
-from cxsim.strategies import STRATEGIES, ContextStrategy, TurnState
+from cxsim.strategies import STRATEGIES, ContextStrategy, ScriptedOptions, TurnState
 from cxsim.strategies.memory_state import MEMORY_STATE
 from cxsim.strategies.observation_masking import OBSERVATION_MASKING
 from cxsim.strategies.self_compaction import (
@@ -96,7 +96,7 @@ def oracle_rollouts(
     """Scripted oracle rollouts (the strategy's own scripted agents) under ``protocol``, and
     the requests its actor and its summarizer (if any) were given."""
     config = replace(config, protocol=protocol)
-    agents = config.strategy.scripted_agents(ENV, chat(), omission_rate=0.5, seed=0)
+    agents = config.strategy.scripted_agents(ENV, chat(), ScriptedOptions(omission_rate=0.5))
     actor = Recorder(agents.actor)
     summarizer = None if agents.summarizer is None else Recorder(agents.summarizer)
     batch = collect_rollouts(ENV, LONG, actor, config, list(seeds), chat(), summarizer)
@@ -561,7 +561,9 @@ def test_self_compaction_trains_the_oracles_decision_to_compact():
     config = sized("self-compaction")
     batch, _, _ = oracle_rollouts("self-compaction", config=config)  # the unsized oracle
     assert all(decisions(rec) == 0 for rec in batch.records)  # compacts at the fallback
-    agents = config.strategy.scripted_agents_for(config, ENV, chat(), omission_rate=0.5)
+    agents = config.strategy.scripted_agents_for(
+        config, ENV, chat(), ScriptedOptions(omission_rate=0.5)
+    )
     batch = collect_rollouts(ENV, LONG, agents.actor, config, list(range(6)), chat())
     request = [*chat().encode(COMPACTION_REQUEST), chat().end_id]
     q_sum = SELF_COMPACTION.summary_prompt(config, chat())

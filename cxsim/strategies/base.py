@@ -136,6 +136,31 @@ class TokenCount(Protocol):
     def __call__(self, piece: str, *texts: str) -> int: ...
 
 
+@dataclass(frozen=True)
+class ScriptedOptions:
+    """How the scripted oracle plays (``cxsim.agents.scripted.ScriptedAgent``'s arguments):
+    what :meth:`ContextStrategy.scripted_agents` passes on to every scripted agent."""
+
+    omission_rate: float = 0.0
+    """Probability that the scripted summarizer drops each needed fact."""
+    seed: int = 0
+    """Seed of the summarizer's omissions and the oracle's noise."""
+    epsilon: float = 0.0
+    """Probability of a uniformly random admissible action (a noisy oracle)."""
+    skip_rate: float = 0.0
+    """Probability of skipping each optional action of the oracle (KeyRecallActive's
+    ``open box``), doing its stand-in instead."""
+
+    def oracle(self, env_id: str, chat: ChatFormat) -> Agent:
+        """The environment's scripted oracle with these options."""
+        from cxsim.agents.scripted import ScriptedAgent
+
+        return ScriptedAgent(
+            env_id, chat, omission_rate=self.omission_rate, seed=self.seed,
+            epsilon=self.epsilon, skip_rate=self.skip_rate,
+        )  # fmt: skip
+
+
 class RolloutAgents(NamedTuple):
     """The agents a rollout under a strategy needs: the actor and, where the strategy has
     another agent write the summaries, that summarizer."""
@@ -472,39 +497,24 @@ class ContextStrategy:
             raise ValueError(f"protocol {name!r} needs a summarizer_agent")
 
     def scripted_agents(
-        self,
-        env_id: str,
-        chat: ChatFormat,
-        omission_rate: float = 0.0,
-        seed: int = 0,
-        epsilon: float = 0.0,
-        skip_rate: float = 0.0,
+        self, env_id: str, chat: ChatFormat, options: ScriptedOptions = ScriptedOptions()
     ) -> RolloutAgents:
-        """The scripted oracle under this strategy (``cxsim.agents.scripted.ScriptedAgent``:
-        the environment's oracle, grounded in its context, with the scripted summarizer
-        dropping each needed fact with ``omission_rate``): its rollouts are demonstrations."""
-        from cxsim.agents.scripted import ScriptedAgent
-
-        actor = ScriptedAgent(
-            env_id, chat, omission_rate=omission_rate, seed=seed, epsilon=epsilon,
-            skip_rate=skip_rate,
-        )  # fmt: skip
-        return RolloutAgents(actor)
+        """The scripted oracle under this strategy (``options.oracle``: the environment's
+        oracle, grounded in its context, with the scripted summarizer dropping each needed
+        fact with ``options.omission_rate``): its rollouts are demonstrations."""
+        return RolloutAgents(options.oracle(env_id, chat))
 
     def scripted_agents_for(
         self,
         config: CompactionConfig,
         env_id: str,
         chat: ChatFormat,
-        omission_rate: float = 0.0,
-        seed: int = 0,
-        epsilon: float = 0.0,
-        skip_rate: float = 0.0,
+        options: ScriptedOptions = ScriptedOptions(),
     ) -> RolloutAgents:
         """The scripted agents for a sized ``config`` (what the pre-flight, ``cxsim sft`` and
         ``cxsim eval`` play): by default :meth:`scripted_agents`; a strategy whose scripted
         oracle reads the sizes (its own compaction decisions) overrides this."""
-        return self.scripted_agents(env_id, chat, omission_rate, seed, epsilon, skip_rate)
+        return self.scripted_agents(env_id, chat, options)
 
 
 def _chat_count(chat: ChatFormat) -> TokenCount:

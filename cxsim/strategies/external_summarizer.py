@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cxsim.strategies.base import RolloutAgents, SummaryAuthor
+from cxsim.strategies.base import RolloutAgents, ScriptedOptions, SummaryAuthor
 from cxsim.strategies.compacted import Compacted
 
 if TYPE_CHECKING:
@@ -41,21 +41,12 @@ class ExternalSummarizer(Compacted):
         return None
 
     def scripted_agents(
-        self,
-        env_id: str,
-        chat: ChatFormat,
-        omission_rate: float = 0.0,
-        seed: int = 0,
-        epsilon: float = 0.0,
-        skip_rate: float = 0.0,
+        self, env_id: str, chat: ChatFormat, options: ScriptedOptions = ScriptedOptions()
     ) -> RolloutAgents:
-        from cxsim.agents.scripted import ScriptedAgent
-
-        actor = super().scripted_agents(env_id, chat, omission_rate, seed, epsilon, skip_rate)
-        summarizer = ScriptedAgent(
-            env_id, chat, omission_rate=omission_rate, seed=seed + SUMMARIZER_SEED_OFFSET
-        )
-        return RolloutAgents(actor.actor, summarizer)
+        """The oracle as actor; the summaries written by a second scripted agent, with the
+        same omission rate and its own seed (no noise, no skipped actions)."""
+        summarizer = ScriptedOptions(options.omission_rate, options.seed + SUMMARIZER_SEED_OFFSET)
+        return RolloutAgents(options.oracle(env_id, chat), summarizer.oracle(env_id, chat))
 
 
 EXTERNAL_SUMMARIZER = ExternalSummarizer()

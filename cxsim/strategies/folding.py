@@ -50,7 +50,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cxsim.strategies.base import BranchMove, RolloutAgents, StepCost, TokenCount, TurnState
+from cxsim.strategies.base import (
+    BranchMove,
+    RolloutAgents,
+    ScriptedOptions,
+    StepCost,
+    TokenCount,
+    TurnState,
+)
 from cxsim.strategies.compacted import Compacted
 
 if TYPE_CHECKING:
@@ -169,16 +176,13 @@ class Folding(Compacted):
         config: CompactionConfig,
         env_id: str,
         chat: ChatFormat,
-        omission_rate: float = 0.0,
-        seed: int = 0,
-        epsilon: float = 0.0,
-        skip_rate: float = 0.0,
+        options: ScriptedOptions = ScriptedOptions(),
     ) -> RolloutAgents:
         """The oracle, exploring in a child window and committing in the root
         (:meth:`scripted_move`)."""
         from cxsim.agents.scripted import FoldingOracle
 
-        agents = self.scripted_agents(env_id, chat, omission_rate, seed, epsilon, skip_rate)
+        agents = self.scripted_agents(env_id, chat, options)
         return RolloutAgents(FoldingOracle(agents.actor, chat, self.scripted_move))
 
 

@@ -63,7 +63,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from cxsim.strategies.base import Note, RolloutAgents, StepCost, TokenCount, _chat_count
+from cxsim.strategies.base import (
+    Note,
+    RolloutAgents,
+    ScriptedOptions,
+    StepCost,
+    TokenCount,
+    _chat_count,
+)
 from cxsim.strategies.compacted import Compacted
 
 if TYPE_CHECKING:
@@ -310,15 +317,12 @@ class MemoryNotes(Compacted):
         config: CompactionConfig,
         env_id: str,
         chat: ChatFormat,
-        omission_rate: float = 0.0,
-        seed: int = 0,
-        epsilon: float = 0.0,
-        skip_rate: float = 0.0,
+        options: ScriptedOptions = ScriptedOptions(),
     ) -> RolloutAgents:
         """The oracle, noting each needed fact as it is shown (:meth:`scripted_note`)."""
         from cxsim.agents.scripted import NotingOracle
 
-        agents = self.scripted_agents(env_id, chat, omission_rate, seed, epsilon, skip_rate)
+        agents = self.scripted_agents(env_id, chat, options)
 
         def note(request: TurnRequest, noted: Sequence[tuple[str, str]]):
             return self.scripted_note(chat, request, noted)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cxsim.strategies.base import RolloutAgents, Trigger, TurnState, window_full
+from cxsim.strategies.base import RolloutAgents, ScriptedOptions, Trigger, TurnState, window_full
 from cxsim.strategies.compacted import Compacted
 
 if TYPE_CHECKING:
@@ -115,15 +115,12 @@ class SelfCompaction(Compacted):
         config: CompactionConfig,
         env_id: str,
         chat: ChatFormat,
-        omission_rate: float = 0.0,
-        seed: int = 0,
-        epsilon: float = 0.0,
-        skip_rate: float = 0.0,
+        options: ScriptedOptions = ScriptedOptions(),
     ) -> RolloutAgents:
         """The oracle, asking to compact slightly before the fallback (``scripted_compacts``)."""
         from cxsim.agents.scripted import CompactingOracle
 
-        agents = self.scripted_agents(env_id, chat, omission_rate, seed, epsilon, skip_rate)
+        agents = self.scripted_agents(env_id, chat, options)
         reserve = self.summary_reserve(config, chat)
 
         def asks(turn: TurnState) -> bool:

@@ -517,6 +517,14 @@ class ContextStrategy:
         return self.scripted_agents(env_id, chat, options)
 
 
+def check_counts(**counts: int) -> None:
+    """Raises ValueError naming the first of ``counts`` that is not an integer >= 1 (a bool
+    is not): a strategy's own settings, checked where it is made."""
+    for name, value in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} ({value!r}) must be an integer >= 1")
+
+
 def _chat_count(chat: ChatFormat) -> TokenCount:
     def count(piece: str, *texts: str) -> int:
         return len(getattr(chat, piece)(*texts))

@@ -57,6 +57,7 @@ from cxsim.strategies.base import (
     StepCost,
     TokenCount,
     TurnState,
+    check_counts,
 )
 from cxsim.strategies.compacted import Compacted
 
@@ -100,9 +101,7 @@ class Folding(Compacted):
     )
 
     def __init__(self, max_depth: int = MAX_DEPTH, max_branches: int = MAX_BRANCHES) -> None:
-        for name, value in (("max_depth", max_depth), ("max_branches", max_branches)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} ({value!r}) must be an integer >= 1")
+        check_counts(max_depth=max_depth, max_branches=max_branches)
         self.max_depth = max_depth
         self.max_branches = max_branches
 

@@ -70,6 +70,7 @@ from cxsim.strategies.base import (
     StepCost,
     TokenCount,
     _chat_count,
+    check_counts,
 )
 from cxsim.strategies.compacted import Compacted
 
@@ -189,9 +190,7 @@ class MemoryNotes(Compacted):
     )
 
     def __init__(self, max_notes: int = MAX_NOTES, max_note_tokens: int = MAX_NOTE_TOKENS) -> None:
-        for name, value in (("max_notes", max_notes), ("max_note_tokens", max_note_tokens)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} ({value!r}) must be an integer >= 1")
+        check_counts(max_notes=max_notes, max_note_tokens=max_note_tokens)
         self.max_notes = max_notes
         self.max_note_tokens = max_note_tokens
 

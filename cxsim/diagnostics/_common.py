@@ -49,6 +49,14 @@ def safe_div(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     return torch.where(den != 0, num / torch.where(den != 0, den, 1), torch.nan)
 
 
+def explained_variance(pred: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """``1 - Var(real - pred) / Var(real)`` (population variances); NaN when ``real`` is
+    empty or constant."""
+    var_real = real.var(unbiased=False) if real.numel() else torch.tensor(torch.nan)
+    var_err = (real - pred).var(unbiased=False) if real.numel() else torch.tensor(torch.nan)
+    return 1 - safe_div(var_err, var_real)
+
+
 def group_sums(
     x: torch.Tensor, group: torch.Tensor, num_groups: int
 ) -> torch.Tensor:  # (num_groups,)

@@ -14,6 +14,7 @@ from cxsim.advantages import stitched_gae
 from cxsim.diagnostics._common import (
     check_per_row,
     check_per_token,
+    explained_variance,
     group_sums,
     safe_div,
     to_floats,
@@ -71,12 +72,6 @@ def _pairs(
     raise ValueError(f"where must be 'first' or 'all', got {where!r}")
 
 
-def _explained_variance(pred: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    var_real = real.var(unbiased=False) if real.numel() else torch.tensor(torch.nan)
-    var_err = (real - pred).var(unbiased=False) if real.numel() else torch.tensor(torch.nan)
-    return 1 - safe_div(var_err, var_real)
-
-
 def critic_calibration(
     values: torch.Tensor,
     returns: torch.Tensor,
@@ -129,7 +124,7 @@ def critic_calibration(
         gap = torch.where(n_b > 0, (pred_b - real_b).abs(), 0.0)
         out = {
             f"critic/ece{suffix}": safe_div((n_b * gap).sum(), n_b.sum()),
-            f"critic/mc_ev{suffix}": _explained_variance(p, r),
+            f"critic/mc_ev{suffix}": explained_variance(p, r),
             f"critic/bias{suffix}": (p - r).mean() if p.numel() else p.new_tensor(torch.nan),
             f"critic/count{suffix}": n_b.sum(),
         }

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import torch
 
-from cxsim.diagnostics._common import as_records, safe_div, to_floats
+from cxsim.diagnostics._common import as_records, explained_variance, safe_div, to_floats
 
 
 class RecallRecord(Protocol):
@@ -159,4 +159,4 @@ def leave_one_out_ev(outcome: torch.Tensor, group: torch.Tensor) -> float:
             pred[members] = (outcome.sum() - outcome[members]) / (n - 1)
         else:
             pred[members] = (outcome[members].sum() - outcome[members]) / (size - 1)
-    return 1.0 - float((outcome - pred).var() / outcome.var())
+    return float(explained_variance(pred, outcome))

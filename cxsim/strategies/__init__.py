@@ -22,8 +22,6 @@ from cxsim.strategies.base import (
     KeptStep,
     Note,
     RebuiltWindow,
-    RolloutAgents,
-    ScriptedOptions,
     StepCost,
     Trigger,
     TurnState,
@@ -35,6 +33,7 @@ from cxsim.strategies.folding import FOLDING
 from cxsim.strategies.memory_notes import MEMORY_NOTES
 from cxsim.strategies.memory_state import MEMORY_STATE
 from cxsim.strategies.observation_masking import OBSERVATION_MASKING
+from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.self_compaction import SELF_COMPACTION, SELF_COMPACTION_DRAWN
 from cxsim.strategies.single import SINGLE
 from cxsim.strategies.sliding_window import SLIDING_WINDOW

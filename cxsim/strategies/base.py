@@ -45,6 +45,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
+from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
+
 if TYPE_CHECKING:
     from cxsim.agent_api import Agent
     from cxsim.agents.chat import ChatFormat
@@ -134,39 +136,6 @@ class TokenCount(Protocol):
     """``count(piece, *texts)``: ``len(chat.<piece>(*texts))`` (measured once per text)."""
 
     def __call__(self, piece: str, *texts: str) -> int: ...
-
-
-@dataclass(frozen=True)
-class ScriptedOptions:
-    """How the scripted oracle plays (``cxsim.agents.scripted.ScriptedAgent``'s arguments):
-    what :meth:`ContextStrategy.scripted_agents` passes on to every scripted agent."""
-
-    omission_rate: float = 0.0
-    """Probability that the scripted summarizer drops each needed fact."""
-    seed: int = 0
-    """Seed of the summarizer's omissions and the oracle's noise."""
-    epsilon: float = 0.0
-    """Probability of a uniformly random admissible action (a noisy oracle)."""
-    skip_rate: float = 0.0
-    """Probability of skipping each optional action of the oracle (KeyRecallActive's
-    ``open box``), doing its stand-in instead."""
-
-    def oracle(self, env_id: str, chat: ChatFormat) -> Agent:
-        """The environment's scripted oracle with these options."""
-        from cxsim.agents.scripted import ScriptedAgent
-
-        return ScriptedAgent(
-            env_id, chat, omission_rate=self.omission_rate, seed=self.seed,
-            epsilon=self.epsilon, skip_rate=self.skip_rate,
-        )  # fmt: skip
-
-
-class RolloutAgents(NamedTuple):
-    """The agents a rollout under a strategy needs: the actor and, where the strategy has
-    another agent write the summaries, that summarizer."""
-
-    actor: Agent
-    summarizer: Agent | None = None
 
 
 class ContextStrategy:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cxsim.strategies.base import RolloutAgents, ScriptedOptions, SummaryAuthor
+from cxsim.strategies.base import SummaryAuthor
 from cxsim.strategies.compacted import Compacted
+from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 
 if TYPE_CHECKING:
     from cxsim.agents.chat import ChatFormat

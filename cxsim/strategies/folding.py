@@ -52,14 +52,13 @@ from typing import TYPE_CHECKING
 
 from cxsim.strategies.base import (
     BranchMove,
-    RolloutAgents,
-    ScriptedOptions,
     StepCost,
     TokenCount,
     TurnState,
     check_counts,
 )
 from cxsim.strategies.compacted import Compacted
+from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 
 if TYPE_CHECKING:
     from cxsim.agent_api import TurnRequest

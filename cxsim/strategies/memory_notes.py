@@ -65,14 +65,13 @@ from typing import TYPE_CHECKING, Any
 
 from cxsim.strategies.base import (
     Note,
-    RolloutAgents,
-    ScriptedOptions,
     StepCost,
     TokenCount,
     _chat_count,
     check_counts,
 )
 from cxsim.strategies.compacted import Compacted
+from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 
 if TYPE_CHECKING:
     from cxsim.agent_api import TurnRequest

@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cxsim.strategies.base import RolloutAgents, ScriptedOptions, Trigger, TurnState, window_full
+from cxsim.strategies.base import Trigger, TurnState, window_full
 from cxsim.strategies.compacted import Compacted
+from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 
 if TYPE_CHECKING:
     from cxsim.agents.chat import ChatFormat

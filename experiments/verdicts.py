@@ -36,9 +36,7 @@ are read, not made again.
 from __future__ import annotations
 
 import json
-import re
 import shlex
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -51,7 +49,15 @@ from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
 from cxsim.experiments.presets import cli_with_budget
 from cxsim.experiments.tables import SMOKE_ENV
-from cxsim.experiments.verdicts_claims import CLAIMS, NO_EFFECT_MARGIN, Claim, evaluation_side
+from cxsim.experiments.verdicts_adopt import adopt_old_runs
+from cxsim.experiments.verdicts_claims import (
+    ARMS,
+    CLAIMS,
+    CREDIT_ARMS,
+    NO_EFFECT_MARGIN,
+    Claim,
+    evaluation_side,
+)
 from cxsim.model_options import check_device_name
 from cxsim.tracking import say
 
@@ -61,19 +67,6 @@ if TYPE_CHECKING:
 
 BudgetName = Literal["smoke", "full"]
 
-
-ARMS: tuple[str, ...] = (
-    "compactionrl", "ppo-single", "no-summary-training", "segment-mean-loss",
-    "no-cross-segment", "stitched", "supo", "segment-scope", "fixed-lambda", "local-fixed-lambda",
-    "local-segment-scope",
-)  # fmt: skip
-"""The PPO presets every seed trains from its base (experiments/presets.py)."""
-
-CREDIT_ARMS: tuple[str, ...] = (
-    "compactionrl", "no-cross-segment", "fixed-lambda", "local-fixed-lambda", "segment-scope",
-    "local-segment-scope",
-)  # fmt: skip
-"""The arms of the credit setting: the correction on and off at each lambda scope."""
 
 STAGE0 = "copies"
 """The stage 0's name in the study (``[stage0.copies]``, as in studies/verdicts.toml)."""
@@ -326,164 +319,6 @@ tasks per protocol, with budgets sized for 90 minutes on 2 cores: stage 0 (omiss
 8 epochs) shared, then per seed SFT 4 epochs at omission 0.5 from it, length-bucketed;
 PPO 2 + 8 iterations in 16-row micro-batches (why: docs/results/verdicts.md, "Setting").
 Then the credit setting (:class:`CreditSetting`) on the same seeds and budgets."""
-
-
-# -- a cache made before the study engine ran this command ----------------------------------
-
-
-def old_settings(cfg: Config, credit: CreditSetting | None, start_seed: int | None) -> dict:
-    """What a setting's folder of that cache was named after (its ``settings.json``)."""
-    ppo, arms = cfg.ppo, cfg.arms
-    env, sft, pretrain = cfg.env, cfg.sft, cfg.pretrain
-    if credit is not None:
-        env, sft, ppo, arms, pretrain = (
-            credit.env,
-            credit.sft,
-            credit.ppo or cfg.ppo,
-            credit.arms,
-            None,
-        )
-    settings: dict[str, Any] = {
-        "env": env, "compaction": cfg.compaction, "sft": sft, "ppo": ppo, "eval": cfg.eval,
-        "device": cfg.device, "pretrain": pretrain, "pretrain_seeds": cfg.pretrain_seeds,
-        "copy_loss": cfg.copy_loss,
-    }  # fmt: skip
-    if arms != ARMS:
-        settings["arms"] = arms
-    if credit is not None and start_seed is not None:
-        settings["start_seed"] = start_seed
-    return settings
-
-
-def agrees(recorded: Any, wanted: Any) -> bool:
-    """Every key ``recorded`` holds has the value ``wanted`` gives it (keys the configs gained
-    since it was recorded are left out of the comparison)."""
-    if isinstance(recorded, dict) and isinstance(wanted, dict):
-        return all(k in wanted and agrees(v, wanted[k]) for k, v in recorded.items())
-    return recorded == wanted
-
-
-def old_folder(runs_dir: Path, name: str, settings: dict[str, Any]) -> Path | None:
-    """``runs_dir/<name>-<8 hex>`` whose ``settings.json`` records ``settings``; None if none."""
-    from cxsim.tracking import to_jsonable
-
-    wanted = json.loads(json.dumps(to_jsonable(settings)))
-    for folder in sorted(runs_dir.glob(f"{name}-*")):
-        recorded = folder / "settings.json"
-        if (
-            re.fullmatch(rf"{re.escape(name)}-[0-9a-f]{{8}}", folder.name)
-            and recorded.is_file()
-            and agrees(json.loads(recorded.read_text()), wanted)
-        ):
-            return folder
-    return None
-
-
-def adopt(old: Path, new: Path, evaluation: bool = False) -> int:
-    """Copy the result file ``old`` to ``new`` unless ``new`` exists (an evaluation's
-    ``results`` from ``{protocol: result}`` to the list ``cxsim eval`` writes); 1 if copied."""
-    if new.is_file() or not old.is_file():
-        return 0
-    new.parent.mkdir(parents=True, exist_ok=True)
-    if not evaluation:
-        shutil.copyfile(old, new)
-        return 1
-    made = json.loads(old.read_text())
-    return write_new(
-        new, {**made, "results": list(made["results"].values()), "adopted_from": str(old)}
-    )
-
-
-def write_new(path: Path, data: dict[str, Any]) -> int:
-    """Write ``data`` to ``path`` unless a file is there; 1 if written."""
-    from cxsim.tracking import write_json
-
-    if path.is_file():
-        return 0
-    write_json(path, data)
-    return 1
-
-
-def adopt_old_runs(cfg: Config, study: Study) -> int:
-    """Copy the results of a cache made before the study engine ran ``cxsim verdicts`` (under
-    ``--runs-dir``: ``<preset>[-<setting>]-<hash>/`` with ``pretrain/p<seed>/sft``, then per
-    seed ``s<seed>/sft``, ``s<seed>/train/<arm>-s<seed>``, ``s<seed>/verdicts/eval-*.json``)
-    to where the study engine reads them, once: a file already there is kept. Only result
-    files are copied; the policies they name stay where they are. Returns how many."""
-    from cxsim.studies.runner import (
-        base_folder,
-        seed_folder,
-        setting_folder,
-        swap_eval_file,
-        train_folder,
-        unit_eval_file,
-    )
-    from cxsim.studies.spec import BASE, SWAP_PROTOCOL
-    from cxsim.studies.stage0 import chosen_file, stage0_folder
-
-    runs_dir, device = Path(cfg.runs_dir), cfg.device
-    main = old_folder(runs_dir, cfg.preset, old_settings(cfg, None, None))
-    if main is None:
-        return 0
-    copied, start_seed = 0, None
-    for stage in study.stage0:
-        tried = []
-        for seed in stage.seeds:
-            old = main / "pretrain" / f"p{seed}" / "sft" / "results.json"
-            new = stage0_folder(runs_dir, stage, device) / f"p{seed}" / "sft" / "results.json"
-            copied += adopt(old, new)
-            if not old.is_file():
-                break
-            made = json.loads(old.read_text())
-            loss = float(made["final"]["losses/heldout_execution"])
-            copies = loss <= stage.copy_loss
-            tried.append({"seed": seed, "heldout_execution": loss, "copies": copies,
-                          "sft_wall_time_s": float(made["wall_time_s"])})  # fmt: skip
-            if copies:  # the old run's choice, as the study engine records it
-                start_seed = seed
-                chosen = {"stage0": stage.name, "policy": made["policy"], "seed": seed,
-                          "copy_loss": stage.copy_loss, "tried": tried}  # fmt: skip
-                copied += write_new(chosen_file(runs_dir, stage, device), chosen)
-                break
-    credits = {c.name: c for c in cfg.credit}
-    for setting in study.settings:
-        folder = main
-        if setting.name in credits:
-            settings = old_settings(cfg, credits[setting.name], start_seed)
-            folder = old_folder(runs_dir, f"{cfg.preset}-{setting.name}", settings)
-        if folder is None:
-            continue
-        arms = {a: study.arm(a) for a in setting.arms}
-        for seed_dir in sorted(folder.glob("s*")):
-            if not seed_dir.name[1:].isdigit():
-                continue
-            seed = int(seed_dir.name[1:])
-            evals = seed_dir / "verdicts"
-            if not setting.bases_from:  # a setting that reuses bases has neither of these
-                base = base_folder(runs_dir, setting, seed, device)
-                copied += adopt(seed_dir / "sft" / "results.json", base / "sft" / "results.json")
-                copied += adopt(
-                    evals / "eval-base.json",
-                    unit_eval_file(runs_dir, setting, None, seed, device),
-                    True,
-                )
-            new_seed = seed_folder(runs_dir, setting, seed, device)
-            for name, arm in arms.items():
-                old = seed_dir / "train" / f"{name}-s{seed}" / "results.json"
-                copied += adopt(old, train_folder(new_seed, setting, arm) / "results.json")
-                copied += adopt(
-                    evals / f"eval-{name}.json",
-                    unit_eval_file(runs_dir, setting, arm, seed, device),
-                    True,
-                )
-            for name, arm in {BASE: None, **arms}.items():
-                single = unit_eval_file(runs_dir, setting, arm, seed, device, "single")
-                copied += adopt(evals / f"eval-{name}-single.json", single, True)
-                swap = swap_eval_file(runs_dir, setting, None, arm, seed, device, SWAP_PROTOCOL)
-                copied += adopt(evals / f"eval-t1-{name}.json", swap, True)
-    invocations = setting_folder(runs_dir, study.settings[0], device) / "invocations.json"
-    copied += adopt(main / "invocations.json", invocations)
-    return copied
 
 
 # -- the run ------------------------------------------------------------------------------

@@ -13,6 +13,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+ARMS: tuple[str, ...] = (
+    "compactionrl", "ppo-single", "no-summary-training", "segment-mean-loss",
+    "no-cross-segment", "stitched", "supo", "segment-scope", "fixed-lambda", "local-fixed-lambda",
+    "local-segment-scope",
+)  # fmt: skip
+"""The PPO presets every seed trains from its base (experiments/presets.py)."""
+
+CREDIT_ARMS: tuple[str, ...] = (
+    "compactionrl", "no-cross-segment", "fixed-lambda", "local-fixed-lambda", "segment-scope",
+    "local-segment-scope",
+)  # fmt: skip
+"""The arms of the credit setting: the correction on and off at each lambda scope."""
+
 BASE = "base"
 SWAP = "t1:"
 """``t1:<summarizer>``: the base acting under external-summarizer, that policy summarizing."""

@@ -239,7 +239,7 @@ def old_cache(cfg: Any, loss_1001: float = 0.002) -> dict[str, float]:
     (its folders named after a hash of their settings, recorded in settings.json; candidate
     1000 of stage 0 does not copy, 1001 does); returns each evaluation's Pass@1 by
     (setting, seed, name), which its tasks encode."""
-    from cxsim.experiments.verdicts import old_settings
+    from cxsim.experiments.verdicts_adopt import old_settings
     from cxsim.tracking import write_json
 
     root = Path(cfg.runs_dir)
@@ -353,7 +353,7 @@ def test_a_cache_of_the_older_layout_is_adopted_and_nothing_runs(
 def test_a_cache_of_other_settings_is_not_adopted(tmp_path: Path):
     from dataclasses import replace
 
-    from cxsim.experiments.verdicts import adopt_old_runs
+    from cxsim.experiments.verdicts_adopt import adopt_old_runs
 
     cfg = replace(BUDGETS["smoke"], runs_dir=str(tmp_path), credit_setting=False)
     old_cache(cfg)

@@ -30,6 +30,7 @@ import torch
 from cxsim.conformance.batches import Batch
 from cxsim.conformance.reference import GAE_QUANTITIES, lambda_rows
 from cxsim.conformance.reference import GROUP_EPS as _EPS
+from cxsim.conformance.term_models import tokens_after_rows
 from cxsim.estimators import EstimatorInputs
 
 
@@ -62,19 +63,6 @@ def _shaped(x: Any, shape: tuple[int, ...], what: str) -> torch.Tensor:
             f"the function returned {what} of shape {tuple(out.shape)}, expected {shape}"
         )
     return out
-
-
-def _tokens_after(batch: Batch) -> list[int]:
-    counts = batch.trainable.sum(dim=1)
-    return [
-        int(
-            counts[
-                (batch.rollout_id == batch.rollout_id[r])
-                & (batch.segment_index > batch.segment_index[r])
-            ].sum()
-        )
-        for r in range(batch.num_rows)
-    ]
 
 
 def _lambda_args(batch: Batch) -> dict[str, Any]:
@@ -244,7 +232,9 @@ def _samples_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, 
         **meta,
         "segment_indices": batch.segment_index.tolist(),
         "trainable_counts": batch.trainable.sum(dim=1).tolist(),
-        "tokens_after": _tokens_after(batch),
+        "tokens_after": [
+            int(n) for n in tokens_after_rows(batch, batch.trainable.sum(dim=1)).tolist()
+        ],
         "gamma": batch.gamma,
         **_lambda_args(batch),
     }

@@ -41,7 +41,7 @@ def _last(flags: list[bool]) -> int:
     return max((i for i, f in enumerate(flags) if f), default=-1)
 
 
-def _tokens_after(batch: Batch, counts: torch.Tensor) -> torch.Tensor:
+def tokens_after_rows(batch: Batch, counts: torch.Tensor) -> torch.Tensor:
     """(S,) float64: the sum of ``counts`` over the later segments of each row's rollout."""
     return torch.tensor(
         [
@@ -154,7 +154,7 @@ def gae_model(
             dtype=torch.float64,
         )
     if quantity == "cross-segment-gae" and after != "none":
-        later = _tokens_after(full, _mask(full, after).sum(dim=1))
+        later = tokens_after_rows(full, _mask(full, after).sum(dim=1))
         out = torch.pow(full.gamma * lam_rows, later)[:, None] * out
     return torch.where(batch.trainable, out, 0.0)
 

@@ -9,7 +9,7 @@ import pytest
 
 import cxsim.envs  # noqa: F401  (registers the environment ids)
 from cxsim.diagnostics import summary_omission
-from cxsim.diagnostics.omission import outcome_ceiling
+from cxsim.diagnostics.omission import GROUP_TAGS, online_ceiling, outcome_ceiling
 from cxsim.envs.scripted import ScriptedSummarizer, summary_recall
 
 
@@ -141,3 +141,30 @@ def test_a_lost_summary_alone_in_its_group_does_not_explain_itself():
     # from the others it is predicted 6/7, like every rollout: nothing is explained
     assert out["ev_ceiling"] == pytest.approx(1 - (42 / 49) / 1.5)
     assert out["ev_ceiling_loo"] < 0 < out["ev_ceiling"]
+
+
+def test_the_online_ceiling_predicts_each_group_by_the_earlier_batches_rates():
+    def record(success: bool, kept: bool) -> SimpleNamespace:
+        return SimpleNamespace(success=success, summary_recall=[{"key": kept}])
+
+    batch = [record(True, True)] * 3 + [record(False, True)] + [record(False, False)] * 4
+    first = online_ceiling(batch, history=[])
+    # the batch's own counts, in GROUP_TAGS order; nothing earlier to predict from
+    assert [first[t] for t in GROUP_TAGS] == [4.0, 3.0, 4.0, 0.0]
+    assert "critic/ev_ceiling_online" not in first
+    # two earlier batches: the last kept 1 of 2 and lost 2 of 2 (weight 1), the one before
+    # kept 4 of 4 and lost 0 of 2 (weight 1/2): kept rate (1 + 2) / (2 + 2) = 0.75, lost
+    # rate (2 + 0) / (2 + 1) = 2/3; a row without the tags (another tag set) is skipped
+    older = dict(zip(GROUP_TAGS, (4.0, 4.0, 2.0, 0.0), strict=True))
+    last = dict(zip(GROUP_TAGS, (2.0, 1.0, 2.0, 2.0), strict=True))
+    out = online_ceiling(batch, history=[older, {"charts/success_rate": 0.5}, last])
+    # predictions 0.75 (kept) and 2/3 (lost) against outcomes 1,1,1,0 and 0,0,0,0:
+    # residuals 0.25 x3, -0.75, -2/3 x4; Var(residual) / Var(outcome) over the 8 rollouts
+    residual = [0.25] * 3 + [-0.75] + [-2 / 3] * 4
+    mean = sum(residual) / 8
+    var_residual = sum((r - mean) ** 2 for r in residual) / 8
+    assert out["critic/ev_ceiling_online"] == pytest.approx(1 - var_residual / 0.234375)
+    # this batch's own rates would explain 0.6 (the in-batch ceiling); the earlier ones less
+    assert out["critic/ev_ceiling_online"] < outcome_ceiling(batch)["ev_ceiling"]
+    # a task without needed facts logs nothing
+    assert online_ceiling([SimpleNamespace(success=True, summary_recall=[{}])] * 2, []) == {}

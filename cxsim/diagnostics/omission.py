@@ -142,6 +142,61 @@ def outcome_ceiling(records: Sequence[RecallRecord | Mapping]) -> dict[str, floa
     return out
 
 
+ONLINE_DECAY = 0.5
+""":func:`online_ceiling`: each earlier batch counts this much less than the next."""
+GROUP_TAGS = (
+    "critic/ceiling_kept",
+    "critic/ceiling_kept_successes",
+    "critic/ceiling_lost",
+    "critic/ceiling_lost_successes",
+)
+"""The batch's rollouts whose last summary kept (lost) the needed facts, and their
+successes, as :func:`online_ceiling` logs them and reads them back from a run's history."""
+
+
+def online_ceiling(
+    records: Sequence[RecallRecord | Mapping],
+    history: Sequence[Mapping[str, float]],
+    decay: float = ONLINE_DECAY,
+) -> dict[str, float]:
+    """What a value that reads perfectly whether the last summary kept the needed facts, but
+    knows each group's success rate only from the run's earlier batches, explains of this
+    batch's outcome.
+
+    Returns this batch's group counts (:data:`GROUP_TAGS`, the statistics later batches read
+    back from ``history``, the run's earlier iterations with these tags) and, when an
+    earlier batch has them, ``critic/ev_ceiling_online``: the explained variance (as the
+    critic's is measured) of predicting each rollout's success by its group's success rate
+    over the earlier batches, batch ``i`` back weighted ``decay ** (i - 1)``, as a critic
+    trained on them would follow the policy (the earlier batches' overall rate for a group
+    they never saw). ``critic/ev_ceiling`` fits the rates on the batch it explains;
+    a critic cannot, so this is the bar it can be held to. Nothing is returned when no
+    rollout carries summary recall (a task without needed facts)."""
+    recs = as_records(records)
+    if not any(r.summary_recall and any(r.summary_recall) for r in recs):
+        return {}
+    success = torch.tensor([float(bool(r.success)) for r in recs], dtype=torch.float64)
+    kept = torch.tensor([last_summary_kept(r) for r in recs], dtype=torch.bool)
+    now = (kept.sum(), success[kept].sum(), (~kept).sum(), success[~kept].sum())
+    out = {tag: float(v) for tag, v in zip(GROUP_TAGS, now, strict=True)}
+    seen = torch.zeros(4, dtype=torch.float64)  # weighted sums, in GROUP_TAGS order
+    weight = 1.0
+    for earlier in reversed(history):
+        if GROUP_TAGS[0] not in earlier:
+            continue
+        seen += weight * torch.tensor([float(earlier[t]) for t in GROUP_TAGS], dtype=torch.float64)
+        weight *= decay
+    if float(seen[0] + seen[2]) == 0.0:
+        return out
+    overall = (seen[1] + seen[3]) / (seen[0] + seen[2])
+    rate_kept = seen[1] / seen[0] if float(seen[0]) > 0 else overall
+    rate_lost = seen[3] / seen[2] if float(seen[2]) > 0 else overall
+    ev = explained_variance(torch.where(kept, rate_kept, rate_lost), success)
+    if ev == ev:  # defined (outcomes vary)
+        out["critic/ev_ceiling_online"] = float(ev)
+    return out
+
+
 def leave_one_out_ev(outcome: torch.Tensor, group: torch.Tensor) -> float:
     """``1 - Var(y - pred) / Var(y)`` with ``pred[i]`` the mean outcome of the other members
     of ``i``'s group (bool ``group``), or of every other rollout when ``i`` is alone in it;

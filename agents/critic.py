@@ -120,16 +120,56 @@ class WordsMaxPool(nn.Module):
         return hidden.float() + unit_rms(running)
 
 
+class WordsSeenPool(nn.Module):
+    """``features[t] = hidden[t] + sum(table[w] for each distinct word w of the prefix <= t)``:
+    the last hidden state plus one learned vector per word the prefix holds, counted once
+    however often it appears. Linear in which words were seen, so a head learns a weight per
+    word (a key after ``the key is``, or ``unknown``) from the first step, whatever the base's
+    embeddings; token ids share ``buckets`` rows (``id % buckets``), so a large vocabulary
+    costs at most ``buckets x H`` parameters. The table starts at N(0, ``scale``^2) so the
+    head's gradient reaches it (a zero table and a zero head would stay at 0)."""
+
+    reads_ids = True
+
+    def __init__(self, hidden_size: int, buckets: int = 4096, scale: float = 0.1):
+        super().__init__()
+        self.buckets = buckets
+        self.table = nn.Parameter(torch.randn(buckets, hidden_size) * scale)
+
+    def forward(
+        self, hidden: torch.Tensor, attended: torch.Tensor, input_ids: torch.Tensor
+    ) -> torch.Tensor:
+        """hidden (S, T, H), attended (S, T) bool, input_ids (S, T) long -> (S, T, H) float32."""
+        width = input_ids.shape[1]
+        bucket = input_ids.long() % self.buckets
+        position = torch.arange(width, device=input_ids.device).expand_as(bucket)
+        # each row's first attended position of each word; padding never counts
+        first_at = torch.full(
+            (bucket.shape[0], self.buckets), width, dtype=torch.long, device=bucket.device
+        )
+        first_at.scatter_reduce_(1, bucket, position.masked_fill(~attended, width), "amin")
+        first = (first_at.gather(1, bucket) == position) & attended  # (S, T)
+        seen = (first[..., None].float() * self.table.float()[bucket]).cumsum(dim=1)
+        return hidden.float() + seen
+
+
 def pool_features(
-    pool: nn.Module | None, hidden: torch.Tensor, attended: torch.Tensor, embedded: torch.Tensor
+    pool: nn.Module | None,
+    hidden: torch.Tensor,
+    attended: torch.Tensor,
+    embedded: torch.Tensor | None,
+    input_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """What a value head reads: ``hidden`` itself (no pool), or the pool of it (and of the
-    input embeddings, for a pool that declares ``reads_embeddings``), in float32."""
+    input embeddings or the token ids, for a pool that declares ``reads_embeddings`` or
+    ``reads_ids``), in float32."""
     if pool is None:
         return hidden
     with torch.autocast(hidden.device.type, enabled=False):  # sums and softmax in fp32
         if getattr(pool, "reads_embeddings", False):
             return pool(hidden, attended, embedded)
+        if getattr(pool, "reads_ids", False):
+            return pool(hidden, attended, input_ids)
         return pool(hidden, attended)
 
 
@@ -214,7 +254,7 @@ class Critic(nn.Module):
             embedded = None
             if getattr(self.pool, "reads_embeddings", False):
                 embedded = self.backbone.get_input_embeddings()(input_ids)
-            hidden = pool_features(self.pool, hidden, mask.bool(), embedded)
+            hidden = pool_features(self.pool, hidden, mask.bool(), embedded, input_ids)
         # Same positions as sequence_logprobs: token t and its predecessor are both real.
         scored = (mask[:, 1:] * mask[:, :-1]).bool()
         if self.support is None:

@@ -302,7 +302,8 @@ class PPOConfig:
     state), ``prefix-mean`` (the mean of its hidden states), ``attention-pool`` (its hidden
     states pooled by a learned query), ``words-pool`` / ``words-max`` (its last hidden state
     plus the prefix's input embeddings, pooled by a learned query / by a running maximum),
-    or ``my_module:my_head`` for a ``ValueHead`` of your own. Every one reads the prefix
+    ``words-seen`` (its last hidden state plus a learned vector per distinct word of the
+    prefix), or ``my_module:my_head`` for a ``ValueHead`` of your own. Every one reads the prefix
     only."""
     value_loss: ValueLossName = when_set("mse")
     """Critic loss (cxsim/critics.py): ``mse`` (0.5 (V - G)^2), ``hl-gauss`` (cross-entropy

@@ -20,10 +20,14 @@ tokens change.
   (docs/results.md, "The critic by segment");
 - ``words-max``: the last hidden state plus the running elementwise maximum of the prefix's
   input embeddings (each at unit scale): whether the context holds a word is a large
-  feature from the start, with nothing to learn but the head.
+  feature from the start, with nothing to learn but the head;
+- ``words-seen``: the last hidden state plus the sum of one learned vector per distinct token
+  id of the prefix (a table of its own, not the base's embeddings): linear in which words
+  the context holds, so it reads them the same way on every base.
 
 A pool module may declare ``reads_embeddings = True``; it is then called as
-``pool(hidden, attended, embedded)`` with the backbone's input embeddings (S, T, H).
+``pool(hidden, attended, embedded)`` with the backbone's input embeddings (S, T, H); or
+``reads_ids = True``: ``pool(hidden, attended, input_ids)`` with the token ids (S, T).
 
 ``VALUE_LOSSES[name]`` is a :class:`ValueLoss`: the per-token loss the critic update
 reduces, and the support its head's outputs are read against.
@@ -133,6 +137,12 @@ def _words_max(hidden_size: int) -> nn.Module:
     return WordsMaxPool()
 
 
+def _words_seen(hidden_size: int) -> nn.Module:
+    from cxsim.agents.critic import WordsSeenPool
+
+    return WordsSeenPool(hidden_size)
+
+
 VALUE_HEADS: Registry[ValueHead] = Registry(
     {
         "last": ValueHead(_last, "the prefix's last hidden state (a language model's reading)"),
@@ -147,6 +157,10 @@ VALUE_HEADS: Registry[ValueHead] = Registry(
         "words-max": ValueHead(
             _words_max,
             "the last hidden state plus the running maximum of the prefix's input embeddings",
+        ),
+        "words-seen": ValueHead(
+            _words_seen,
+            "the last hidden state plus a learned vector for each distinct word of the prefix",
         ),
     },
     entry_type=ValueHead,

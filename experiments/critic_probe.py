@@ -19,9 +19,9 @@ Reads top to bottom. For one policy (``--policy``):
    policy fixed; after each iteration its explained variance of the held-out outcome at
    each segment's first trainable token;
 5. **critic variants** (``--variants``, with ``--critic-iterations N``): for each value head
-   (``last``, ``prefix-mean``, ``attention-pool``, ``words-pool``, ``words-max``;
-   cxsim/critics.py), optionally with a value loss (``+mse``, ``+hl-gauss``; else
-   ``--ppo.value-loss``): a ridge probe of the features
+   (``last``, ``prefix-mean``, ``attention-pool``, ``words-pool``, ``words-max``,
+   ``words-seen``; cxsim/critics.py), optionally with a value loss (``+mse``,
+   ``+hl-gauss``; else ``--ppo.value-loss``): a ridge probe of the features
    that head reads, fresh from the policy (for a pooled head, the pooled features), and the
    learning curve of a critic of that variant (``cxsim.critics.build_critic``) trained by
    the trainer's own critic step as in step 4, on the same fit rollouts and the same
@@ -87,9 +87,10 @@ class Config:
     """The critic step's settings (rollouts per iteration, critic ratio, lr, estimator)."""
     variants: tuple[str, ...] | None = None
     """Critic variants to compare (needs --critic-iterations): each a value head (``last``,
-    ``prefix-mean``, ``attention-pool``, ``words-pool``, ``words-max`` or ``module:name``),
-    optionally ``+`` a value loss (``mse``, ``hl-gauss``; else --ppo.value-loss), e.g. ``last prefix-mean+hl-gauss``; the
-    other --ppo.* settings are shared. None: only the configured --ppo.* critic."""
+    ``prefix-mean``, ``attention-pool``, ``words-pool``, ``words-max``, ``words-seen`` or
+    ``module:name``), optionally ``+`` a value loss (``mse``, ``hl-gauss``; else
+    --ppo.value-loss), e.g. ``last prefix-mean+hl-gauss``; the other --ppo.* settings are
+    shared. None: only the configured --ppo.* critic."""
     out: str | None = None
     """Write the figures here as JSON (None: print only)."""
     threads: int = 1
@@ -181,9 +182,9 @@ def ridge_probe(x: Any, y: Any, fit: Any, ridges: tuple[float, ...]) -> tuple[fl
 
 def _hidden_states(critic: Any, batch: Any, rows: int) -> Any:
     """Per chunk of ``rows`` rows: ``(hidden (s, T, H), mask (s, T) long, at (s,),
-    embedded (s, T, H))`` from the critic's backbone (its last hidden states and its input
-    embeddings), ``at`` the position whose features give the value of each row's first
-    trainable token (``values[t] = head(features[t - 1])``)."""
+    embedded (s, T, H), ids (s, T))`` from the critic's backbone (its last hidden states and
+    its input embeddings) and the rows' token ids, ``at`` the position whose features give
+    the value of each row's first trainable token (``values[t] = head(features[t - 1])``)."""
     import torch
 
     first = batch.trainable.long().argmax(dim=1)  # the first trainable token of each row
@@ -200,7 +201,7 @@ def _hidden_states(critic: Any, batch: Any, rows: int) -> Any:
                 output_hidden_states=True,
             )
             at = first[start : start + rows] - 1
-            yield out.last_hidden_state, mask, at, out.hidden_states[0]  # (s, T, H) each
+            yield out.last_hidden_state, mask, at, out.hidden_states[0], ids  # (s, T, H); ids
 
 
 def value_features(critic: Any, batch: Any, rows: int = 16) -> dict[str, Any]:
@@ -213,7 +214,7 @@ def value_features(critic: Any, batch: Any, rows: int = 16) -> dict[str, Any]:
         return (x * mask[..., None]).cumsum(1) / mask.cumsum(1).clamp(min=1)[..., None]
 
     out: dict[str, list[Any]] = {name: [] for name in FEATURES}
-    for hidden, mask, at, embedded in _hidden_states(critic, batch, rows):
+    for hidden, mask, at, embedded, _ in _hidden_states(critic, batch, rows):
         picked = torch.arange(len(hidden))
         out["last"].append(hidden.double()[picked, at])
         out["prefix-mean"].append(running_mean(hidden.double(), mask)[picked, at])
@@ -231,8 +232,8 @@ def head_features(critic: Any, pool: Any, batch: Any, rows: int = 16) -> Any:
 
     out = []
     with torch.no_grad():
-        for hidden, mask, at, embedded in _hidden_states(critic, batch, rows):
-            features = pool_features(pool, hidden, mask.bool(), embedded)
+        for hidden, mask, at, embedded, ids in _hidden_states(critic, batch, rows):
+            features = pool_features(pool, hidden, mask.bool(), embedded, ids)
             out.append(features[torch.arange(len(hidden)), at].double())
     return torch.cat(out)
 

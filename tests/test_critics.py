@@ -30,7 +30,7 @@ from cxsim.losses import histogram_edges, hl_gauss_loss, hl_gauss_target
 from cxsim.ppo import critic_update, score_batch
 from cxsim.segments import Segment, SegmentBatch, pack_segments
 
-HEADS = ("last", "prefix-mean", "attention-pool", "words-pool", "words-max")
+HEADS = ("last", "prefix-mean", "attention-pool", "words-pool", "words-max", "words-seen")
 VARIANTS = [(head, loss) for head in HEADS for loss in ("mse", "hl-gauss")]
 CUE_WIN, CUE_LOSE = 5, 6
 """Token ids of the cue that decides a rollout's reward (shown at position 1 of every segment)."""
@@ -203,6 +203,25 @@ def test_words_max_adds_the_running_maximum_of_the_words_to_the_last_hidden_stat
     torch.testing.assert_close(values[1, pad + 1 :], values[0, 1 : 6 - pad], atol=1e-5, rtol=0)
 
 
+def test_words_seen_adds_one_learned_vector_per_distinct_word_of_the_prefix(policy):
+    critic, _ = critic_for(policy, "words-seen")
+    randomise(critic)
+    row = [3, 10, 11, 10, 12, 11]  # 10 and 11 come twice: counted once each
+    pad = 2
+    ids = torch.tensor([row, [0] * pad + row[: len(row) - pad]])  # second row: left padding
+    mask = torch.tensor([[1] * 6, [0] * pad + [1] * (6 - pad)])
+    table = critic.pool.table.detach()
+    with torch.no_grad():
+        values = critic(ids, mask)
+        hidden = critic.backbone(ids[:1]).last_hidden_state[0]
+        for t in range(1, len(row)):
+            seen = sum(table[w] for w in set(row[:t]))
+            expected = critic.head(hidden[t - 1] + seen)[0]
+            torch.testing.assert_close(values[0, t], expected, atol=1e-5, rtol=0)
+    # padding (token 0) is never a word seen: the padded row's values are the same prefixes'
+    torch.testing.assert_close(values[1, pad + 1 :], values[0, 1 : 6 - pad], atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("head", ["attention-pool", "words-pool"])
 def test_a_pool_weights_the_prefix_by_its_query(policy, head):
     """attention-pool pools the hidden states; words-pool pools the words at unit scale and
@@ -337,6 +356,7 @@ def test_critic_lambda_changes_the_targets_not_the_advantages(policy):
         ("attention-pool", "hl-gauss"),
         ("words-pool", "mse"),
         ("words-max", "mse"),
+        ("words-seen", "hl-gauss"),
     ],
 )
 def test_variants_save_and_load(policy, tmp_path, head, loss):

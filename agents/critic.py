@@ -84,8 +84,6 @@ class WordsPool(nn.Module):
     wherever they stand), scaled to unit root-mean-square like a normed last layer. The
     pool's query starts at 0, so its part starts as the prefix mean of the embeddings."""
 
-    reads_embeddings = True
-
     def __init__(self, hidden_size: int, chunk: int = 256):
         super().__init__()
         self.words = AttentionPool(hidden_size, chunk)
@@ -108,8 +106,6 @@ class WordsMaxPool(nn.Module):
     large, fixed feature from the first step (no parameters: the head alone learns to read
     it). 0 where no position is attended yet."""
 
-    reads_embeddings = True
-
     def forward(
         self, hidden: torch.Tensor, attended: torch.Tensor, embedded: torch.Tensor
     ) -> torch.Tensor:
@@ -128,8 +124,6 @@ class WordsSeenPool(nn.Module):
     embeddings; token ids share ``buckets`` rows (``id % buckets``), so a large vocabulary
     costs at most ``buckets x H`` parameters. The table starts at N(0, ``scale``^2) so the
     head's gradient reaches it (a zero table and a zero head would stay at 0)."""
-
-    reads_ids = True
 
     def __init__(self, hidden_size: int, buckets: int = 4096, scale: float = 0.1):
         super().__init__()
@@ -155,22 +149,20 @@ class WordsSeenPool(nn.Module):
 
 def pool_features(
     pool: nn.Module | None,
+    reads: str,
     hidden: torch.Tensor,
     attended: torch.Tensor,
-    embedded: torch.Tensor | None,
+    embedded: torch.Tensor | None = None,
     input_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """What a value head reads: ``hidden`` itself (no pool), or the pool of it (and of the
-    input embeddings or the token ids, for a pool that declares ``reads_embeddings`` or
-    ``reads_ids``), in float32."""
+    """What a value head reads: ``hidden`` itself (no pool), or the pool of it and of what the
+    head's entry says it ``reads`` (``cxsim.critics.ValueHead.reads``: nothing more, the input
+    embeddings, or the token ids), in float32."""
     if pool is None:
         return hidden
+    extra = {"hidden": (), "embeddings": (embedded,), "ids": (input_ids,)}[reads]
     with torch.autocast(hidden.device.type, enabled=False):  # sums and softmax in fp32
-        if getattr(pool, "reads_embeddings", False):
-            return pool(hidden, attended, embedded)
-        if getattr(pool, "reads_ids", False):
-            return pool(hidden, attended, input_ids)
-        return pool(hidden, attended)
+        return pool(hidden, attended, *extra)
 
 
 class Critic(nn.Module):
@@ -190,6 +182,7 @@ class Critic(nn.Module):
         pool: nn.Module | None = None,
         support: Sequence[float] | None = None,
         value_head: str = "last",
+        reads: str = "hidden",
     ):
         super().__init__()
         outputs = 1 if support is None else len(support)
@@ -203,6 +196,7 @@ class Critic(nn.Module):
         self.head = head
         self.pool = pool
         self.value_head = value_head
+        self.reads = reads  # what the pool takes besides the hidden states (ValueHead.reads)
         self.support_values = None if support is None else tuple(float(v) for v in support)
         support_tensor = None
         if support is not None:
@@ -230,10 +224,11 @@ class Critic(nn.Module):
         head = nn.Linear(backbone.config.hidden_size, outputs)
         nn.init.zeros_(head.weight)
         nn.init.zeros_(head.bias)
-        pool = VALUE_HEADS[value_head].pool(backbone.config.hidden_size)
+        entry = VALUE_HEADS[value_head]
+        pool = entry.pool(backbone.config.hidden_size)
         if pool is not None:
             pool = pool.to(device=policy.device)
-        return cls(backbone, head.to(device=policy.device), pool, support, value_head)
+        return cls(backbone, head.to(device=policy.device), pool, support, value_head, entry.reads)
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, return_logits: bool = False
@@ -252,9 +247,9 @@ class Critic(nn.Module):
         ).last_hidden_state  # (S, T, H)
         if self.pool is not None:
             embedded = None
-            if getattr(self.pool, "reads_embeddings", False):
+            if self.reads == "embeddings":
                 embedded = self.backbone.get_input_embeddings()(input_ids)
-            hidden = pool_features(self.pool, hidden, mask.bool(), embedded, input_ids)
+            hidden = pool_features(self.pool, self.reads, hidden, mask.bool(), embedded, input_ids)
         # Same positions as sequence_logprobs: token t and its predecessor are both real.
         scored = (mask[:, 1:] * mask[:, :-1]).bool()
         if self.support is None:
@@ -309,10 +304,11 @@ class Critic(nn.Module):
         support = config["support"]
         head = nn.Linear(backbone.config.hidden_size, 1 if support is None else len(support))
         head.load_state_dict({k: v for k, v in weights.items() if not k.startswith(POOL_PREFIX)})
-        pool = VALUE_HEADS[config["value_head"]].pool(backbone.config.hidden_size)
+        entry = VALUE_HEADS[config["value_head"]]
+        pool = entry.pool(backbone.config.hidden_size)
         if pool is not None:
             n = len(POOL_PREFIX)
             pool.load_state_dict(
                 {k[n:]: v for k, v in weights.items() if k.startswith(POOL_PREFIX)}
             )
-        return cls(backbone, head, pool, support, config["value_head"]).to(device)
+        return cls(backbone, head, pool, support, config["value_head"], entry.reads).to(device)

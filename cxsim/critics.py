@@ -25,9 +25,10 @@ tokens change.
   id of the prefix (a table of its own, not the base's embeddings): linear in which words
   the context holds, so it reads them the same way on every base.
 
-A pool module may declare ``reads_embeddings = True``; it is then called as
-``pool(hidden, attended, embedded)`` with the backbone's input embeddings (S, T, H); or
-``reads_ids = True``: ``pool(hidden, attended, input_ids)`` with the token ids (S, T).
+A head's entry says what its pool module is called with (``ValueHead.reads``):
+``pool(hidden, attended)``; with ``reads="embeddings"`` ``pool(hidden, attended, embedded)``,
+the backbone's input embeddings (S, T, H); with ``reads="ids"`` ``pool(hidden, attended,
+input_ids)``, the token ids (S, T).
 
 ``VALUE_LOSSES[name]`` is a :class:`ValueLoss`: the per-token loss the critic update
 reduces, and the support its head's outputs are read against.
@@ -74,6 +75,18 @@ class ValueHead:
     state itself (``last``)."""
     help: str
     """One line for ``--ppo.value-head``'s help."""
+    reads: str = "hidden"
+    """What the pool module takes besides the hidden states and the attended mask (S, T):
+    nothing (``hidden``), the backbone's input embeddings (S, T, H) (``embeddings``), or the
+    token ids (S, T) (``ids``)."""
+
+    def __post_init__(self) -> None:
+        if self.reads not in POOL_INPUTS:
+            raise ValueError(f"ValueHead reads={self.reads!r}: choose one of {POOL_INPUTS}")
+
+
+POOL_INPUTS = ("hidden", "embeddings", "ids")
+"""What a value head's pool may read (``ValueHead.reads``)."""
 
 
 @dataclass(frozen=True)
@@ -153,20 +166,26 @@ VALUE_HEADS: Registry[ValueHead] = Registry(
         "words-pool": ValueHead(
             _words_pool,
             "the last hidden state plus the prefix's input embeddings pooled by one query",
+            reads="embeddings",
         ),
         "words-max": ValueHead(
             _words_max,
             "the last hidden state plus the running maximum of the prefix's input embeddings",
+            reads="embeddings",
         ),
         "words-seen": ValueHead(
             _words_seen,
             "the last hidden state plus a learned vector for each distinct word of the prefix",
+            reads="ids",
         ),
     },
     entry_type=ValueHead,
     kind="value head",
     group="cxsim.value_heads",
-    declaration="pool=<function: hidden_size -> causal module or None>, help='one line'",
+    declaration=(
+        "pool=<function: hidden_size -> causal module or None>, help='one line'"
+        "[, reads='embeddings' | 'ids']"
+    ),
 )
 """Every value head by name; the first is the default. A name it does not hold is looked up
 as a plug-in (``module:name`` or an entry point of group ``cxsim.value_heads``)."""

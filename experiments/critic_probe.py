@@ -222,18 +222,19 @@ def value_features(critic: Any, batch: Any, rows: int = 16) -> dict[str, Any]:
     return {name: torch.cat(parts) for name, parts in out.items()}
 
 
-def head_features(critic: Any, pool: Any, batch: Any, rows: int = 16) -> Any:
-    """(S, H) float64: what a value head reads for the value of each row's first trainable
-    token: the backbone's hidden states through ``pool`` (a value head's module,
-    ``cxsim.critics.VALUE_HEADS``; None: the hidden state itself)."""
+def head_features(critic: Any, head: Any, batch: Any, rows: int = 16) -> Any:
+    """(S, H) float64: what a fresh value head of entry ``head`` (a
+    ``cxsim.critics.ValueHead``) reads for the value of each row's first trainable token:
+    the backbone's hidden states through its pool (the hidden state itself for ``last``)."""
     import torch
 
     from cxsim.agents.critic import pool_features
 
+    pool = head.pool(critic.backbone.config.hidden_size)
     out = []
     with torch.no_grad():
         for hidden, mask, at, embedded, ids in _hidden_states(critic, batch, rows):
-            features = pool_features(pool, hidden, mask.bool(), embedded, ids)
+            features = pool_features(pool, head.reads, hidden, mask.bool(), embedded, ids)
             out.append(features[torch.arange(len(hidden)), at].double())
     return torch.cat(out)
 
@@ -354,8 +355,7 @@ def variant_rows(
     for variant in cfg.variants or ():
         ppo = variant_ppo(cfg.ppo, variant)
         if ppo.value_head not in probes:  # the loss does not change what the head reads
-            pool = VALUE_HEADS[ppo.value_head].pool(frozen.backbone.config.hidden_size)
-            x = head_features(frozen, pool, batch)
+            x = head_features(frozen, VALUE_HEADS[ppo.value_head], batch)
             by_segment = segment_probes(cfg, {ppo.value_head: x}, batch)
             probes[ppo.value_head] = (*ridge_probe(x[last], y, fit, cfg.ridges), by_segment)
         torch.manual_seed(0)  # every variant sees the same minibatch order

@@ -125,10 +125,9 @@ def test_head_features_are_what_each_fresh_head_reads():
         segments.append(Segment("execution", ids, trainable, [0.0] * n, rid, 0, float(rid)))
     batch = pack_segments(segments, pad_id=0)
     frozen = value_features(critic, batch)
-    hidden = critic.backbone.config.hidden_size
-    last = head_features(critic, VALUE_HEADS["last"].pool(hidden), batch)
-    mean = head_features(critic, VALUE_HEADS["prefix-mean"].pool(hidden), batch)
-    pooled = head_features(critic, VALUE_HEADS["attention-pool"].pool(hidden), batch)
+    last = head_features(critic, VALUE_HEADS["last"], batch)
+    mean = head_features(critic, VALUE_HEADS["prefix-mean"], batch)
+    pooled = head_features(critic, VALUE_HEADS["attention-pool"], batch)
     torch.testing.assert_close(last, frozen["last"], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(mean, frozen["prefix-mean"], rtol=1e-5, atol=1e-5)
     # the bag of words: the prefix's input embeddings averaged, before any layer

@@ -422,6 +422,11 @@ shifted_mean = ValueHead(_shifted_mean, "a plug-in head")
 """A ``ValueHead`` declared outside cxsim/critics.py."""
 
 
+def test_a_head_that_reads_something_unknown_fails_where_it_is_declared():
+    with pytest.raises(ValueError, match=r"ValueHead reads='tokens': choose one of \('hidden'"):
+        ValueHead(_shifted_mean, "a plug-in head", reads="tokens")
+
+
 def test_the_flags_are_in_train_help(capsys):
     with pytest.raises(SystemExit):
         cxsim(["train", "--help"])

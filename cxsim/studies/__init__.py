@@ -10,8 +10,9 @@ docs/reference/study-files.md.
 
 One topic per module:
 
-- :mod:`cxsim.studies.spec`: the file's frozen dataclasses, and its settings, arms, budgets
-  and seeds parsed and validated; :mod:`cxsim.studies.claims`: its ``[[claims]]``;
+- :mod:`cxsim.studies.spec`: the file's frozen dataclasses, and its budgets, seeds, metrics
+  and figure parsed and validated; :mod:`cxsim.studies.settings`: its settings, arms and
+  stage-0 tables; :mod:`cxsim.studies.claims`: its ``[[claims]]``;
   :mod:`cxsim.studies.load`: the file read whole (:func:`~cxsim.studies.load.load_study`),
   every name checked before any run;
 - :mod:`cxsim.studies.selection`: what one invocation runs (``--only``);

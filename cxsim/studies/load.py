@@ -1,5 +1,6 @@
 """A study file read whole: the TOML's top-level keys, each table parsed and validated
-(:mod:`cxsim.studies.spec`, :mod:`cxsim.studies.claims`, :mod:`cxsim.studies.checks`), every
+(:mod:`cxsim.studies.spec`, :mod:`cxsim.studies.settings`, :mod:`cxsim.studies.claims`,
+:mod:`cxsim.studies.checks`), every
 arm's PPO config checked, and the seeds and budget applied, before any run
 (:func:`load_study`)."""
 
@@ -11,18 +12,20 @@ from typing import Any
 
 from cxsim.studies.checks import budget_checks, parse_checks
 from cxsim.studies.claims import parse_claims
-from cxsim.studies.spec import (
-    Study,
+from cxsim.studies.settings import (
     attach_stage0,
     check_bases_from,
     parse_arms,
+    parse_settings,
+    parse_stage0,
+)
+from cxsim.studies.spec import (
+    Study,
     parse_budgets,
     parse_diagnostics,
     parse_figure,
     parse_metrics,
     parse_seeds,
-    parse_settings,
-    parse_stage0,
 )
 from cxsim.studies.stages import arm_ppo
 from cxsim.studies.values import StudyError, check_keys, table_of, text_of

@@ -46,8 +46,9 @@ A study's defaults are the command line's, except ``eval.protocols``: ``compacte
 An arm's PPO settings are its setting's ``ppo`` table, then its preset's changes on top (as
 ``cxsim run --presets`` applies them), then the arm's own ``ppo`` keys.
 
-This module holds the dataclasses and the parsing of the settings, arms, stage-0 tables,
-budgets, seeds, metrics and figure; the claims are parsed in :mod:`cxsim.studies.claims`,
+This module holds the dataclasses and the parsing of the budgets, seeds, metrics and figure;
+the settings, arms and stage-0 tables are parsed in :mod:`cxsim.studies.settings`, the
+claims in :mod:`cxsim.studies.claims`,
 the checks in :mod:`cxsim.studies.checks`, and the file is read whole by
 :func:`cxsim.studies.load.load_study`; ``--only``: :mod:`cxsim.studies.selection`.
 """
@@ -55,23 +56,18 @@ the checks in :mod:`cxsim.studies.checks`, and the file is read whole by
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
-from cxsim.experiments.presets import DEFAULT_PRESET, PRESETS
-from cxsim.pretrained import PRETRAINED
-from cxsim.studies.stages import stage0_sft_config
 from cxsim.studies.stats import METRICS
 from cxsim.studies.values import (
     StudyError,
     build_group,
     check_keys,
     check_name,
-    first_line,
-    normalised,
     split_groups,
     text_of,
 )
@@ -475,199 +471,6 @@ def copy_loss(value: Any, where: str) -> float:
             "or below which a candidate copies, a number > 0 (e.g. 0.01)"
         )
     return float(value)
-
-
-def parse_arms(raw: dict[str, Any], where: str) -> tuple[Arm, ...]:
-    if not raw:
-        raise StudyError(f"{where}: name at least one arm ([arms.NAME] with a preset)")
-    arms = []
-    for name, table in raw.items():
-        here = f"{where}: arms.{name}"
-        check_name(name, here)
-        if name == BASE:
-            raise StudyError(f"{here}: {BASE!r} names each seed's SFT base; call the arm otherwise")
-        groups, own = split_groups(table, here, ("ppo",), ("about", "preset"))
-        preset = own.get("preset", DEFAULT_PRESET)
-        if preset not in PRESETS:
-            raise StudyError(
-                f"{here}: preset = {preset!r} is not a preset of experiments/presets.py; "
-                f"choose one of: {', '.join(PRESETS)}"
-            )
-        changes = build_group("ppo", GROUPS["ppo"], groups.get("ppo", {}), here)
-        about = own.get("about", "")
-        if not isinstance(about, str):
-            raise StudyError(f"{here}: about is text")
-        arms.append(Arm(name, preset, tuple(changes.items()), about))
-    return tuple(arms)
-
-
-def parse_settings(
-    raw: dict[str, Any],
-    arms: tuple[Arm, ...],
-    budget: dict[str, dict[str, Any]],
-    folder: Path,
-    where: str,
-) -> tuple[Setting, ...]:
-    if not raw:
-        raise StudyError(f"{where}: name at least one setting ([settings.NAME])")
-    arm_names = [a.name for a in arms]
-    settings = []
-    for name, table in raw.items():
-        here = f"{where}: settings.{name}"
-        check_name(name, here)
-        if name == ARM_PREFIX.removesuffix(":"):
-            raise StudyError(
-                f"{here}: 'arm' is kept for --only arm:NAME; call the setting otherwise"
-            )
-        groups, own = split_groups(table, here, tuple(GROUPS), SETTING_OWN)
-        built = {}
-        for group, default in GROUPS.items():
-            values = {**normalised(groups.get(group, {})), **normalised(budget.get(group, {}))}
-            changes = build_group(group, default, values, here)
-            try:
-                built[group] = replace(default, **changes)
-            except (ValueError, TypeError, KeyError) as error:
-                raise StudyError(f"{here}: {group}: {first_line(error)}") from error
-        chosen = own.get("arms", arm_names)
-        if not isinstance(chosen, list) or not all(isinstance(a, str) for a in chosen):
-            raise StudyError(f'{here}: arms is a list of arm names, e.g. ["compactionrl"]')
-        for arm in chosen:
-            if arm not in arm_names:
-                raise StudyError(
-                    f"{here}: arms names {arm!r}, which is not an [arms.NAME] "
-                    f"table; choose from: {', '.join(arm_names)}"
-                )
-        if len(set(chosen)) != len(chosen):
-            raise StudyError(f"{here}: arms lists a name twice")
-        about = own.get("about", "")
-        if not isinstance(about, str):
-            raise StudyError(f"{here}: about is text")
-        policy = starting_policy(own.get("policy", PRETRAINED), folder, here, stage0=True)
-        bases_from = own.get("bases_from", "")
-        if not isinstance(bases_from, str):
-            raise StudyError(f"{here}: bases_from is the name of another setting, in quotes")
-        settings.append(
-            Setting(
-                name,
-                policy=policy,
-                arms=tuple(chosen),
-                about=about,
-                bases_from=bases_from,
-                **built,
-            )
-        )
-    return tuple(settings)
-
-
-def starting_policy(value: Any, folder: Path, where: str, stage0: bool = False) -> str | None:
-    """``pretrained``, ``"None"`` (a fresh model) or a folder, relative to the study file's;
-    with ``stage0``, also ``stage0:NAME`` (kept as it is)."""
-    if not isinstance(value, str):
-        also = ', "stage0:NAME"' if stage0 else ""
-        raise StudyError(f'{where}: policy is text: "pretrained", "None"{also} or a folder')
-    if value == PRETRAINED:
-        return PRETRAINED
-    if value == "None":
-        return None
-    if stage0 and value.startswith(STAGE0_PREFIX):
-        return value
-    return str((folder / value).absolute()) if not Path(value).is_absolute() else value
-
-
-def parse_stage0(
-    raw: dict[str, Any],
-    settings: tuple[Setting, ...],
-    budget: dict[str, Any],
-    folder: Path,
-    where: str,
-) -> tuple[Stage0, ...]:
-    """The ``[stage0.NAME]`` tables, with the budget's ``stage0.*`` keys over each."""
-    stages = []
-    for name, table in raw.items():
-        here = f"{where}: stage0.{name}"
-        check_name(name, here)
-        groups, own = split_groups(spelled_own(table), here, ("sft",), STAGE0_OWN)
-        users = [s.name for s in settings if s.policy == STAGE0_PREFIX + name]
-        if not users:
-            raise StudyError(
-                f'{here}: no setting starts from it; name it in one (policy = "stage0:{name}") '
-                "or remove the table"
-            )
-        task = text_of(own, "setting", here, default=users[0])
-        task_setting = next((s for s in settings if s.name == task), None)
-        if task_setting is None:
-            names = ", ".join(s.name for s in settings)
-            raise StudyError(
-                f"{here}: setting = {task!r}: name the setting whose task and compaction its "
-                f"demonstrations use; choose one of: {names}"
-            )
-        values = {**normalised(groups.get("sft", {})), **normalised(budget.get("sft", {}))}
-        try:
-            sft = replace(SFTConfig(), **build_group("sft", GROUPS["sft"], values, here))
-        except (ValueError, TypeError, KeyError) as error:
-            raise StudyError(f"{here}: sft: {first_line(error)}") from error
-        seeds = budget.get("seeds", own.get("seeds", list(STAGE0_SEEDS)))
-        stage = Stage0(
-            name=name,
-            setting=task,
-            env=task_setting.env,
-            compaction=task_setting.compaction,
-            sft=sft,
-            policy=starting_policy(own.get("policy", "None"), folder, here),
-            seeds=parse_seeds(seeds, f"{here}: seeds"),
-            copy_loss=copy_loss(budget.get("copy_loss", own.get("copy_loss", COPY_LOSS)), here),
-            about=text_of(own, "about", here),
-        )
-        try:
-            stage0_sft_config(stage, stage.seeds[0], Path(), "cpu")  # the SFT stage's checks
-        except (ValueError, TypeError, KeyError, FileNotFoundError) as error:
-            raise StudyError(f"{here}: {first_line(error)}") from error
-        stages.append(stage)
-    return tuple(stages)
-
-
-def attach_stage0(
-    settings: tuple[Setting, ...], stages: tuple[Stage0, ...], where: str
-) -> tuple[Setting, ...]:
-    """Each setting whose policy is ``stage0:NAME`` with that stage; an unknown name fails."""
-    by_name = {s.name: s for s in stages}
-    attached = []
-    for setting in settings:
-        if setting.policy is not None and setting.policy.startswith(STAGE0_PREFIX):
-            name = setting.policy.removeprefix(STAGE0_PREFIX)
-            if name not in by_name:
-                choices = ", ".join(by_name) or "none: add a [stage0.NAME] table"
-                raise StudyError(
-                    f"{where}: settings.{setting.name}: policy = {setting.policy!r} names no "
-                    f"[stage0.{name}] table; choose: {choices}"
-                )
-            setting = replace(setting, stage0=by_name[name])
-        attached.append(setting)
-    return tuple(attached)
-
-
-def check_bases_from(settings: tuple[Setting, ...], where: str) -> None:
-    """``bases_from`` names another setting that makes its own bases, with the same task,
-    compaction, SFT and starting checkpoint."""
-    by_name = {s.name: s for s in settings}
-    for setting in settings:
-        if not setting.bases_from:
-            continue
-        here = f"{where}: settings.{setting.name}: bases_from = {setting.bases_from!r}"
-        other = by_name.get(setting.bases_from)
-        if other is None or other is setting:
-            names = ", ".join(n for n in by_name if n != setting.name)
-            raise StudyError(f"{here}: name another setting; choose one of: {names}")
-        if other.bases_from:
-            raise StudyError(
-                f"{here}: that setting uses the bases of {other.bases_from!r}; name that one"
-            )
-        for group in ("env", "compaction", "sft", "policy"):
-            if getattr(setting, group) != getattr(other, group):
-                raise StudyError(
-                    f"{here}: its {group} differs from that setting's; bases are shared only "
-                    "between settings with the same task, compaction, SFT and policy"
-                )
 
 
 def parse_diagnostics(raw: Any, where: str) -> tuple[str, ...]:

@@ -50,7 +50,7 @@ class Claim:
     prediction: str
     """What the lab or a pilot predicts, written before the runs (direction, rough size)."""
     diagnostic: str
-    """The figure that explains the row (a key of verdicts_page.DIAGNOSTICS)."""
+    """The figure that explains the row (a key of verdicts_cells.DIAGNOSTICS)."""
     kind: Literal["effect", "no-effect"] = "effect"
     """``effect``: reproduced when the interval excludes 0 in the claim's direction;
     ``no-effect`` (a claim that something does not change): reproduced when the interval

@@ -371,7 +371,7 @@ def run_tables(cfg: Config, command: str) -> dict[str, Any]:
     """Every run the tables need (cached), then tables.md and the plots; returns the paths."""
     import torch
 
-    from cxsim.experiments.report import plot_curves
+    from cxsim.experiments.report_curves import plot_curves
     from cxsim.experiments.tables_plots import LEARNING_CURVES, plot_omission, plot_summarizers
 
     began = time.perf_counter()

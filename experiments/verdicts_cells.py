@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from cxsim.diagnostics.tracking import informative_mean
 from cxsim.experiments.tables_page import pass_prop
 from cxsim.experiments.verdicts_claims import evaluation_side
 from cxsim.tables import Interval, Proportion, fmt, mean_interval, seed_interval
@@ -23,11 +24,6 @@ Runs = list[dict[str, Any]]
 """One setting's seeds (``verdicts.page_runs``'s dicts, in seed order)."""
 Settings = dict[str, Runs]
 """Setting name (``main``, or a ``verdicts.CreditSetting``'s name) -> its seeds."""
-
-INFORMATIVE = (0.1, 0.9)
-"""Training success rates between which an iteration's outcomes vary enough for the
-critic's explained variance to mean something (at 0 or 1 success it is undefined)."""
-
 
 # -- per-seed numbers -------------------------------------------------------------------
 
@@ -59,21 +55,6 @@ def final(runs: Runs, name: str, key: str) -> list[float]:
         return [math.nan] * len(runs)
     values = [r["train"][arm]["final"].get(key) for r in runs]
     return [math.nan if v is None else float(v) for v in values]
-
-
-def informative_mean(history: list[dict[str, Any]], key: str) -> float:
-    """Mean of ``key`` over the actor iterations (value-only warm-up left out) whose
-    training success lies in INFORMATIVE."""
-    lo, hi = INFORMATIVE
-    values = [
-        float(h[key])
-        for h in history
-        if not h.get("warmup", False)
-        and lo <= h.get("charts/success_rate", math.nan) <= hi
-        and h.get(key) is not None
-        and not math.isnan(float(h[key]))
-    ]  # fmt: skip
-    return sum(values) / len(values) if values else math.nan
 
 
 def segment_count(runs: Runs, arm: str) -> int:

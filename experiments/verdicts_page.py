@@ -17,14 +17,13 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cxsim.diagnostics.tracking import INFORMATIVE, informative_mean
 from cxsim.experiments.verdicts_cells import (
     DIAGNOSTICS,
-    INFORMATIVE,
     Runs,
     Settings,
     evaluated,
     evaluation,
-    informative_mean,
     passes,
     segment_count,
     segment_label,

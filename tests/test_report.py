@@ -14,13 +14,8 @@ from scipy.stats import t as student_t
 
 from cxsim.cli import main as cxsim
 from cxsim.evaluation import pass_at_1
-from cxsim.experiments.report import (
-    RUN_CURVES,
-    by_preset,
-    curves_figure,
-    evaluations,
-    train_runs,
-)
+from cxsim.experiments.report import by_preset, critic_section, train_runs
+from cxsim.experiments.report_curves import RUN_CURVES, curves_figure, evaluations
 from cxsim.tracking import write_json
 
 # The entry-point smoke settings (tests/test_entry_points.py): a short KeyRecall that compacts.
@@ -268,3 +263,16 @@ def test_report_writes_the_run_page_with_its_figure(tmp_path: Path):
     first = {name: (run_dir / name).read_bytes() for name in PAGES}
     cxsim(["report", str(run_dir)])  # the same folder gives the same pages
     assert {name: (run_dir / name).read_bytes() for name in PAGES} == first
+
+
+def test_the_critic_section_reads_each_run_at_its_last_window():
+    history = [
+        {"warmup": 1.0, "charts/success_rate": 0.5, "critic/count_seg0": 8.0},
+        {"warmup": 0.0, "charts/success_rate": 0.5, "critic/count_seg0": 8.0,
+         "critic/count_seg2": 8.0, "critic/mc_ev_seg2": -0.25, "critic/ece_seg2": 0.125,
+         "critic/ev_ceiling": 0.5, "critic/ev_ceiling_online": 0.375},
+    ]  # fmt: skip
+    section = critic_section({"a": {"history": history}, "no-critic": {"history": [{}]}})
+    assert "| a | 1 | -0.25 | 0.12 | +0.50 | +0.38 | +0.40 | 1 |" in section
+    assert "no-critic" not in section
+    assert critic_section({"no-critic": {"history": [{}]}}) is None

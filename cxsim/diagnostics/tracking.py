@@ -1,0 +1,85 @@
+"""Does the critic track the outcome: its explained variance at a rollout's last execution
+window over a run's history, beside what a value could explain there (docs/diagnostics.md,
+"What the last window's ev can reach").
+
+Reads the per-iteration dicts a training run keeps (``results.json``'s ``history``), so it
+works on any finished run: the critic figures by segment (``critic/mc_ev_seg{k}``,
+``critic/ece_seg{k}``, ``critic/count_seg{k}``) and the outcome ceilings
+(:mod:`cxsim.diagnostics.omission`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+History = Sequence[Mapping[str, float]]
+
+INFORMATIVE = (0.1, 0.9)
+"""Training success rates between which an iteration's outcomes vary enough for the
+critic's explained variance to mean something (at 0 or 1 success it is undefined)."""
+
+TRACKING_SHARE = 0.8
+"""A critic tracks when its explained variance reaches this share of the in-batch ceiling
+(or ``TRACKING_EV``, whichever is lower)."""
+TRACKING_EV = 0.5
+
+
+def informative_mean(history: History, key: str) -> float:
+    """Mean of ``key`` over the actor iterations (value-only warm-up left out) whose
+    training success lies in INFORMATIVE; NaN when none has it."""
+    lo, hi = INFORMATIVE
+    values = [
+        float(h[key])
+        for h in history
+        if not h.get("warmup", False)
+        and lo <= h.get("charts/success_rate", math.nan) <= hi
+        and h.get(key) is not None
+        and not math.isnan(float(h[key]))
+    ]  # fmt: skip
+    return sum(values) / len(values) if values else math.nan
+
+
+def last_window(history: History) -> int | None:
+    """Segment index of the deepest execution window (even index) that at least half of the
+    rollouts reach, by the mean ``critic/count_seg{k}`` over the history against window 0's;
+    None without critic figures."""
+
+    def mean_count(k: int) -> float:
+        counts = [float(h[f"critic/count_seg{k}"]) for h in history if f"critic/count_seg{k}" in h]
+        return sum(counts) / len(counts) if counts else 0.0
+
+    first = mean_count(0)
+    if first == 0.0:
+        return None
+    k = 0
+    while mean_count(k + 2) >= 0.5 * first:
+        k += 2
+    return k
+
+
+def critic_tracking(history: History) -> dict[str, float]:
+    """At :func:`last_window`, means over the informative iterations: the critic's explained
+    variance (``ev``) and calibration error (``ece``) at the segment's first token, the
+    in-batch and online outcome ceilings (``ceiling``, ``ceiling_online``), the tracking
+    target ``min(TRACKING_EV, TRACKING_SHARE x ceiling)`` (``target``), the window's
+    number (``window``, 0 = the first) and how many iterations count (``iterations``).
+    Empty without critic figures."""
+    k = last_window(history)
+    if k is None:
+        return {}
+    lo, hi = INFORMATIVE
+    counted = [
+        h for h in history
+        if not h.get("warmup", False) and lo <= h.get("charts/success_rate", math.nan) <= hi
+    ]  # fmt: skip
+    ceiling = informative_mean(history, "critic/ev_ceiling")
+    return {
+        "window": float(k // 2),
+        "ev": informative_mean(history, f"critic/mc_ev_seg{k}"),
+        "ece": informative_mean(history, f"critic/ece_seg{k}"),
+        "ceiling": ceiling,
+        "ceiling_online": informative_mean(history, "critic/ev_ceiling_online"),
+        "target": min(TRACKING_EV, TRACKING_SHARE * ceiling),
+        "iterations": float(len(counted)),
+    }

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import tyro
 
-from cxsim.diagnostics.tracking import INFORMATIVE, TRACKING_EV, TRACKING_SHARE, critic_tracking
 from cxsim.experiments.report_curves import (
     RUN_CURVES,
     Evaluations,
@@ -109,6 +108,14 @@ def final_metrics_table(finals: dict[str, dict[str, float]]) -> str:
 def critic_section(runs: dict[str, dict[str, Any]]) -> str | None:
     """Markdown: the critic at each run's last execution window against the outcome ceilings
     (:func:`cxsim.diagnostics.tracking.critic_tracking`); None when no run has a critic."""
+    # here, not at the top: cxsim.diagnostics imports torch, and `cxsim report --help` must not
+    from cxsim.diagnostics.tracking import (
+        INFORMATIVE,
+        TRACKING_EV,
+        TRACKING_SHARE,
+        critic_tracking,
+    )
+
     rows = []
     for label, run in runs.items():
         t = critic_tracking(run["history"])

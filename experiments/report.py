@@ -140,7 +140,7 @@ def critic_section(runs: dict[str, dict[str, Any]]) -> str | None:
         "the last summary kept the needed facts explains, with the success rates fitted on "
         "the batch itself (ceiling) or learned from the run's earlier batches (online "
         "ceiling; docs/diagnostics.md); and the EV at which the critic counts as tracking, "
-        f"min({TRACKING_EV}, {TRACKING_SHARE} x ceiling) (target). - : undefined (no "
+        f"each iteration's min({TRACKING_EV}, {TRACKING_SHARE} x ceiling), averaged (target). - : undefined (no "
         "iteration with varying outcomes, or a task without needed facts).\n"
     )
 

@@ -51,12 +51,15 @@ def test_tracking_reads_that_window_against_the_ceilings():
         logged(0.5, 0.2, 0.6, critic__ev_ceiling_online=0.4),
         logged(0.8, 0.4, 0.8, critic__ev_ceiling_online=0.6),
         logged(1.0, -1.0, 0.0),
+        # no explained variance that iteration (its window reached by too few): not counted
+        iteration(0.5, **counts(32, 32, 30), critic__ev_ceiling=0.1),
     ]
     out = critic_tracking(history)
     assert out["window"] == 1 and out["iterations"] == 2
     assert out["ev"] == pytest.approx(0.3) and out["ece"] == pytest.approx(0.1)
     assert out["ceiling"] == pytest.approx(0.7) and out["ceiling_online"] == pytest.approx(0.5)
-    assert out["target"] == pytest.approx(0.5)  # min(0.5, 0.8 x 0.7)
+    # each iteration's min(0.5, 0.8 x ceiling), averaged: (0.48 + 0.5) / 2, not min(0.5, 0.56)
+    assert out["target"] == pytest.approx(0.49)
     low = [logged(0.5, 0.1, 0.25)]
     assert critic_tracking(low)["target"] == pytest.approx(0.2)  # 0.8 x 0.25
     assert math.isnan(critic_tracking(low)["ceiling_online"])  # a run made before the tag

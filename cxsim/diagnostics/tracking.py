@@ -20,23 +20,29 @@ INFORMATIVE = (0.1, 0.9)
 critic's explained variance to mean something (at 0 or 1 success it is undefined)."""
 
 TRACKING_SHARE = 0.8
-"""A critic tracks when its explained variance reaches this share of the in-batch ceiling
-(or ``TRACKING_EV``, whichever is lower)."""
+"""A critic tracks when its explained variance reaches this share of each iteration's
+in-batch ceiling (or ``TRACKING_EV``, whichever is lower), on average."""
 TRACKING_EV = 0.5
 
 
-def informative_mean(history: History, key: str) -> float:
-    """Mean of ``key`` over the actor iterations (value-only warm-up left out) whose
-    training success lies in INFORMATIVE; NaN when none has it."""
+def informative_rows(history: History) -> list[Mapping[str, float]]:
+    """The actor iterations (value-only warm-up left out) whose training success lies in
+    INFORMATIVE."""
     lo, hi = INFORMATIVE
+    return [
+        h for h in history
+        if not h.get("warmup", False) and lo <= h.get("charts/success_rate", math.nan) <= hi
+    ]  # fmt: skip
+
+
+def informative_mean(history: History, key: str) -> float:
+    """Mean of ``key`` over :func:`informative_rows` where it is defined; NaN when
+    none has it."""
     values = [
         float(h[key])
-        for h in history
-        if not h.get("warmup", False)
-        and lo <= h.get("charts/success_rate", math.nan) <= hi
-        and h.get(key) is not None
-        and not math.isnan(float(h[key]))
-    ]  # fmt: skip
+        for h in informative_rows(history)
+        if h.get(key) is not None and not math.isnan(float(h[key]))
+    ]
     return sum(values) / len(values) if values else math.nan
 
 
@@ -59,27 +65,31 @@ def last_window(history: History) -> int | None:
 
 
 def critic_tracking(history: History) -> dict[str, float]:
-    """At :func:`last_window`, means over the informative iterations: the critic's explained
-    variance (``ev``) and calibration error (``ece``) at the segment's first token, the
-    in-batch and online outcome ceilings (``ceiling``, ``ceiling_online``), the tracking
-    target ``min(TRACKING_EV, TRACKING_SHARE x ceiling)`` (``target``), the window's
+    """At :func:`last_window`, means over the informative iterations where the critic's
+    explained variance there is defined: that explained variance (``ev``) and the
+    calibration error (``ece``) at the segment's first token, the in-batch and online
+    outcome ceilings (``ceiling``, ``ceiling_online``), the tracking target, each
+    iteration's ``min(TRACKING_EV, TRACKING_SHARE x ceiling)`` (``target``), the window's
     number (``window``, 0 = the first) and how many iterations count (``iterations``).
     Empty without critic figures."""
     k = last_window(history)
     if k is None:
         return {}
-    lo, hi = INFORMATIVE
+    ev_key = f"critic/mc_ev_seg{k}"
     counted = [
-        h for h in history
-        if not h.get("warmup", False) and lo <= h.get("charts/success_rate", math.nan) <= hi
-    ]  # fmt: skip
-    ceiling = informative_mean(history, "critic/ev_ceiling")
+        {key: float(value) for key, value in h.items() if isinstance(value, (int, float))}
+        for h in history
+        if h.get(ev_key) is not None and not math.isnan(float(h[ev_key]))
+    ]
+    for h in counted:
+        if "critic/ev_ceiling" in h:
+            h["target"] = min(TRACKING_EV, TRACKING_SHARE * h["critic/ev_ceiling"])
     return {
         "window": float(k // 2),
-        "ev": informative_mean(history, f"critic/mc_ev_seg{k}"),
-        "ece": informative_mean(history, f"critic/ece_seg{k}"),
-        "ceiling": ceiling,
-        "ceiling_online": informative_mean(history, "critic/ev_ceiling_online"),
-        "target": min(TRACKING_EV, TRACKING_SHARE * ceiling),
-        "iterations": float(len(counted)),
+        "ev": informative_mean(counted, ev_key),
+        "ece": informative_mean(counted, f"critic/ece_seg{k}"),
+        "ceiling": informative_mean(counted, "critic/ev_ceiling"),
+        "ceiling_online": informative_mean(counted, "critic/ev_ceiling_online"),
+        "target": informative_mean(counted, "target"),
+        "iterations": float(len(informative_rows(counted))),
     }

@@ -35,15 +35,19 @@ def informative_rows(history: History) -> list[Mapping[str, float]]:
     ]  # fmt: skip
 
 
-def informative_mean(history: History, key: str) -> float:
-    """Mean of ``key`` over :func:`informative_rows` where it is defined; NaN when
-    none has it."""
-    values = [
-        float(h[key])
-        for h in informative_rows(history)
-        if h.get(key) is not None and not math.isnan(float(h[key]))
-    ]
+def defined(h: Mapping[str, float], key: str) -> bool:
+    return h.get(key) is not None and not math.isnan(float(h[key]))
+
+
+def mean_of(rows: Sequence[Mapping[str, float]], key: str) -> float:
+    """Mean of ``key`` over the rows where it is defined; NaN when none has it."""
+    values = [float(h[key]) for h in rows if defined(h, key)]
     return sum(values) / len(values) if values else math.nan
+
+
+def informative_mean(history: History, key: str) -> float:
+    """Mean of ``key`` over :func:`informative_rows` where it is defined."""
+    return mean_of(informative_rows(history), key)
 
 
 def last_window(history: History) -> int | None:
@@ -76,20 +80,18 @@ def critic_tracking(history: History) -> dict[str, float]:
     if k is None:
         return {}
     ev_key = f"critic/mc_ev_seg{k}"
-    counted = [
-        {key: float(value) for key, value in h.items() if isinstance(value, (int, float))}
-        for h in history
-        if h.get(ev_key) is not None and not math.isnan(float(h[ev_key]))
+    rows = [h for h in informative_rows(history) if defined(h, ev_key)]
+    targets = [
+        min(TRACKING_EV, TRACKING_SHARE * float(h["critic/ev_ceiling"]))
+        for h in rows
+        if defined(h, "critic/ev_ceiling")
     ]
-    for h in counted:
-        if "critic/ev_ceiling" in h:
-            h["target"] = min(TRACKING_EV, TRACKING_SHARE * h["critic/ev_ceiling"])
     return {
         "window": float(k // 2),
-        "ev": informative_mean(counted, ev_key),
-        "ece": informative_mean(counted, f"critic/ece_seg{k}"),
-        "ceiling": informative_mean(counted, "critic/ev_ceiling"),
-        "ceiling_online": informative_mean(counted, "critic/ev_ceiling_online"),
-        "target": informative_mean(counted, "target"),
-        "iterations": float(len(informative_rows(counted))),
+        "ev": mean_of(rows, ev_key),
+        "ece": mean_of(rows, f"critic/ece_seg{k}"),
+        "ceiling": mean_of(rows, "critic/ev_ceiling"),
+        "ceiling_online": mean_of(rows, "critic/ev_ceiling_online"),
+        "target": sum(targets) / len(targets) if targets else math.nan,
+        "iterations": float(len(rows)),
     }

@@ -54,10 +54,45 @@ def summary_omission(records: Sequence[RecallRecord | Mapping]) -> dict[str, flo
     Keys whose group is empty are left out.
     """
     recs = as_records(records)
-    missing: list[float] = []  # per summary
+    m, f, k, group = summary_counts(recs)
+    success = torch.tensor([bool(rec.success) for rec in recs], dtype=torch.float64)
+
+    p = safe_div(m.sum(), f.sum())
+    stats: dict[str, torch.Tensor] = {
+        "omission/overall": p,
+        "omission/overall_se": torch.sqrt(p * (1 - p) / f.sum()),
+        "omission/per_summary_mean": (m / f).mean(),
+        "omission/any": (m > 0).double().mean(),
+        "omission/num_summaries": torch.tensor(float(len(m))),
+        "omission/num_facts": f.sum(),
+    }
+    for c in range(int(k.max()) + 1 if len(k) else 0):
+        sel = k == c
+        stats[f"omission/compaction{c}"] = safe_div(m[sel].sum(), f[sel].sum())
+
+    stats |= success_by_group(success, group)
+    ceiling = outcome_ceiling(recs)
+    if ceiling["ev_ceiling"] == ceiling["ev_ceiling"]:  # defined (outcomes vary)
+        stats["critic/ev_ceiling"] = torch.tensor(ceiling["ev_ceiling"])
+        stats["critic/ev_ceiling_loo"] = torch.tensor(ceiling["ev_ceiling_loo"])
+    return to_floats(stats)
+
+
+UNCOMPACTED, COMPLETE, OMITTED = 0, 1, 2
+"""A rollout's group in :func:`summary_counts`: no summary; every summary kept every fact it
+should; some summary missed one."""
+
+
+def summary_counts(
+    recs: Sequence[RecallRecord],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per summary with a needed fact: facts missing ``m`` and facts to carry ``f`` (float64),
+    its compaction index ``k`` (long); per rollout its group (long: UNCOMPACTED, COMPLETE,
+    OMITTED)."""
+    missing: list[float] = []
     needed: list[float] = []
-    index: list[int] = []  # compaction index of each summary
-    status: list[int] = []  # per rollout: 0 uncompacted, 1 complete, 2 omitted
+    index: list[int] = []
+    group: list[int] = []
     for rec in recs:
         omitted = False
         for k, recall in enumerate(rec.summary_recall):
@@ -68,41 +103,29 @@ def summary_omission(records: Sequence[RecallRecord | Mapping]) -> dict[str, flo
             needed.append(len(recall))
             index.append(k)
             omitted = omitted or m > 0
-        status.append(2 if omitted else int(len(rec.summary_recall) > 0))
-    m = torch.tensor(missing, dtype=torch.float64)
-    f = torch.tensor(needed, dtype=torch.float64)
-    k = torch.tensor(index, dtype=torch.long)
-    success = torch.tensor([bool(rec.success) for rec in recs], dtype=torch.float64)
-    group = torch.tensor(status, dtype=torch.long)
+        group.append(OMITTED if omitted else COMPLETE if rec.summary_recall else UNCOMPACTED)
+    return (
+        torch.tensor(missing, dtype=torch.float64),
+        torch.tensor(needed, dtype=torch.float64),
+        torch.tensor(index, dtype=torch.long),
+        torch.tensor(group, dtype=torch.long),
+    )
 
-    p = safe_div(m.sum(), f.sum())
-    stats: dict[str, torch.Tensor] = {
-        "omission/overall": p,
-        "omission/overall_se": torch.sqrt(p * (1 - p) / f.sum()),
-        "omission/per_summary_mean": (m / f).mean(),
-        "omission/any": (m > 0).double().mean(),
-        "omission/num_summaries": torch.tensor(float(len(missing))),
-        "omission/num_facts": f.sum(),
-    }
-    for c in range(int(k.max()) + 1 if len(index) else 0):
-        sel = k == c
-        stats[f"omission/compaction{c}"] = safe_div(m[sel].sum(), f[sel].sum())
 
+def success_by_group(success: torch.Tensor, group: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Success rate and size of each :func:`summary_counts` group, and the gap."""
     rate = {
         name: safe_div(success[group == g].sum(), (group == g).sum().double())
-        for g, name in enumerate(("uncompacted", "complete", "omitted"))
+        for g, name in ((UNCOMPACTED, "uncompacted"), (COMPLETE, "complete"), (OMITTED, "omitted"))
     }
-    stats["omission/success_if_omitted"] = rate["omitted"]
-    stats["omission/success_if_complete"] = rate["complete"]
-    stats["omission/success_if_uncompacted"] = rate["uncompacted"]
-    stats["omission/success_gap"] = rate["complete"] - rate["omitted"]
-    stats["omission/rollouts_omitted"] = (group == 2).sum().double()
-    stats["omission/rollouts_complete"] = (group == 1).sum().double()
-    ceiling = outcome_ceiling(recs)
-    if ceiling["ev_ceiling"] == ceiling["ev_ceiling"]:  # defined (outcomes vary)
-        stats["critic/ev_ceiling"] = torch.tensor(ceiling["ev_ceiling"])
-        stats["critic/ev_ceiling_loo"] = torch.tensor(ceiling["ev_ceiling_loo"])
-    return to_floats(stats)
+    return {
+        "omission/success_if_omitted": rate["omitted"],
+        "omission/success_if_complete": rate["complete"],
+        "omission/success_if_uncompacted": rate["uncompacted"],
+        "omission/success_gap": rate["complete"] - rate["omitted"],
+        "omission/rollouts_omitted": (group == OMITTED).sum().double(),
+        "omission/rollouts_complete": (group == COMPLETE).sum().double(),
+    }
 
 
 def last_summary_kept(rec: RecallRecord) -> bool:
@@ -110,6 +133,14 @@ def last_summary_kept(rec: RecallRecord) -> bool:
     return bool(rec.summary_recall and rec.summary_recall[-1]) and all(
         rec.summary_recall[-1].values()
     )
+
+
+def outcome_and_kept(recs: Sequence[RecallRecord]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per rollout: success (float64 0/1) and whether its last summary kept every needed fact
+    (bool)."""
+    success = torch.tensor([float(bool(r.success)) for r in recs], dtype=torch.float64)
+    kept = torch.tensor([last_summary_kept(r) for r in recs], dtype=torch.bool)
+    return success, kept
 
 
 def outcome_ceiling(records: Sequence[RecallRecord | Mapping]) -> dict[str, float]:
@@ -126,9 +157,7 @@ def outcome_ceiling(records: Sequence[RecallRecord | Mapping]) -> dict[str, floa
     group's rate over the other rollouts (the batch's rate over the others when it is alone
     in its group), as a value fitted on earlier batches would, and measures both as the
     critic's explained variance is measured, ``1 - Var(y - pred) / Var(y)``."""
-    recs = as_records(records)
-    success = torch.tensor([float(bool(r.success)) for r in recs], dtype=torch.float64)
-    kept = torch.tensor([last_summary_kept(r) for r in recs], dtype=torch.bool)
+    success, kept = outcome_and_kept(as_records(records))
     out = {"success": float(success.mean()), "kept_share": float(kept.double().mean())}
     pred = torch.full_like(success, float(success.mean()))
     for flag, name in ((True, "kept"), (False, "lost")):
@@ -175,8 +204,7 @@ def online_ceiling(
     recs = as_records(records)
     if not any(r.summary_recall and any(r.summary_recall) for r in recs):
         return {}
-    success = torch.tensor([float(bool(r.success)) for r in recs], dtype=torch.float64)
-    kept = torch.tensor([last_summary_kept(r) for r in recs], dtype=torch.bool)
+    success, kept = outcome_and_kept(recs)
     now = (kept.sum(), success[kept].sum(), (~kept).sum(), success[~kept].sum())
     out = {tag: float(v) for tag, v in zip(GROUP_TAGS, now, strict=True)}
     seen = torch.zeros(4, dtype=torch.float64)  # weighted sums, in GROUP_TAGS order

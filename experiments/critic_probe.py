@@ -146,22 +146,18 @@ def variant_ppo(ppo: PPOConfig, variant: str) -> PPOConfig:
         ) from None
 
 
-def explained_variance(pred: Any, real: Any) -> float:
-    """``1 - Var(real - pred) / Var(real)``; nan when ``real`` is constant."""
-    var = float(real.var(unbiased=False))
-    return float("nan") if var == 0.0 else 1.0 - float((real - pred).var(unbiased=False)) / var
-
-
 def ridge_heldout_ev(x: Any, y: Any, fit: Any, ridge: float) -> float:
     """Ridge regression of ``y`` on ``x`` (standardised on the fit rows, with an intercept)
     fit on rows ``fit``; explained variance on the other rows."""
     import torch
 
+    from cxsim.diagnostics import explained_variance
+
     mean, std = x[fit].mean(0), x[fit].std(0) + 1e-6
     z = torch.cat([(x - mean) / std, torch.ones(len(x), 1, dtype=x.dtype)], dim=1)
     gram = z[fit].T @ z[fit] + ridge * torch.eye(z.shape[1], dtype=x.dtype)
     weights = torch.linalg.solve(gram, z[fit].T @ y[fit])
-    return explained_variance(z[~fit] @ weights, y[~fit])
+    return float(explained_variance(z[~fit] @ weights, y[~fit]))
 
 
 def ridge_probe(x: Any, y: Any, fit: Any, ridges: tuple[float, ...]) -> tuple[float, float]:
@@ -256,12 +252,14 @@ def last_segment_rows(batch: Any) -> Any:
 def last_segment_ev(values: Any, batch: Any) -> float:
     """Explained variance of the outcome by the value at the first trainable token of each
     rollout's last segment (nan when the outcome does not vary)."""
+    from cxsim.diagnostics import explained_variance
+
     rows = last_segment_rows(batch)
     first = batch.trainable[rows].long().argmax(dim=1)
     real = batch.rewards[rows].double()
     if len(rows) < 2:
         return float("nan")
-    return explained_variance(values[rows, first].double(), real)
+    return float(explained_variance(values[rows, first].double(), real))
 
 
 def steps_to_reach(curve: list[dict[str, float]], target: float) -> int | None:
@@ -275,13 +273,15 @@ def steps_to_reach(curve: list[dict[str, float]], target: float) -> int | None:
 def first_token_ev(values: Any, batch: Any) -> dict[str, float]:
     """Explained variance of the outcome by the value at each segment's first trainable
     token, per segment index (``seg{k}``; left out where the outcome does not vary)."""
+    from cxsim.diagnostics import explained_variance
+
     first = batch.trainable.long().argmax(dim=1)
     out = {}
     for k in range(int(batch.segment_index.max()) + 1):
         rows = (batch.segment_index == k).nonzero().squeeze(1)
         real = batch.rewards[rows].double()
         if len(rows) > 1 and float(real.var()) > 0:
-            out[f"seg{k}"] = explained_variance(values[rows, first[rows]].double(), real)
+            out[f"seg{k}"] = float(explained_variance(values[rows, first[rows]].double(), real))
     return out
 
 

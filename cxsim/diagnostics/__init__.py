@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from cxsim.advantages import cross_segment_gae, stitched_gae
+from cxsim.diagnostics._common import explained_variance
 from cxsim.diagnostics.calibration import critic_calibration, monte_carlo_returns
 from cxsim.diagnostics.compute import COUNTERS, ComputeMeter
 from cxsim.diagnostics.credit import (
@@ -54,6 +55,7 @@ __all__ = [
     "distance_edges",
     "entropy_stats",
     "estimator_gap",
+    "explained_variance",
     "gini",
     "horizon_shares",
     "horizon_stats",

@@ -5,13 +5,14 @@ turns, compactions and child windows, the text of its summaries with their recal
 counts and its transcript; diagnostics, evaluation, tracking and compute accounting read it
 (``cxsim.diagnostics`` also take dicts with the same keys). ``recall_hook`` says how a summary
 is scored against the environment's ground truth: its own ``summary_recall`` method, else
-cxsim's ``key_facts`` / ``needed_facts`` info keys, else not at all (no recall recorded).
+cxsim's ``key_facts`` / ``needed_facts`` info keys, else not at all (no recall recorded);
+``stated_hook`` says which facts a summary states a value for, right or wrong.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -24,6 +25,8 @@ EndReason = Literal[
 
 RecallHook = Callable[[str, dict[str, Any]], dict[str, bool]]
 """``(summary text, info) -> {needed fact: kept its current value}``."""
+StatedHook = Callable[[str, dict[str, Any]], dict[str, bool]]
+"""``(summary text, info) -> {needed fact: states a value of its kind, right or wrong}``."""
 
 
 def recall_hook(env: gym.Env) -> RecallHook | None:
@@ -33,6 +36,15 @@ def recall_hook(env: gym.Env) -> RecallHook | None:
     if callable(own):
         return own
     return _info_recall
+
+
+def stated_hook(env: gym.Env) -> StatedHook | None:
+    """How to read which needed facts a summary states a value for, right or wrong: the
+    environment's own ``summary_stated`` method, else not at all. What a reader of the summary
+    can see: it tells a summary that says ``the key is k3`` from one that says ``unknown``, not
+    a right key from a wrong one (``summary_recall`` does)."""
+    own = getattr(env.unwrapped, "summary_stated", None)
+    return own if callable(own) else None
 
 
 def _info_recall(summary: str, info: dict[str, Any]) -> dict[str, bool] | None:
@@ -76,3 +88,6 @@ class RolloutRecord:
     """Requests the agents answered: actions, summaries and any state or note they wrote."""
     branches: int = 0
     """Child windows opened (a strategy's ``branch_move``); 0 for a chain of windows."""
+    summary_stated: list[dict[str, bool]] = field(default_factory=list)
+    """Per summary: needed fact -> the summary states a value of its kind, right or wrong
+    (``stated_hook``; empty when the environment cannot say)."""

@@ -38,6 +38,8 @@ Decisions the paper leaves open, made here:
 - **Ground truth is optional.** Summary recall is measured when the environment
   has a ``summary_recall(summary, info)`` method, or else provides cxsim's
   ``key_facts`` and ``needed_facts`` info keys; otherwise it is simply not recorded.
+  Which facts a summary states a value for, right or wrong, is recorded when the
+  environment has a ``summary_stated(summary, info)`` method.
 - **Recorded segments.** Execution windows with no token generated in them are
   not recorded (they carry no training signal); summary segments are recorded
   only when the acting policy wrote the summary (a summary another agent wrote is
@@ -87,7 +89,14 @@ import cxsim.envs  # noqa: F401  (registers the cxsim/* environment ids)
 from cxsim.agent_api import Agent, TurnRequest, TurnResponse
 from cxsim.agents.chat import ChatFormat, WordChatFormat
 from cxsim.compaction import CompactionConfig
-from cxsim.rollout_records import EndReason, RecallHook, RolloutRecord, recall_hook
+from cxsim.rollout_records import (
+    EndReason,
+    RecallHook,
+    RolloutRecord,
+    StatedHook,
+    recall_hook,
+    stated_hook,
+)
 from cxsim.segments import EpisodeEnd, Segment
 from cxsim.strategies import Note, StepCost, TurnState
 
@@ -187,6 +196,7 @@ class _Row:
     """Reward of the step that ended the episode (0 when the runtime ended it)."""
     summaries: list[str] = field(default_factory=list)
     recalls: list[dict[str, bool]] = field(default_factory=list)
+    stated: list[dict[str, bool]] = field(default_factory=list)
     tokens_generated: int = 0
     tokens_prefilled: int = 0
     tokens_summarised: int = 0
@@ -231,10 +241,12 @@ class _Runner:
         chat: ChatFormat,
         system_prompt: str,
         recall: RecallHook | None = None,
+        stated: StatedHook | None = None,
     ):
         self.config = config
         self.strategy = config.strategy
         self.recall = recall
+        self.stated = stated
         self.chat = chat
         self.system = chat.system(system_prompt)
         self.header = chat.assistant_prefix()
@@ -390,6 +402,8 @@ class _Runner:
         recall = self.recall(response.text, row.info) if self.recall else None
         if recall is not None:
             row.recalls.append(recall)
+        if self.stated is not None:
+            row.stated.append(self.stated(response.text, row.info))
         row.transcript.append(f"[summary {len(row.summaries)}] {response.text}")
         if row.returning:
             self.close_child(row, response.text)
@@ -542,6 +556,7 @@ class _Runner:
             transcript="\n".join(row.transcript),
             model_calls=row.model_calls,
             branches=row.branches,
+            summary_stated=row.stated,
         )
 
 
@@ -572,7 +587,7 @@ def collect_rollouts(
     system_prompt = env_system_prompt(envs[0])
     check_env_words(envs[0], env_id, system_prompt, config, chat)
     config.validate(chat, system_prompt)
-    runner = _Runner(config, chat, system_prompt, recall_hook(envs[0]))
+    runner = _Runner(config, chat, system_prompt, recall_hook(envs[0]), stated_hook(envs[0]))
     rows: list[_Row] = []
     for i, (env, seed) in enumerate(zip(envs, seeds, strict=True)):
         task_text, info = env.reset(seed=seed)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from cxsim.envs.base import TextEnv, corrupt, draw_lengths, words_of
+from cxsim.envs.scripted import shown_facts
 
 MAX_VALUES = 32
 VALUES = tuple(f"k{i}" for i in range(1, MAX_VALUES + 1))
@@ -254,6 +255,13 @@ class CorridorEnv(TextEnv):
         self._phase = "done"
         self._success = correct
         return ("done : correct ." if correct else "done : wrong ."), float(correct), True, None
+
+    def summary_stated(self, summary: str, info: dict[str, Any]) -> dict[str, bool]:
+        """Needed fact -> whether ``summary`` holds a value word (``k1`` ...) for it, right or
+        wrong, over the facts shown before it was written (as ``summary_recall``). Every fact
+        here takes its value from the same words, so a value word counts for each of them."""
+        stated = any(word in self.values for word in summary.split())
+        return {name: stated for name in shown_facts(info)}
 
     def _admissible(self) -> list[str]:
         if self._phase == "corridor":

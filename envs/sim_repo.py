@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from cxsim.envs.base import ERROR_WORDS, NOISE_WORD, TextEnv, corrupt, words_of
+from cxsim.envs.scripted import shown_facts
 
 FILES = (
     "calc.py",
@@ -427,6 +428,17 @@ class SimRepo(TextEnv):
         return self._error("not allowed now")
 
     # -- info --------------------------------------------------------------------------------
+    def summary_stated(self, summary: str, info: dict[str, Any]) -> dict[str, bool]:
+        """Needed fact -> whether ``summary`` states a value for it, right or wrong: a
+        ``file:line`` of one of the repository's files for ``location``, a patch id for
+        ``patch``; over the facts shown before it was written (as ``summary_recall``)."""
+        words = summary.split()
+        location = any(
+            w.partition(":")[0] in self._files and w.partition(":")[2].isdigit() for w in words
+        )
+        stated = {"location": location, "patch": any(w in self._patches for w in words)}
+        return {name: stated[name] for name in shown_facts(info)}
+
     def _admissible(self) -> list[str]:
         if self._done:
             return []

@@ -121,6 +121,7 @@ def critic_section(runs: dict[str, dict[str, Any]]) -> str | None:
         t = critic_tracking(run["history"])
         if t:
             ceilings = (t["ceiling"], t["ceiling_online"], t["target"])
+            ceilings += (t["ceiling_stated"], t["target_stated"])
             rows.append(
                 [label, str(int(t["window"])), _cell(t["ev"]), _cell(t["ece"], signed=False)]
                 + [_cell(v) for v in ceilings]
@@ -128,7 +129,8 @@ def critic_section(runs: dict[str, dict[str, Any]]) -> str | None:
             )
     if not rows:
         return None
-    header = ["run", "window", "EV", "ECE", "ceiling", "online ceiling", "target", "iterations"]
+    header = ["run", "window", "EV", "ECE", "ceiling", "online ceiling", "target"]
+    header += ["stated ceiling", "stated target", "iterations"]
     lo, hi = INFORMATIVE
     return (
         "## The critic at the last window\n\n"
@@ -140,8 +142,11 @@ def critic_section(runs: dict[str, dict[str, Any]]) -> str | None:
         "the last summary kept the needed facts explains, with the success rates fitted on "
         "the batch itself (ceiling) or learned from the run's earlier batches (online "
         "ceiling; docs/diagnostics.md); and the EV at which the critic counts as tracking, "
-        f"each iteration's min({TRACKING_EV}, {TRACKING_SHARE} x ceiling), averaged (target). - : undefined (no "
-        "iteration with varying outcomes, or a task without needed facts).\n"
+        f"each iteration's min({TRACKING_EV}, {TRACKING_SHARE} x ceiling), averaged (target); "
+        "the same for a value that knows only whether the last summary states a value for "
+        "each needed fact, right or wrong, which is all a reader of that summary can know "
+        "(stated ceiling, stated target). - : undefined (no iteration with varying outcomes, "
+        "or a task without needed facts).\n"
     )
 
 

@@ -9,7 +9,12 @@ import pytest
 
 import cxsim.envs  # noqa: F401  (registers the environment ids)
 from cxsim.diagnostics import summary_omission
-from cxsim.diagnostics.omission import GROUP_TAGS, online_ceiling, outcome_ceiling
+from cxsim.diagnostics.omission import (
+    GROUP_TAGS,
+    online_ceiling,
+    outcome_ceiling,
+    stated_ceiling,
+)
 from cxsim.envs.scripted import ScriptedSummarizer, summary_recall
 
 
@@ -129,6 +134,26 @@ def test_ceiling_splits_success_by_what_the_last_summary_kept():
     assert summary_omission(records)["critic/ev_ceiling_loo"] == pytest.approx(
         out["ev_ceiling_loo"]
     )
+
+
+def test_the_stated_ceiling_cannot_tell_a_wrong_value_from_the_right_one():
+    def record(success: bool, kept: bool, stated: bool) -> SimpleNamespace:
+        return SimpleNamespace(
+            success=success, summary_recall=[{"key": kept}], summary_stated=[{"key": stated}]
+        )
+
+    # 3 right keys (all succeed), 3 wrong keys (all fail), 2 `unknown` (fail)
+    records = [record(True, True, True)] * 3 + [record(False, False, True)] * 3
+    records += [record(False, False, False)] * 2
+    # knowing which keys are right explains it all; reading the summary, the 6 that state a
+    # key succeed at 0.5: Var(R) = 0.234375, residual 6 x 0.25 / 8 -> 1 - 0.1875 / 0.234375
+    assert outcome_ceiling(records)["ev_ceiling"] == pytest.approx(1.0)
+    assert stated_ceiling(records)["critic/ev_ceiling_stated"] == pytest.approx(0.2)
+    # one group: nothing between groups; equal outcomes or no flags: no figure
+    one_group = [record(True, True, True), record(False, False, True)]
+    assert stated_ceiling(one_group)["critic/ev_ceiling_stated"] == pytest.approx(0.0)
+    assert stated_ceiling([record(True, True, True)] * 2) == {}
+    assert stated_ceiling([SimpleNamespace(success=True, summary_stated=[])] * 2) == {}
 
 
 def test_a_lost_summary_alone_in_its_group_does_not_explain_itself():

@@ -30,6 +30,7 @@ def _records() -> list[dict]:
             "compactions": 1,
             "summaries": ["key a is 3"],
             "summary_recall": [{"a": rid != 1}],
+            "summary_stated": [{"a": True}],
             "tokens_generated": 9,
             "tokens_prefilled": 20,
             "tokens_summarised": 2,

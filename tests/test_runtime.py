@@ -121,6 +121,8 @@ def test_summary_segment_extends_the_window_and_next_window_is_rebuilt():
             assert copied and copied == exe.token_ids[len(exe.token_ids) - len(copied) :]
             assert CFG.budget - (first_trained - 1) >= CFG.threshold
         assert all(rec.summary_recall[k]["key"] for k in range(rec.compactions))
+        # what a reader of each summary sees: it states a key (the right one, here)
+        assert all(rec.summary_stated[k]["key"] for k in range(rec.compactions))
 
 
 def test_trainable_tokens_are_exactly_the_agents_outputs():
@@ -230,6 +232,7 @@ def test_compacted_success_follows_summary_omission():
     rate = sum(r.success for r in lossy.records) / len(seeds)
     assert 0.05 <= rate <= 0.22  # chance is 1/8; ~3 standard errors either side
     assert not any(rec.summary_recall[0]["key"] for rec in lossy.records)
+    assert not any(rec.summary_stated[0]["key"] for rec in lossy.records)  # states none
 
     # Single: an episode that needs more than one window fails outright (below chance).
     single = run(config=replace(CFG, protocol="single"), seeds=range(40))

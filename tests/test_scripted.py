@@ -133,3 +133,31 @@ def test_key_recall_shows_its_key_at_step_zero_so_every_summary_counts_it() -> N
     recalls = _oracle_recalls("cxsim/KeyRecall-v0", 0.5, 16)
     assert recalls and all(set(recall) == {"key"} for recall in recalls)
     assert 0 < sum(r["key"] for r in recalls) < len(recalls)  # omission 0.5 drops some
+
+
+def test_summary_stated_reads_a_value_right_or_wrong_as_a_reader_would() -> None:
+    env = gym.make("cxsim/KeyRecall-v0").unwrapped
+    _, info = env.reset(seed=3)
+    right = info["key_facts"]["key"]
+    wrong = next(v for v in env.values if v != right)
+    for summary, recall, stated in [
+        (f"the key is {right} .", True, True),
+        (f"the key is {wrong} .", False, True),  # a guess: looks like a kept key
+        ("the key is unknown .", False, False),
+        ("the key is", False, False),  # cut short
+    ]:
+        assert summary_recall(summary, info) == {"key": recall}
+        assert env.summary_stated(summary, info) == {"key": stated}
+
+
+def test_sim_repo_states_a_location_of_its_files_and_a_patch_id() -> None:
+    env = gym.make("cxsim/SimRepo-v0").unwrapped
+    _, info = env.reset(seed=0)
+    info = {**info, "fact_shown_step": {"location": 0, "patch": 0}}  # both shown
+    file, _, line = info["key_facts"]["location"].partition(":")
+    other = f"{file}:{int(line) + 7}"
+    assert env.summary_stated(f"bug at {other} fix p1", info) == {"location": True, "patch": True}
+    assert env.summary_stated("bug at nowhere.py:3 fix unknown", info) == {
+        "location": False,
+        "patch": False,
+    }

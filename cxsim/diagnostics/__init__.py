@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from cxsim.advantages import cross_segment_gae, stitched_gae
-from cxsim.diagnostics._common import explained_variance
+from cxsim.diagnostics._common import as_records, explained_variance
 from cxsim.diagnostics.calibration import critic_calibration, monte_carlo_returns
 from cxsim.diagnostics.compute import COUNTERS, ComputeMeter
 from cxsim.diagnostics.credit import (
@@ -32,7 +32,7 @@ from cxsim.diagnostics.credit import (
 from cxsim.diagnostics.estimator_gap import estimator_gap
 from cxsim.diagnostics.figures import entropy_stats, rollout_figures
 from cxsim.diagnostics.horizons import HorizonShares, horizon_shares, horizon_stats
-from cxsim.diagnostics.omission import summary_omission
+from cxsim.diagnostics.omission import stated_ceiling, summary_omission
 from cxsim.diagnostics.weights import (
     SegmentWeights,
     gini,
@@ -105,6 +105,7 @@ def summarize_all(
     out: dict[str, float] = {}
     if records is not None:
         out.update(summary_omission(records))
+        out.update(stated_ceiling(as_records(records)))
         out.update(rollout_figures(records))
     if meter is not None:
         out.update(meter.as_dict())

@@ -22,6 +22,11 @@ class RecallRecord(Protocol):
     summary_recall: Sequence[Mapping[str, bool]]
 
 
+class StatedRecord(Protocol):
+    success: bool
+    summary_stated: Sequence[Mapping[str, bool]]
+
+
 def summary_omission(records: Sequence[RecallRecord | Mapping]) -> dict[str, float]:
     """Omission rates of summaries, by compaction index, and success given omission.
 
@@ -164,11 +169,48 @@ def outcome_ceiling(records: Sequence[RecallRecord | Mapping]) -> dict[str, floa
         if bool((kept == flag).any()):
             out[f"success_if_{name}"] = float(success[kept == flag].mean())
             pred[kept == flag] = success[kept == flag].mean()
+    out["ev_ceiling"] = between_groups_ev(success, pred)
+    out["ev_ceiling_loo"] = leave_one_out_ev(success, kept) if success.var() > 0 else float("nan")
+    return out
+
+
+def between_groups_ev(success: torch.Tensor, pred: torch.Tensor) -> float:
+    """``1 - sum (y - pred)^2 / sum (y - mean y)^2`` (NaN when every outcome is equal): with
+    ``pred`` each group's own success rate, the share of the outcome's variance between the
+    groups."""
     total = float(((success - success.mean()) ** 2).sum())
     residual = float(((success - pred) ** 2).sum())
-    out["ev_ceiling"] = 1.0 - residual / total if total > 0 else float("nan")
-    out["ev_ceiling_loo"] = leave_one_out_ev(success, kept) if total > 0 else float("nan")
-    return out
+    return 1.0 - residual / total if total > 0 else float("nan")
+
+
+def last_summary_stated(rec: StatedRecord) -> bool:
+    """The rollout's last summary states a value, right or wrong, for every needed fact
+    shown before it (False without one)."""
+    return bool(rec.summary_stated and rec.summary_stated[-1]) and all(
+        rec.summary_stated[-1].values()
+    )
+
+
+def stated_ceiling(records: Sequence[StatedRecord]) -> dict[str, float]:
+    """What a value that reads the last summary, and so knows whether it states a value for
+    each needed fact but not whether that value is right, can explain of the outcome:
+    ``critic/ev_ceiling_stated``, the share of the outcome's variance between the rollouts
+    whose last summary states them all and the others, each group's rate fitted on the batch
+    (as ``critic/ev_ceiling``). The critic at the last window sees that summary and nothing
+    older, so a wrong value it states looks like the right one: where the policy writes a
+    guess instead of ``unknown``, ``critic/ev_ceiling`` counts what no reader of the context
+    can know and this does not. Empty when no record carries the flags (an environment
+    without ``summary_stated``) or every outcome is equal."""
+    if not any(r.summary_stated for r in records):
+        return {}
+    success = torch.tensor([float(bool(r.success)) for r in records], dtype=torch.float64)
+    stated = torch.tensor([last_summary_stated(r) for r in records], dtype=torch.bool)
+    pred = torch.full_like(success, float(success.mean()))
+    for flag in (True, False):
+        if bool((stated == flag).any()):
+            pred[stated == flag] = success[stated == flag].mean()
+    ev = between_groups_ev(success, pred)
+    return {"critic/ev_ceiling_stated": ev} if ev == ev else {}
 
 
 ONLINE_DECAY = 0.5

@@ -71,27 +71,34 @@ def last_window(history: History) -> int | None:
 def critic_tracking(history: History) -> dict[str, float]:
     """At :func:`last_window`, means over the informative iterations where the critic's
     explained variance there is defined: that explained variance (``ev``) and the
-    calibration error (``ece``) at the segment's first token, the in-batch and online
-    outcome ceilings (``ceiling``, ``ceiling_online``), the tracking target, each
-    iteration's ``min(TRACKING_EV, TRACKING_SHARE x ceiling)`` (``target``), the window's
-    number (``window``, 0 = the first) and how many iterations count (``iterations``).
-    Empty without critic figures."""
+    calibration error (``ece``) at the segment's first token, the in-batch, online and
+    stated outcome ceilings (``ceiling``, ``ceiling_online``, ``ceiling_stated``), the
+    tracking target, each iteration's ``min(TRACKING_EV, TRACKING_SHARE x ceiling)``
+    (``target``), the same against the stated ceiling, what a reader of the last summary can
+    know (``target_stated``), the window's number (``window``, 0 = the first) and how many
+    iterations count (``iterations``). Empty without critic figures."""
     k = last_window(history)
     if k is None:
         return {}
     ev_key = f"critic/mc_ev_seg{k}"
     rows = [h for h in informative_rows(history) if defined(h, ev_key)]
-    targets = [
-        min(TRACKING_EV, TRACKING_SHARE * float(h["critic/ev_ceiling"]))
-        for h in rows
-        if defined(h, "critic/ev_ceiling")
-    ]
     return {
         "window": float(k // 2),
         "ev": mean_of(rows, ev_key),
         "ece": mean_of(rows, f"critic/ece_seg{k}"),
         "ceiling": mean_of(rows, "critic/ev_ceiling"),
         "ceiling_online": mean_of(rows, "critic/ev_ceiling_online"),
-        "target": sum(targets) / len(targets) if targets else math.nan,
+        "ceiling_stated": mean_of(rows, "critic/ev_ceiling_stated"),
+        "target": tracking_target(rows, "critic/ev_ceiling"),
+        "target_stated": tracking_target(rows, "critic/ev_ceiling_stated"),
         "iterations": float(len(rows)),
     }
+
+
+def tracking_target(rows: Sequence[Mapping[str, float]], ceiling: str) -> float:
+    """Mean over ``rows`` (where ``ceiling`` is defined) of ``min(TRACKING_EV, TRACKING_SHARE x
+    ceiling)``; NaN when no row has it."""
+    targets = [
+        min(TRACKING_EV, TRACKING_SHARE * float(h[ceiling])) for h in rows if defined(h, ceiling)
+    ]
+    return sum(targets) / len(targets) if targets else math.nan

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -147,6 +147,85 @@ class WordsSeenPool(nn.Module):
         return hidden.float() + seen
 
 
+class ContextRidge(nn.Module):
+    """A value added to the head's: ``bias + sum(weight[w] for each distinct word w of the row's
+    context)``, the context being the row's opening context
+    (:func:`cxsim.segments.opening_context`: the tokens up to its first assistant header, a
+    window's rebuilt context), so it is one number per row, the same at every position past
+    the context and causal within it. ``weight`` and ``bias`` are not trained by the optimiser:
+    :meth:`refit` solves a ridge regression of each row's return at its first policy token on
+    which words its context holds (0/1 each; token ids share ``buckets`` slots, ``id %
+    buckets``), over the batches seen so far, each batch back weighted ``decay`` times less,
+    through running sums (so the fit is exact, resumes from the saved buffers, and sums over
+    ranks). A least-squares value on the words of the context, as linear critics on sparse
+    features are fit; the critic's own head learns what it leaves over. The features passed on
+    are the hidden states, unchanged."""
+
+    def __init__(
+        self, hidden_size: int, buckets: int = 1024, penalty: float = 3.0, decay: float = 0.5
+    ):
+        super().__init__()
+        self.buckets, self.penalty, self.decay = buckets, penalty, decay
+        self.register_buffer("weight", torch.zeros(buckets))
+        self.register_buffer("bias", torch.zeros(()))
+        # decayed sums over the rows fit so far: X^T X, X^T y, sum x, and (count, sum y)
+        self.register_buffer("gram", torch.zeros(buckets, buckets, dtype=torch.float64))
+        self.register_buffer("moment", torch.zeros(buckets, dtype=torch.float64))
+        self.register_buffer("sum_x", torch.zeros(buckets, dtype=torch.float64))
+        self.register_buffer("totals", torch.zeros(2, dtype=torch.float64))
+
+    def first_words(
+        self, input_ids: torch.Tensor, context: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(S, T) bool: position t is its word's first in the row's context; (S, T) slots."""
+        width = input_ids.shape[1]
+        slot = input_ids.long() % self.buckets
+        position = torch.arange(width, device=input_ids.device).expand_as(slot)
+        first_at = torch.full((slot.shape[0], self.buckets), width, device=slot.device)
+        first_at.scatter_reduce_(1, slot, position.masked_fill(~context, width), "amin")
+        return (first_at.gather(1, slot) == position) & context, slot
+
+    def forward(
+        self, hidden: torch.Tensor, attended: torch.Tensor, input_ids: torch.Tensor,
+        context: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """-> (the hidden states (S, T, H) float32, the added value (S, T) float32)."""
+        first, slot = self.first_words(input_ids, context)
+        added = (first.float() * self.weight[slot]).cumsum(dim=1) + self.bias
+        return hidden.float(), added
+
+    @torch.no_grad()
+    def refit(
+        self,
+        input_ids: torch.Tensor,
+        context: torch.Tensor,
+        targets: torch.Tensor,
+        rows: torch.Tensor,
+        global_sum: Callable[[torch.Tensor], torch.Tensor],
+    ) -> None:
+        """Add the ``rows`` (S,) bool of this batch (targets (S,)) to the decayed sums, summed
+        over ranks by ``global_sum``, and solve for ``weight`` and ``bias``."""
+        first, slot = self.first_words(input_ids, context)
+        words = torch.zeros(len(slot), self.buckets, dtype=torch.float64, device=slot.device)
+        words.scatter_add_(1, slot, first.double()).clamp_(max=1.0)
+        x, y = words[rows], targets[rows].double()
+        now = [x.T @ x, x.T @ y, x.sum(0), torch.stack([y.new_tensor(len(y)), y.sum()])]
+        for total, part in zip((self.gram, self.moment, self.sum_x, self.totals), now, strict=True):
+            total.mul_(self.decay).add_(global_sum(part))
+        count, sum_y = self.totals
+        if float(count) == 0.0:
+            return
+        used = self.gram.diagonal() > 0  # slots some fitted context held
+        mean_x, mean_y = self.sum_x[used] / count, sum_y / count
+        centred = self.gram[used][:, used] - count * torch.outer(mean_x, mean_x)
+        cross = self.moment[used] - count * mean_x * mean_y
+        eye = torch.eye(int(used.sum()), dtype=torch.float64, device=centred.device)
+        beta = torch.linalg.solve(centred + self.penalty * eye, cross)
+        self.weight.zero_()
+        self.weight[used] = beta.float()
+        self.bias.fill_(float(mean_y - mean_x @ beta))
+
+
 def pool_features(
     pool: nn.Module | None,
     reads: str,
@@ -154,13 +233,20 @@ def pool_features(
     attended: torch.Tensor,
     embedded: torch.Tensor | None = None,
     input_ids: torch.Tensor | None = None,
-) -> torch.Tensor:
+    context: torch.Tensor | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """What a value head reads: ``hidden`` itself (no pool), or the pool of it and of what the
     head's entry says it ``reads`` (``cxsim.critics.ValueHead.reads``: nothing more, the input
-    embeddings, or the token ids), in float32."""
+    embeddings, the token ids, or the token ids and each row's opening context), in float32. A
+    pool that adds a value of its own (``ValueHead.adds_value``) returns (features, value)."""
     if pool is None:
         return hidden
-    extra = {"hidden": (), "embeddings": (embedded,), "ids": (input_ids,)}[reads]
+    extra = {
+        "hidden": (),
+        "embeddings": (embedded,),
+        "ids": (input_ids,),
+        "context": (input_ids, context),
+    }[reads]
     with torch.autocast(hidden.device.type, enabled=False):  # sums and softmax in fp32
         return pool(hidden, attended, *extra)
 
@@ -183,6 +269,7 @@ class Critic(nn.Module):
         support: Sequence[float] | None = None,
         value_head: str = "last",
         reads: str = "hidden",
+        adds_value: bool = False,
     ):
         super().__init__()
         outputs = 1 if support is None else len(support)
@@ -197,6 +284,7 @@ class Critic(nn.Module):
         self.pool = pool
         self.value_head = value_head
         self.reads = reads  # what the pool takes besides the hidden states (ValueHead.reads)
+        self.adds_value = adds_value  # the pool returns (features, a value added to the head's)
         self.support_values = None if support is None else tuple(float(v) for v in support)
         support_tensor = None
         if support is not None:
@@ -228,14 +316,21 @@ class Critic(nn.Module):
         pool = entry.pool(backbone.config.hidden_size)
         if pool is not None:
             pool = pool.to(device=policy.device)
-        return cls(backbone, head.to(device=policy.device), pool, support, value_head, entry.reads)
+        head = head.to(device=policy.device)
+        return cls(backbone, head, pool, support, value_head, entry.reads, entry.adds_value)
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, return_logits: bool = False
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        return_logits: bool = False,
+        context: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:
         """input_ids, attention_mask: (S, T), padding on either side -> values (S, T), float32;
         with ``return_logits``, ``(values, logits)``: logits (S, T, K) float32 aligned as the
-        values (0 where the values are), None for a scalar head."""
+        values (0 where the values are), None for a scalar head. ``context`` (S, T) bool, each
+        row's opening context (``cxsim.segments.opening_context``): needed by a head that
+        reads it (``ValueHead.reads == "context"``)."""
         assert input_ids.dim() == 2 and input_ids.shape == attention_mask.shape, (
             f"input_ids {tuple(input_ids.shape)} and attention_mask "
             f"{tuple(attention_mask.shape)} must be the same (S, T)"
@@ -245,17 +340,28 @@ class Critic(nn.Module):
         hidden = self.backbone(
             input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=False
         ).last_hidden_state  # (S, T, H)
+        added = None  # (S, T) a value the pool adds to the head's (ValueHead.adds_value)
         if self.pool is not None:
             embedded = None
             if self.reads == "embeddings":
                 embedded = self.backbone.get_input_embeddings()(input_ids)
-            hidden = pool_features(self.pool, self.reads, hidden, mask.bool(), embedded, input_ids)
+            if self.reads == "context" and context is None:
+                raise ValueError(
+                    f"value head {self.value_head!r} reads each row's opening context: pass "
+                    "context= to the critic (SegmentBatch.with_opening_context)"
+                )
+            features = pool_features(
+                self.pool, self.reads, hidden, mask.bool(), embedded, input_ids, context
+            )
+            hidden, added = features if self.adds_value else (features, None)
         # Same positions as sequence_logprobs: token t and its predecessor are both real.
         scored = (mask[:, 1:] * mask[:, :-1]).bool()
         if self.support is None:
             v_prev = (
                 self.head(hidden[:, :-1].to(self.head.weight.dtype)).squeeze(-1).float()
             )  # (S, T-1)
+            if added is not None:
+                v_prev = v_prev + added[:, :-1]
             zeros = v_prev.new_zeros(input_ids.shape[0], 1)
             values = torch.cat([zeros, torch.where(scored, v_prev, 0.0)], dim=1)
             return (values, None) if return_logits else values
@@ -311,4 +417,5 @@ class Critic(nn.Module):
             pool.load_state_dict(
                 {k[n:]: v for k, v in weights.items() if k.startswith(POOL_PREFIX)}
             )
-        return cls(backbone, head, pool, support, config["value_head"], entry.reads).to(device)
+        name = config["value_head"]
+        return cls(backbone, head, pool, support, name, entry.reads, entry.adds_value).to(device)

@@ -303,8 +303,9 @@ class PPOConfig:
     states pooled by a learned query), ``words-pool`` / ``words-max`` (its last hidden state
     plus the prefix's input embeddings, pooled by a learned query / by a running maximum),
     ``words-seen`` (its last hidden state plus a learned vector per distinct word of the
-    prefix), or ``my_module:my_head`` for a ``ValueHead`` of your own. Every one reads the prefix
-    only."""
+    prefix), ``context-ridge`` (its last hidden state's value plus a ridge regression on the
+    words of the row's opening context, refit before each critic update), or
+    ``my_module:my_head`` for a ``ValueHead`` of your own. Every one reads the prefix only."""
     value_loss: ValueLossName = when_set("mse")
     """Critic loss (cxsim/critics.py): ``mse`` (0.5 (V - G)^2), ``hl-gauss`` (cross-entropy
     of logits over value bins to a Gaussian around the return; the value is the expectation
@@ -405,6 +406,11 @@ class PPOConfig:
             )
         if self.value_sigma is not None and not self.value_sigma > 0:
             raise ValueError(f"value_sigma={self.value_sigma} must be positive (or None)")
+        if VALUE_HEADS[self.value_head].adds_value and self.value_loss != "mse":
+            raise ValueError(
+                f"--ppo.value-head {self.value_head} adds a value of its own to a scalar head; "
+                f"--ppo.value-loss {self.value_loss} reads bins: use --ppo.value-loss mse"
+            )
         if self.value_loss == "hl-gauss" and self.value_clip_eps is not None:
             raise ValueError(
                 "--ppo.value-clip-eps clips a scalar value; the hl-gauss loss has no clipped "

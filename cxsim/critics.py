@@ -24,11 +24,20 @@ tokens change.
 - ``words-seen``: the last hidden state plus the sum of one learned vector per distinct token
   id of the prefix (a table of its own, not the base's embeddings): linear in which words
   the context holds, so it reads them the same way on every base.
+- ``context-ridge``: the last hidden state, plus a value of its own added to the head's: a
+  ridge regression of the return on which words the row's opening context holds (up to its
+  first assistant header: a window's rebuilt context), solved in closed form before each
+  critic update over the batches so far, each batch back weighted half as much
+  (:class:`cxsim.agents.critic.ContextRidge`). It reads the last summary from the first
+  batches, where a trained head needs tens of steps, and keeps the earlier batches' failures
+  when a batch has none.
 
 A head's entry says what its pool module is called with (``ValueHead.reads``):
 ``pool(hidden, attended)``; with ``reads="embeddings"`` ``pool(hidden, attended, embedded)``,
 the backbone's input embeddings (S, T, H); with ``reads="ids"`` ``pool(hidden, attended,
-input_ids)``, the token ids (S, T).
+input_ids)``, the token ids (S, T). With ``reads="context"`` ``pool(hidden, attended, input_ids, context)``,
+``context`` (S, T) bool each row's opening context (``cxsim.segments.opening_context``). A pool with
+``adds_value`` returns ``(features, value)``; a ``refit`` runs before each critic update.
 
 ``VALUE_LOSSES[name]`` is a :class:`ValueLoss`: the per-token loss the critic update
 reduces, and the support its head's outputs are read against.
@@ -63,6 +72,7 @@ if TYPE_CHECKING:
 
     from cxsim.agents.critic import Critic
     from cxsim.config import PPOConfig
+    from cxsim.ppo import GlobalSum, ScoredBatch
 
 
 @dataclass(frozen=True)
@@ -80,12 +90,19 @@ class ValueHead:
     nothing (``hidden``), the backbone's input embeddings (S, T, H) (``embeddings``), or the
     token ids (S, T) (``ids``)."""
 
+    adds_value: bool = False
+    """The pool returns ``(features, value (S, T))`` and its value is added to the head's (a
+    scalar head only: ``--ppo.value-loss mse``)."""
+    refit: Callable[[nn.Module, ScoredBatch, GlobalSum], None] | None = None
+    """``(pool, scored batch, global_sum) -> None``, called by the critic update before its
+    optimiser steps: a closed-form fit of the pool's own state (None: nothing)."""
+
     def __post_init__(self) -> None:
         if self.reads not in POOL_INPUTS:
             raise ValueError(f"ValueHead reads={self.reads!r}: choose one of {POOL_INPUTS}")
 
 
-POOL_INPUTS = ("hidden", "embeddings", "ids")
+POOL_INPUTS = ("hidden", "embeddings", "ids", "context")
 """What a value head's pool may read (``ValueHead.reads``)."""
 
 
@@ -156,6 +173,24 @@ def _words_seen(hidden_size: int) -> nn.Module:
     return WordsSeenPool(hidden_size)
 
 
+def _context_ridge(hidden_size: int) -> nn.Module:
+    from cxsim.agents.critic import ContextRidge
+
+    return ContextRidge(hidden_size)
+
+
+def _refit_context_ridge(pool: nn.Module, scored: ScoredBatch, global_sum: GlobalSum) -> None:
+    """Each row with policy tokens: its return at the first of them, against the words of
+    its opening context."""
+    from cxsim.segments import OPENING_CONTEXT
+
+    batch, mask = scored.batch, scored.policy_mask
+    first = mask.long().argmax(dim=1, keepdim=True)
+    targets = scored.returns.gather(1, first).squeeze(1)
+    context = batch.extras[OPENING_CONTEXT]
+    pool.refit(batch.token_ids, context, targets, mask.any(dim=1), global_sum)
+
+
 VALUE_HEADS: Registry[ValueHead] = Registry(
     {
         "last": ValueHead(_last, "the prefix's last hidden state (a language model's reading)"),
@@ -178,13 +213,20 @@ VALUE_HEADS: Registry[ValueHead] = Registry(
             "the last hidden state plus a learned vector for each distinct word of the prefix",
             reads="ids",
         ),
+        "context-ridge": ValueHead(
+            _context_ridge,
+            "the last hidden state's value plus a ridge regression on the context's words",
+            reads="context",
+            adds_value=True,
+            refit=_refit_context_ridge,
+        ),
     },
     entry_type=ValueHead,
     kind="value head",
     group="cxsim.value_heads",
     declaration=(
         "pool=<function: hidden_size -> causal module or None>, help='one line'"
-        "[, reads='embeddings' | 'ids']"
+        "[, reads='embeddings' | 'ids' | 'context', adds_value=True, refit=<function>]"
     ),
 )
 """Every value head by name; the first is the default. A name it does not hold is looked up

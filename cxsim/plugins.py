@@ -185,6 +185,8 @@ class Registry(dict[str, Entry], Generic[Entry]):
                 problem = "must be True or False"
             elif f.type == "str" and not isinstance(value, str):
                 problem = "must be a str"
+            elif value is None and f.default is None:
+                continue  # an optional function left out
             elif f.type not in ("bool", "str") and not callable(value):
                 problem = "must be a function"
             else:

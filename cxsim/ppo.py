@@ -50,12 +50,12 @@ from transformers import PreTrainedModel
 from cxsim.advantages import adaptive_lambda, bootstrapped_rewards, critic_returns, whiten
 from cxsim.agents.models import token_logprobs_at
 from cxsim.config import PPOConfig
-from cxsim.critics import VALUE_LOSSES, ValueLossInputs
+from cxsim.critics import VALUE_HEADS, VALUE_LOSSES, ValueLossInputs
 from cxsim.devices import Precision, autocast
 from cxsim.estimators import ESTIMATORS, EstimatorInputs
 from cxsim.loss_modes import LOSS_MODES
 from cxsim.losses import aggregate, masked_mean, policy_loss, rollout_token_counts
-from cxsim.segments import SegmentBatch
+from cxsim.segments import OPENING_CONTEXT, SegmentBatch
 
 GlobalSum = Callable[[torch.Tensor], torch.Tensor]
 """Sums a local count over data-parallel ranks (identity on one process)."""
@@ -194,7 +194,12 @@ def critic_values(
         chunk = batch.select(list(range(start, stop)))
         width = int(chunk.lengths.max())
         with autocast(precision, device):
-            out = critic(chunk.token_ids[:, :width], chunk.attention[:, :width])
+            context = chunk.extras.get(OPENING_CONTEXT)  # what a context-reading head needs
+            out = critic(
+                chunk.token_ids[:, :width],
+                chunk.attention[:, :width],
+                context=None if context is None else context[:, :width],
+            )
         values[start:stop, :width] = out.float() * chunk.attention[:, :width]
     return values
 
@@ -216,10 +221,23 @@ def final_values(
     for row in rows.tolist():
         n = int(batch.lengths[row])
         ids = torch.cat([batch.token_ids[row, :n], extra, extra.new_zeros(1)])[None]
+        context = None
+        if OPENING_CONTEXT in batch.extras:  # the row's own; the continuation is not in it
+            context = torch.zeros_like(ids, dtype=torch.bool)
+            context[0, :n] = batch.extras[OPENING_CONTEXT][row, :n]
         with autocast(precision, device):
-            values = critic(ids, torch.ones_like(ids, dtype=torch.bool))
+            values = critic(ids, torch.ones_like(ids, dtype=torch.bool), context=context)
         out[row] = values[0, -1].float()  # V(all tokens + continuation)
     return out
+
+
+def with_critic_inputs(batch: SegmentBatch, cfg: PPOConfig, header: Sequence[int]) -> SegmentBatch:
+    """The batch with what the configured value head reads besides the tokens: each row's
+    opening context, up to its first assistant ``header`` (``SegmentBatch.extras``), for a
+    head that reads it; else the batch itself."""
+    if VALUE_HEADS[cfg.value_head].reads == "context":
+        return batch.with_opening_context(header)
+    return batch
 
 
 def score_batch(
@@ -239,6 +257,7 @@ def score_batch(
     the same estimator's advantages at that lambda; whitening last, if on. The only
     model pass is the critic's (no grad; the behaviour log-probs come with the batch).
     """
+    batch = with_critic_inputs(batch, cfg, continuation)
     mask = batch.policy_mask(cfg.train_summaries)  # (S, T)
     device = batch.token_ids.device
     estimator = ESTIMATORS[cfg.estimator]
@@ -315,6 +334,9 @@ def critic_update(
     device = scored.batch.token_ids.device
     value_loss = VALUE_LOSSES[cfg.value_loss]
     with_logits = value_loss.support(cfg) is not None  # a histogram head: the loss reads logits
+    refit = VALUE_HEADS[cfg.value_head].refit
+    if refit is not None:  # the head's closed-form part, on this batch and the earlier ones
+        refit(critic.pool, scored, global_sum)
     for _ in range(passes):
         for rows in minibatch_rows(scored.batch, cfg.minibatches):
             minibatch = scored.select(rows)
@@ -328,10 +350,17 @@ def critic_update(
                 with autocast(precision, device):
                     if with_logits:  # (s, t), (s, t, K)
                         values, logits = critic(
-                            micro.batch.token_ids, micro.batch.attention, return_logits=True
+                            micro.batch.token_ids,
+                            micro.batch.attention,
+                            return_logits=True,
+                            context=micro.batch.extras.get(OPENING_CONTEXT),
                         )
-                    else:
-                        values = critic(micro.batch.token_ids, micro.batch.attention)  # (s, t)
+                    else:  # (s, t)
+                        values = critic(
+                            micro.batch.token_ids,
+                            micro.batch.attention,
+                            context=micro.batch.extras.get(OPENING_CONTEXT),
+                        )
                 per_token = value_loss.loss(
                     ValueLossInputs(values, logits, micro.values, micro.returns, cfg)
                 )

@@ -220,6 +220,12 @@ class SegmentBatch:
     def with_extras(self, **tensors: torch.Tensor) -> SegmentBatch:
         return replace(self, extras={**self.extras, **tensors})
 
+    def with_opening_context(self, header: Sequence[int]) -> SegmentBatch:
+        """The batch with ``extras[OPENING_CONTEXT]``: :func:`opening_context` of its rows."""
+        return self.with_extras(
+            **{OPENING_CONTEXT: opening_context(self.token_ids, self.attention, header)}
+        )
+
 
 def pack_segments(
     segments: Sequence[Segment],
@@ -289,3 +295,26 @@ def pack_segments(
         temperature=temperature,
     )
     return batch if device is None else batch.to(device)
+
+
+OPENING_CONTEXT = "opening_context"
+"""``SegmentBatch.extras`` key of each row's opening context (:func:`opening_context`)."""
+
+
+def opening_context(
+    token_ids: torch.Tensor, attention: torch.Tensor, header: Sequence[int]
+) -> torch.Tensor:
+    """(S, T) bool: each row's attended positions up to the end of its first assistant
+    ``header`` (the chat format's ``assistant_prefix()``), the context its window opened with:
+    the task, or the system prompt, the summary and what the strategy put before the first
+    response (the whole row when the header never occurs, or is empty). Every row of a window,
+    its summary's included, opens with the same context."""
+    width, k = token_ids.shape[1], len(header)
+    if k == 0 or width < k:
+        return attention.bool()
+    wanted = torch.tensor(list(header), dtype=token_ids.dtype, device=token_ids.device)
+    ends_here = (token_ids.unfold(1, k, 1) == wanted).all(dim=-1)  # (S, T - k + 1)
+    ends_here &= attention[:, k - 1 :].bool()
+    last = torch.where(ends_here.any(dim=1), ends_here.int().argmax(dim=1) + k - 1, width - 1)
+    position = torch.arange(width, device=token_ids.device)
+    return attention.bool() & (position[None, :] <= last[:, None])

@@ -197,8 +197,16 @@ class OnDevice(torch.nn.Module):
         self.module = module
         self.device = device
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        values = self.module(input_ids.to(self.device), attention_mask.to(self.device))
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        context: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        moved = None if context is None else context.to(self.device)
+        values = self.module(
+            input_ids.to(self.device), attention_mask.to(self.device), context=moved
+        )
         return values.to(input_ids.device)
 
 

@@ -20,7 +20,7 @@ Reads top to bottom. For one policy (``--policy``):
    each segment's first trainable token;
 5. **critic variants** (``--variants``, with ``--critic-iterations N``): for each value head
    (``last``, ``prefix-mean``, ``attention-pool``, ``words-pool``, ``words-max``,
-   ``words-seen``; cxsim/critics.py), optionally with a value loss (``+mse``,
+   ``words-seen``, ``context-ridge``; cxsim/critics.py), optionally with a value loss (``+mse``,
    ``+hl-gauss``; else ``--ppo.value-loss``): a ridge probe of the features
    that head reads, fresh from the policy (for a pooled head, the pooled features), and the
    learning curve of a critic of that variant (``cxsim.critics.build_critic``) trained by
@@ -87,8 +87,8 @@ class Config:
     """The critic step's settings (rollouts per iteration, critic ratio, lr, estimator)."""
     variants: tuple[str, ...] | None = None
     """Critic variants to compare (needs --critic-iterations): each a value head (``last``,
-    ``prefix-mean``, ``attention-pool``, ``words-pool``, ``words-max``, ``words-seen`` or
-    ``module:name``), optionally ``+`` a value loss (``mse``, ``hl-gauss``; else
+    ``prefix-mean``, ``attention-pool``, ``words-pool``, ``words-max``, ``words-seen``,
+    ``context-ridge`` or ``module:name``), optionally ``+`` a value loss (``mse``, ``hl-gauss``; else
     --ppo.value-loss), e.g. ``last prefix-mean+hl-gauss``; the other --ppo.* settings are
     shared. None: only the configured --ppo.* critic."""
     out: str | None = None
@@ -178,10 +178,14 @@ def ridge_probe(x: Any, y: Any, fit: Any, ridges: tuple[float, ...]) -> tuple[fl
 
 def _hidden_states(critic: Any, batch: Any, rows: int) -> Any:
     """Per chunk of ``rows`` rows: ``(hidden (s, T, H), mask (s, T) long, at (s,),
-    embedded (s, T, H), ids (s, T))`` from the critic's backbone (its last hidden states and
-    its input embeddings) and the rows' token ids, ``at`` the position whose features give
-    the value of each row's first trainable token (``values[t] = head(features[t - 1])``)."""
+    embedded (s, T, H), ids (s, T), context (s, T) bool or None)`` from the critic's backbone
+    (its last hidden states and its input embeddings), the rows' token ids and their opening
+    context (when the batch holds it: ``SegmentBatch.with_opening_context``), ``at`` the
+    position whose features give the value of each row's first trainable token
+    (``values[t] = head(features[t - 1])``)."""
     import torch
+
+    from cxsim.segments import OPENING_CONTEXT
 
     first = batch.trainable.long().argmax(dim=1)  # the first trainable token of each row
     with torch.no_grad():
@@ -197,7 +201,9 @@ def _hidden_states(critic: Any, batch: Any, rows: int) -> Any:
                 output_hidden_states=True,
             )
             at = first[start : start + rows] - 1
-            yield out.last_hidden_state, mask, at, out.hidden_states[0], ids  # (s, T, H); ids
+            context = batch.extras.get(OPENING_CONTEXT)
+            context = None if context is None else context[start : start + rows]
+            yield out.last_hidden_state, mask, at, out.hidden_states[0], ids, context
 
 
 def value_features(critic: Any, batch: Any, rows: int = 16) -> dict[str, Any]:
@@ -210,7 +216,7 @@ def value_features(critic: Any, batch: Any, rows: int = 16) -> dict[str, Any]:
         return (x * mask[..., None]).cumsum(1) / mask.cumsum(1).clamp(min=1)[..., None]
 
     out: dict[str, list[Any]] = {name: [] for name in FEATURES}
-    for hidden, mask, at, embedded, _ in _hidden_states(critic, batch, rows):
+    for hidden, mask, at, embedded, *_ in _hidden_states(critic, batch, rows):
         picked = torch.arange(len(hidden))
         out["last"].append(hidden.double()[picked, at])
         out["prefix-mean"].append(running_mean(hidden.double(), mask)[picked, at])
@@ -229,8 +235,10 @@ def head_features(critic: Any, head: Any, batch: Any, rows: int = 16) -> Any:
     pool = head.pool(critic.backbone.config.hidden_size)
     out = []
     with torch.no_grad():
-        for hidden, mask, at, embedded, ids in _hidden_states(critic, batch, rows):
-            features = pool_features(pool, head.reads, hidden, mask.bool(), embedded, ids)
+        for hidden, mask, at, embedded, ids, context in _hidden_states(critic, batch, rows):
+            features = pool_features(pool, head.reads, hidden, mask.bool(), embedded, ids, context)
+            if head.adds_value:  # (features, the pool's own value): the head reads the first
+                features = features[0]
             out.append(features[torch.arange(len(hidden)), at].double())
     return torch.cat(out)
 
@@ -314,9 +322,10 @@ def train_critic(
     (default: :func:`first_token_ev`)."""
 
     from cxsim.critics import build_critic, critic_optimizer
-    from cxsim.ppo import critic_update, critic_values, score_batch
+    from cxsim.ppo import critic_update, critic_values, score_batch, with_critic_inputs
 
     measure = first_token_ev if measure is None else measure
+    held = with_critic_inputs(held, ppo, chat.assistant_prefix())
     critic = build_critic(policy, ppo)
     optimizer = critic_optimizer(critic, ppo)
     history = []
@@ -345,6 +354,7 @@ def variant_rows(
     from cxsim.agents.critic import Critic
 
     frozen = Critic.from_policy(policy)  # the backbone every fresh head reads
+    batch = batch.with_opening_context(chat.assistant_prefix())  # for a head that reads it
     last = last_segment_rows(batch)
     fit = batch.rollout_id[last] < int(cfg.fit_share * cfg.episodes)
     y = batch.rewards[last].double()

@@ -153,7 +153,13 @@ class TrainingRun:
         """
         from cxsim.diagnostics import monte_carlo_returns
         from cxsim.evaluation import torch_threads
-        from cxsim.ppo import critic_update, critic_values, explained_variance, score_batch
+        from cxsim.ppo import (
+            critic_update,
+            critic_values,
+            explained_variance,
+            score_batch,
+            with_critic_inputs,
+        )
         from cxsim.segments import pack_segments
 
         cfg, ppo = self.cfg, self.cfg.ppo
@@ -171,6 +177,7 @@ class TrainingRun:
         held = [s for s in rollouts.segments if s.rollout_id in held_ids]
         fit_batch = pack_segments(fit, pad, temperature, self.device)
         held_batch = pack_segments(held, pad, temperature, self.device)
+        held_batch = with_critic_inputs(held_batch, ppo, agent.chat.assistant_prefix())
         mask = held_batch.policy_mask(ppo.train_summaries)
         target = monte_carlo_returns(
             held_batch.rewards, mask, held_batch.rollout_id, held_batch.segment_index,

@@ -28,10 +28,11 @@ from cxsim.critics import (
 )
 from cxsim.losses import histogram_edges, hl_gauss_loss, hl_gauss_target
 from cxsim.ppo import critic_update, score_batch
-from cxsim.segments import Segment, SegmentBatch, pack_segments
+from cxsim.segments import OPENING_CONTEXT, Segment, SegmentBatch, pack_segments
 
 HEADS = ("last", "prefix-mean", "attention-pool", "words-pool", "words-max", "words-seen")
 VARIANTS = [(head, loss) for head in HEADS for loss in ("mse", "hl-gauss")]
+VARIANTS += [("context-ridge", "mse")]  # it adds a scalar of its own: no bins
 CUE_WIN, CUE_LOSE = 5, 6
 """Token ids of the cue that decides a rollout's reward (shown at position 1 of every segment)."""
 
@@ -55,6 +56,13 @@ def randomise(critic: Critic, seed: int = 0) -> None:
         pool = getattr(critic.pool, "words", critic.pool)  # words-pool: its embeddings' pool
         if hasattr(pool, "query"):
             pool.query.normal_(std=3.0, generator=gen)
+
+
+def refit_at_random(critic: Critic, ids: torch.Tensor, context: torch.Tensor) -> None:
+    """A context-ridge fitted to random returns on ``ids``, so every word has a weight."""
+    gen = torch.Generator().manual_seed(3)
+    rows = torch.ones(len(ids), dtype=torch.bool)
+    critic.pool.refit(ids, context, torch.rand(len(ids), generator=gen), rows, lambda x: x)
 
 
 def cue_batch(rollouts: int = 8, length: int = 14) -> SegmentBatch:
@@ -90,7 +98,8 @@ def test_each_variant_reduces_its_value_loss_on_a_fixed_batch(policy, head, loss
     losses = [critic_update(critic, opt, scored, cfg, passes=1)["losses/value"] for _ in range(12)]
     assert losses[-1] < 0.5 * losses[0], losses
     with torch.no_grad():
-        values = critic(batch.token_ids, batch.attention)
+        context = scored.batch.extras.get(OPENING_CONTEXT)  # a head that reads it has it
+        values = critic(batch.token_ids, batch.attention, context=context)
     win = rewards[mask] > 0
     picked = values[mask]
     assert picked[win].mean() - picked[~win].mean() > 0.3  # the values read the cue
@@ -139,6 +148,53 @@ def test_the_pool_query_learns(policy):
     assert critic.pool.query.abs().sum() > 0  # starts at 0; the gradient reached it
 
 
+def test_the_context_ridge_is_the_least_squares_value_of_the_contexts_words(policy):
+    critic, _ = critic_for(policy, "context-ridge")
+    ridge = critic.pool
+    # contexts [3, w] then policy tokens: word 5 always wins, word 6 always loses
+    ids = torch.tensor([[3, 5, 20, 21]] * 6 + [[3, 6, 22, 23]] * 2)
+    context = torch.tensor([[1, 1, 0, 0]] * 8, dtype=torch.bool)  # the words before the policy's
+    returns = torch.tensor([1.0] * 6 + [0.0] * 2)
+    rows = torch.ones(8, dtype=torch.bool)
+    ridge.refit(ids, context, returns, rows, lambda x: x)
+    # centred: x5 - 0.75 and x6 - 0.25 (= -(x5 - 0.75)), y - 0.75; word 3 is in every
+    # context, so it centres to 0 and stays 0. Normal equations with penalty 3:
+    # [[1.5 + 3, -1.5], [-1.5, 1.5 + 3]] beta = [1.5, -1.5] -> beta5 = -beta6 = 1.5 / 6
+    assert float(ridge.weight[5]) == pytest.approx(0.25) and float(ridge.weight[3]) == 0.0
+    assert float(ridge.weight[6]) == pytest.approx(-0.25)
+    assert float(ridge.bias) == pytest.approx(0.75 - 0.75 * 0.25 + 0.25 * 0.25)
+    with torch.no_grad():
+        values = critic(ids, torch.ones_like(ids), context=context)  # zero head: the ridge
+    # the value of the first policy token (position 2) and after: the ridge's reading
+    torch.testing.assert_close(values[0, 2:], torch.full((2,), 0.875))
+    torch.testing.assert_close(values[7, 2:], torch.full((2,), 0.375))
+    # the next batch counts fully, the earlier one half: sums of two halves over ranks are
+    # the sums of the whole batch
+    halves, whole = critic_for(policy, "context-ridge")[0].pool, ridge
+
+    def two_ranks(x: torch.Tensor) -> torch.Tensor:
+        return 2 * x  # each rank holds half of the batch below
+
+    flipped = torch.tensor([0.0] * 6 + [1.0] * 2)
+    whole.refit(ids, context, flipped, rows, lambda x: x)
+    halves.refit(ids, context, returns, rows, lambda x: x)
+    idx = torch.tensor([0, 1, 2, 6, 0, 1, 2, 6])  # 4 rows, each on both ranks: x2 = all 8
+    halves.refit(ids[idx[:4]], context[idx[:4]], flipped[idx[:4]], rows[:4], two_ranks)
+    assert float(whole.weight[5]) < 0 < float(whole.weight[6])  # the new batch outweighs
+    assert float(whole.totals[0]) == pytest.approx(8 * 0.5 + 8)
+    torch.testing.assert_close(halves.weight, whole.weight)
+    torch.testing.assert_close(halves.bias, whole.bias)
+
+
+def test_the_context_ridge_needs_the_policy_tokens_and_a_scalar_head(policy):
+    critic, _ = critic_for(policy, "context-ridge")
+    ids = torch.tensor([[3, 5, 20, 21]])
+    with pytest.raises(ValueError, match="pass context= to the critic"):
+        critic(ids, torch.ones_like(ids))
+    with pytest.raises(ValueError, match=r"use --ppo\.value-loss mse"):
+        PPOConfig(value_head="context-ridge", value_loss="hl-gauss")
+
+
 # --------------------------------------------------------------------------- no look-ahead
 
 
@@ -151,8 +207,12 @@ def test_the_value_at_a_token_reads_only_its_prefix(policy, head, loss):
     changed = ids.clone()
     changed[:, 9:] = torch.randint(3, 50, (3, 11), generator=gen)
     ones = torch.ones_like(ids)
+    context = torch.arange(20).expand(3, 20) < 12  # an opening context the change reaches into
+    if head == "context-ridge":  # a fitted ridge, so its words count
+        refit_at_random(critic, ids, context)
     with torch.no_grad():
-        before, after = critic(ids, ones), critic(changed, ones)
+        before = critic(ids, ones, context=context)
+        after = critic(changed, ones, context=context)
     # values[:, t] reads tokens < t: tokens 9.. changed, so values 0..9 must not move
     torch.testing.assert_close(after[:, :10], before[:, :10], rtol=1e-5, atol=1e-6)
     assert (after[:, 10:] - before[:, 10:]).abs().amax() > 1e-3  # and later ones do
@@ -357,19 +417,24 @@ def test_critic_lambda_changes_the_targets_not_the_advantages(policy):
         ("words-pool", "mse"),
         ("words-max", "mse"),
         ("words-seen", "hl-gauss"),
+        ("context-ridge", "mse"),
     ],
 )
 def test_variants_save_and_load(policy, tmp_path, head, loss):
     critic, cfg = critic_for(policy, head, loss)
     randomise(critic)
+    ids = torch.tensor([[3, 10, 11, 4, 12], [3, 14, 15, 0, 0]])
+    context = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 0, 0, 0]], dtype=torch.bool)
+    if head == "context-ridge":  # its fitted state travels with the head
+        refit_at_random(critic, ids, context)
     critic.save_pretrained(tmp_path)
     assert json.loads((tmp_path / "value_head.json").read_text())["value_head"] == head
     loaded = Critic.from_pretrained(tmp_path)
     check_critic(loaded, cfg)
-    ids = torch.tensor([[3, 10, 11, 4, 12], [3, 14, 15, 0, 0]])
     mask = (ids != 0).long()
     with torch.no_grad():
-        assert torch.equal(loaded.eval()(ids, mask), critic.eval()(ids, mask))
+        loaded_values = loaded.eval()(ids, mask, context=context)
+        assert torch.equal(loaded_values, critic.eval()(ids, mask, context=context))
     with pytest.raises(ValueError, match="use the flags it was made with"):
         check_critic(loaded, PPOConfig())
 

@@ -289,7 +289,9 @@ def test_copy_of_batch_unchanged_by_scoring():
 class ConstantCritic(torch.nn.Module):
     """V = 0.5 everywhere (and for the state after any row)."""
 
-    def forward(self, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, ids: torch.Tensor, attention: torch.Tensor, context: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return 0.5 * attention.float()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cxsim.segments import Segment, SegmentBatch, pack_segments
+from cxsim.segments import OPENING_CONTEXT, Segment, SegmentBatch, opening_context, pack_segments
 
 
 def segment(rollout_id: int, segment_index: int, trainable: list[bool], **kwargs) -> Segment:
@@ -106,3 +106,26 @@ def test_empty_and_malformed_segments_raise():
 
 def test_segment_num_trainable():
     assert segment(0, 0, [False, True, True]).num_trainable == 2
+
+
+def test_the_opening_context_ends_with_the_first_assistant_header():
+    header = [7, 8]
+    ids = torch.tensor(
+        [
+            [1, 2, 7, 8, 5, 7, 8, 6],  # the header twice: the first counts
+            [1, 7, 2, 8, 7, 8, 0, 0],  # 7 then 8 apart is no header; padded
+            [1, 2, 3, 4, 5, 6, 0, 0],  # no header: the whole row
+        ]
+    )
+    attention = ids != 0
+    context = opening_context(ids, attention, header)
+    assert context.int().tolist() == [
+        [1, 1, 1, 1, 0, 0, 0, 0],
+        [1, 1, 1, 1, 1, 1, 0, 0],
+        [1, 1, 1, 1, 1, 1, 0, 0],
+    ]
+    assert torch.equal(opening_context(ids, attention, []), attention)
+    batch = pack_segments(
+        [Segment("execution", [1, 2, 7, 8, 5], [False] * 4 + [True], [0.0] * 5, 0, 0)]
+    ).with_opening_context(header)
+    assert batch.extras[OPENING_CONTEXT].int().tolist() == [[1, 1, 1, 1, 0]]

@@ -344,3 +344,40 @@ def test_torchrun_trains_two_processes_and_resumes(tmp_path):
     # compute adds up over the ranks (4 rollouts per global batch), across the resume too
     assert [h["compute/rollouts"] for h in results["history"]] == [4.0, 8.0, 12.0]
     assert (run_dir / "checkpoints" / "iter-000003" / "policy").is_dir()
+
+
+@pytest.mark.slow
+def test_torchrun_refits_the_context_ridge_over_both_ranks(tmp_path):
+    """The context-ridge's closed-form fit sums its running statistics over the ranks
+    (float64 all-reduce) and is saved with the critic."""
+    import os
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    from cxsim.cli import main as cxsim
+
+    env_flags = ["--env.kwargs", "memory_length", "5", "obs_words_mean", "6", "obs_words_std",
+                 "1", "--compaction.budget", "160"]  # fmt: skip
+    cxsim(["sft", "--run-dir", str(tmp_path / "sft"), *env_flags, "--sft.episodes", "6",
+           "--sft.epochs", "1", "--sft.heldout-episodes", "2", "--no-progress-bar"])  # fmt: skip
+    run_dir = tmp_path / "train"
+    train = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+             "2", "-m", "cxsim.cli", "train", "--policy", str(tmp_path / "sft" / "policy"),
+             "--run-dir", str(run_dir), *env_flags, "--ppo.rollouts-per-batch", "4",
+             "--ppo.critic-warmup", "1", "--ppo.iterations", "1", "--ppo.minibatches", "1",
+             "--ppo.epochs", "1", "--ppo.value-head", "context-ridge", "--no-progress-bar"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "CXSIM_QUIET"} | {"OMP_NUM_THREADS": "1"}
+    done = subprocess.run(train, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (critic,) = (run_dir / "checkpoints").glob("iter-*/critic")
+    saved = load_file(str(critic / "value_head.safetensors"))
+    count, _ = saved["pool.totals"].tolist()
+    # rows per rank and segment index, averaged over the ranks: x 2 for both ranks' rows;
+    # the earlier batch counts half. One rank's sums alone would hold about half of that.
+    history = json.loads((run_dir / "results.json").read_text())["history"]
+    rows = [2 * sum(v for k, v in h.items() if k.startswith("critic/count_seg")) for h in history]
+    both = 0.5 * rows[0] + rows[1]
+    assert 0.8 * both < count <= both
+    assert int((saved["pool.weight"] != 0).sum()) > 0

@@ -116,6 +116,20 @@ class WordsMaxPool(nn.Module):
         return hidden.float() + unit_rms(running)
 
 
+def first_occurrences(
+    input_ids: torch.Tensor, counted: torch.Tensor, buckets: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(S, T) bool: position t holds the first occurrence of its word among the ``counted``
+    positions of its row (padding and uncounted positions never count); and (S, T) each
+    token's slot, ``id % buckets``."""
+    width = input_ids.shape[1]
+    slot = input_ids.long() % buckets
+    position = torch.arange(width, device=input_ids.device).expand_as(slot)
+    first_at = torch.full((slot.shape[0], buckets), width, dtype=torch.long, device=slot.device)
+    first_at.scatter_reduce_(1, slot, position.masked_fill(~counted, width), "amin")
+    return (first_at.gather(1, slot) == position) & counted, slot
+
+
 class WordsSeenPool(nn.Module):
     """``features[t] = hidden[t] + sum(table[w] for each distinct word w of the prefix <= t)``:
     the last hidden state plus one learned vector per word the prefix holds, counted once
@@ -134,15 +148,7 @@ class WordsSeenPool(nn.Module):
         self, hidden: torch.Tensor, attended: torch.Tensor, input_ids: torch.Tensor
     ) -> torch.Tensor:
         """hidden (S, T, H), attended (S, T) bool, input_ids (S, T) long -> (S, T, H) float32."""
-        width = input_ids.shape[1]
-        bucket = input_ids.long() % self.buckets
-        position = torch.arange(width, device=input_ids.device).expand_as(bucket)
-        # each row's first attended position of each word; padding never counts
-        first_at = torch.full(
-            (bucket.shape[0], self.buckets), width, dtype=torch.long, device=bucket.device
-        )
-        first_at.scatter_reduce_(1, bucket, position.masked_fill(~attended, width), "amin")
-        first = (first_at.gather(1, bucket) == position) & attended  # (S, T)
+        first, bucket = first_occurrences(input_ids, attended, self.buckets)
         seen = (first[..., None].float() * self.table.float()[bucket]).cumsum(dim=1)
         return hidden.float() + seen
 
@@ -174,23 +180,12 @@ class ContextRidge(nn.Module):
         self.register_buffer("sum_x", torch.zeros(buckets, dtype=torch.float64))
         self.register_buffer("totals", torch.zeros(2, dtype=torch.float64))
 
-    def first_words(
-        self, input_ids: torch.Tensor, context: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(S, T) bool: position t is its word's first in the row's context; (S, T) slots."""
-        width = input_ids.shape[1]
-        slot = input_ids.long() % self.buckets
-        position = torch.arange(width, device=input_ids.device).expand_as(slot)
-        first_at = torch.full((slot.shape[0], self.buckets), width, device=slot.device)
-        first_at.scatter_reduce_(1, slot, position.masked_fill(~context, width), "amin")
-        return (first_at.gather(1, slot) == position) & context, slot
-
     def forward(
         self, hidden: torch.Tensor, attended: torch.Tensor, input_ids: torch.Tensor,
         context: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """-> (the hidden states (S, T, H) float32, the added value (S, T) float32)."""
-        first, slot = self.first_words(input_ids, context)
+        first, slot = first_occurrences(input_ids, context, self.buckets)
         added = (first.float() * self.weight[slot]).cumsum(dim=1) + self.bias
         return hidden.float(), added
 
@@ -205,7 +200,7 @@ class ContextRidge(nn.Module):
     ) -> None:
         """Add the ``rows`` (S,) bool of this batch (targets (S,)) to the decayed sums, summed
         over ranks by ``global_sum``, and solve for ``weight`` and ``bias``."""
-        first, slot = self.first_words(input_ids, context)
+        first, slot = first_occurrences(input_ids, context, self.buckets)
         words = torch.zeros(len(slot), self.buckets, dtype=torch.float64, device=slot.device)
         words.scatter_add_(1, slot, first.double()).clamp_(max=1.0)
         x, y = words[rows], targets[rows].double()

@@ -309,12 +309,11 @@ def test_bench_distributed_smoke(capsys):
     assert "cpu x2: 2 rollouts" in capsys.readouterr().out
 
 
-@pytest.mark.slow
-def test_torchrun_trains_two_processes_and_resumes(tmp_path):
-    """`torchrun --nproc-per-node 2 cxsim train` runs end to end, then resumes from rank 0's
-    checkpoint and finishes the remaining iterations."""
+def torchrun_train(tmp_path: Path, *flags: str) -> tuple[list[str], dict[str, str], Path]:
+    """An SFT base made in ``tmp_path`` and the command that trains from it with
+    ``torchrun --nproc-per-node 2 cxsim train`` (small settings, then ``flags``); the
+    environment to run it in and its run directory."""
     import os
-    import subprocess
     import sys
 
     from cxsim.cli import main as cxsim
@@ -328,8 +327,18 @@ def test_torchrun_trains_two_processes_and_resumes(tmp_path):
              "2", "-m", "cxsim.cli", "train", "--policy", str(tmp_path / "sft" / "policy"),
              "--run-dir", str(run_dir), *env_flags, "--ppo.rollouts-per-batch", "4",
              "--ppo.critic-warmup", "1", "--ppo.minibatches", "1", "--ppo.epochs", "1",
-             "--checkpoint-every", "1", "--no-progress-bar"]  # fmt: skip
+             "--no-progress-bar", *flags]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "CXSIM_QUIET"} | {"OMP_NUM_THREADS": "1"}
+    return train, env, run_dir
+
+
+@pytest.mark.slow
+def test_torchrun_trains_two_processes_and_resumes(tmp_path):
+    """`torchrun --nproc-per-node 2 cxsim train` runs end to end, then resumes from rank 0's
+    checkpoint and finishes the remaining iterations."""
+    import subprocess
+
+    train, env, run_dir = torchrun_train(tmp_path, "--checkpoint-every", "1")
     first = subprocess.run([*train, "--ppo.iterations", "1"], env=env, capture_output=True,
                            text=True, timeout=240)  # fmt: skip
     assert first.returncode == 0, first.stderr[-2000:]
@@ -350,25 +359,12 @@ def test_torchrun_trains_two_processes_and_resumes(tmp_path):
 def test_torchrun_refits_the_context_ridge_over_both_ranks(tmp_path):
     """The context-ridge's closed-form fit sums its running statistics over the ranks
     (float64 all-reduce) and is saved with the critic."""
-    import os
     import subprocess
-    import sys
 
     from safetensors.torch import load_file
 
-    from cxsim.cli import main as cxsim
-
-    env_flags = ["--env.kwargs", "memory_length", "5", "obs_words_mean", "6", "obs_words_std",
-                 "1", "--compaction.budget", "160"]  # fmt: skip
-    cxsim(["sft", "--run-dir", str(tmp_path / "sft"), *env_flags, "--sft.episodes", "6",
-           "--sft.epochs", "1", "--sft.heldout-episodes", "2", "--no-progress-bar"])  # fmt: skip
-    run_dir = tmp_path / "train"
-    train = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-             "2", "-m", "cxsim.cli", "train", "--policy", str(tmp_path / "sft" / "policy"),
-             "--run-dir", str(run_dir), *env_flags, "--ppo.rollouts-per-batch", "4",
-             "--ppo.critic-warmup", "1", "--ppo.iterations", "1", "--ppo.minibatches", "1",
-             "--ppo.epochs", "1", "--ppo.value-head", "context-ridge", "--no-progress-bar"]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "CXSIM_QUIET"} | {"OMP_NUM_THREADS": "1"}
+    flags = ("--ppo.iterations", "1", "--ppo.value-head", "context-ridge")
+    train, env, run_dir = torchrun_train(tmp_path, *flags)
     done = subprocess.run(train, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     (critic,) = (run_dir / "checkpoints").glob("iter-*/critic")

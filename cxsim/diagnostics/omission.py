@@ -135,9 +135,23 @@ def success_by_group(success: torch.Tensor, group: torch.Tensor) -> dict[str, to
 
 def last_summary_kept(rec: RecallRecord) -> bool:
     """The rollout's last summary kept every needed fact shown before it (False without one)."""
-    return bool(rec.summary_recall and rec.summary_recall[-1]) and all(
-        rec.summary_recall[-1].values()
-    )
+    return last_all(rec.summary_recall)
+
+
+def last_all(per_summary: Sequence[Mapping[str, bool]]) -> bool:
+    """The last summary's flags, one per needed fact shown before it, are all set (False
+    without a summary, or with no fact to flag)."""
+    return bool(per_summary and per_summary[-1]) and all(per_summary[-1].values())
+
+
+def group_rates(success: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """Each rollout's predicted success: the rate of its group (``group`` bool) in the batch."""
+    pred = torch.full_like(success, float(success.mean()))
+    for flag in (True, False):
+        members = group == flag
+        if bool(members.any()):
+            pred[members] = success[members].mean()
+    return pred
 
 
 def outcome_and_kept(recs: Sequence[RecallRecord]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -164,11 +178,10 @@ def outcome_ceiling(records: Sequence[RecallRecord | Mapping]) -> dict[str, floa
     critic's explained variance is measured, ``1 - Var(y - pred) / Var(y)``."""
     success, kept = outcome_and_kept(as_records(records))
     out = {"success": float(success.mean()), "kept_share": float(kept.double().mean())}
-    pred = torch.full_like(success, float(success.mean()))
+    pred = group_rates(success, kept)
     for flag, name in ((True, "kept"), (False, "lost")):
         if bool((kept == flag).any()):
             out[f"success_if_{name}"] = float(success[kept == flag].mean())
-            pred[kept == flag] = success[kept == flag].mean()
     out["ev_ceiling"] = between_groups_ev(success, pred)
     out["ev_ceiling_loo"] = leave_one_out_ev(success, kept) if success.var() > 0 else float("nan")
     return out
@@ -186,9 +199,7 @@ def between_groups_ev(success: torch.Tensor, pred: torch.Tensor) -> float:
 def last_summary_stated(rec: StatedRecord) -> bool:
     """The rollout's last summary states a value, right or wrong, for every needed fact
     shown before it (False without one)."""
-    return bool(rec.summary_stated and rec.summary_stated[-1]) and all(
-        rec.summary_stated[-1].values()
-    )
+    return last_all(rec.summary_stated)
 
 
 def stated_ceiling(records: Sequence[StatedRecord]) -> dict[str, float]:
@@ -205,11 +216,7 @@ def stated_ceiling(records: Sequence[StatedRecord]) -> dict[str, float]:
         return {}
     success = torch.tensor([float(bool(r.success)) for r in records], dtype=torch.float64)
     stated = torch.tensor([last_summary_stated(r) for r in records], dtype=torch.bool)
-    pred = torch.full_like(success, float(success.mean()))
-    for flag in (True, False):
-        if bool((stated == flag).any()):
-            pred[stated == flag] = success[stated == flag].mean()
-    ev = between_groups_ev(success, pred)
+    ev = between_groups_ev(success, group_rates(success, stated))
     return {"critic/ev_ceiling_stated": ev} if ev == ev else {}
 
 

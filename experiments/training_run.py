@@ -36,7 +36,7 @@ from cxsim.checkpoint import (
 from cxsim.config import check_policy_dir
 from cxsim.critics import build_critic, check_critic, critic_optimizer
 from cxsim.diagnostics import ComputeMeter
-from cxsim.diagnostics.omission import online_ceiling
+from cxsim.diagnostics.omission import online_ceiling, online_stated_ceiling
 from cxsim.distributed import (
     DistContext,
     allreduce_gradients,
@@ -221,6 +221,7 @@ class TrainingRun:
         records = gather_records(records, self.ctx)  # the whole batch, on every rank
         metrics |= rollout_metrics(records)
         metrics |= online_ceiling(records, self.state.history)  # reads the earlier batches
+        metrics |= online_stated_ceiling(records, self.state.history)
         if self.writer is not None:
             log_scalars(self.writer, metrics, iteration)
             if iteration % self.cfg.transcripts_every == 0:

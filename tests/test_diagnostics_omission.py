@@ -11,7 +11,9 @@ import cxsim.envs  # noqa: F401  (registers the environment ids)
 from cxsim.diagnostics import summary_omission
 from cxsim.diagnostics.omission import (
     GROUP_TAGS,
+    STATED_GROUP_TAGS,
     online_ceiling,
+    online_stated_ceiling,
     outcome_ceiling,
     stated_ceiling,
 )
@@ -193,3 +195,32 @@ def test_the_online_ceiling_predicts_each_group_by_the_earlier_batches_rates():
     assert out["critic/ev_ceiling_online"] < outcome_ceiling(batch)["ev_ceiling"]
     # a task without needed facts logs nothing
     assert online_ceiling([SimpleNamespace(success=True, summary_recall=[{}])] * 2, []) == {}
+
+
+def test_the_online_stated_ceiling_reads_the_stated_groups_of_the_earlier_batches():
+    def record(success: bool, stated: bool) -> dict:
+        return {"success": success, "summary_stated": [{"key": stated}]}
+
+    # a wrong key is stated too: 2 of the 4 that state one succeed, none of the 4 that do not
+    batch = [record(True, True)] * 2 + [record(False, True)] * 2 + [record(False, False)] * 4
+    first = online_stated_ceiling(batch, history=[])
+    assert [first[t] for t in STATED_GROUP_TAGS] == [4.0, 2.0, 4.0, 0.0]
+    assert "critic/ev_ceiling_stated_online" not in first
+    # the earlier batch says stated 3 of 4, not stated 2 of 4: predictions 0.75 and 0.5
+    # against 1,1,0,0 and 0,0,0,0: residuals 0.25 x2, -0.75 x2, -0.5 x4 (mean -0.375),
+    # Var = (2 x 0.625^2 + 2 x 0.375^2 + 4 x 0.125^2) / 8 = 0.140625; Var(outcome) 0.1875
+    earlier = dict(zip(STATED_GROUP_TAGS, (4.0, 3.0, 4.0, 2.0), strict=True))
+    out = online_stated_ceiling(batch, history=[earlier])
+    assert out["critic/ev_ceiling_stated_online"] == pytest.approx(1 - 0.140625 / 0.1875)
+    # the batch's own rates (0.5 and 0, a wider gap) explain more: the split fitted on itself
+    own = stated_ceiling([SimpleNamespace(**r) for r in batch])["critic/ev_ceiling_stated"]
+    assert own == pytest.approx(1 - (4 * 0.25 / 8) / 0.1875)
+    assert out["critic/ev_ceiling_stated_online"] < own
+    # kept and stated counts live under their own tags: one does not read the other's
+    assert "critic/ev_ceiling_stated_online" not in online_stated_ceiling(
+        batch, history=[dict(zip(GROUP_TAGS, (4.0, 3.0, 4.0, 1.0), strict=True))]
+    )
+    assert online_stated_ceiling([record(True, True)] * 2, history=[earlier]) == {
+        t: v for t, v in zip(STATED_GROUP_TAGS, (2.0, 2.0, 0.0, 0.0), strict=True)
+    }  # equal outcomes: counts only
+    assert online_stated_ceiling([{"success": True, "summary_stated": []}] * 2, []) == {}

@@ -48,8 +48,22 @@ def test_tracking_reads_that_window_against_the_ceilings():
 
     history = [
         logged(0.5, 0.9, 0.9, warmup=True),
-        logged(0.5, 0.2, 0.6, critic__ev_ceiling_online=0.4, critic__ev_ceiling_stated=0.25),
-        logged(0.8, 0.4, 0.8, critic__ev_ceiling_online=0.6, critic__ev_ceiling_stated=0.75),
+        logged(
+            0.5,
+            0.2,
+            0.6,
+            critic__ev_ceiling_online=0.4,
+            critic__ev_ceiling_stated=0.25,
+            critic__ev_ceiling_stated_online=0.125,
+        ),
+        logged(
+            0.8,
+            0.4,
+            0.8,
+            critic__ev_ceiling_online=0.6,
+            critic__ev_ceiling_stated=0.75,
+            critic__ev_ceiling_stated_online=0.5,
+        ),
         logged(1.0, -1.0, 0.0),
         # no explained variance that iteration (its window reached by too few): not counted
         iteration(0.5, **counts(32, 32, 30), critic__ev_ceiling=0.1),
@@ -63,6 +77,9 @@ def test_tracking_reads_that_window_against_the_ceilings():
     # against what a reader of the summary can know: (0.2 + 0.5) / 2
     assert out["ceiling_stated"] == pytest.approx(0.5)
     assert out["target_stated"] == pytest.approx(0.35)
+    # and learned from the earlier batches, as a critic must: (0.1 + 0.4) / 2
+    assert out["ceiling_stated_online"] == pytest.approx(0.3125)
+    assert out["target_stated_online"] == pytest.approx(0.25)
     low = [logged(0.5, 0.1, 0.25)]
     assert critic_tracking(low)["target"] == pytest.approx(0.2)  # 0.8 x 0.25
     assert math.isnan(critic_tracking(low)["ceiling_online"])  # a run made before the tag

@@ -271,9 +271,12 @@ def test_the_critic_section_reads_each_run_at_its_last_window():
         {"warmup": 0.0, "charts/success_rate": 0.5, "critic/count_seg0": 8.0,
          "critic/count_seg2": 8.0, "critic/mc_ev_seg2": -0.25, "critic/ece_seg2": 0.125,
          "critic/ev_ceiling": 0.5, "critic/ev_ceiling_online": 0.375,
-         "critic/ev_ceiling_stated": 0.125},
+         "critic/ev_ceiling_stated": 0.125, "critic/ev_ceiling_stated_online": 0.25},
     ]  # fmt: skip
     section = critic_section({"a": {"history": history}, "no-critic": {"history": [{}]}})
-    assert "| a | 1 | -0.25 | 0.12 | +0.50 | +0.38 | +0.40 | +0.12 | +0.10 | 1 |" in section
+    assert (
+        "| a | 1 | -0.25 | 0.12 | +0.50 | +0.38 | +0.40 | +0.12 | +0.10 | +0.25 | +0.20 | 1 |"
+        in section
+    )
     assert "no-critic" not in section
     assert critic_section({"no-critic": {"history": [{}]}}) is None

@@ -230,6 +230,14 @@ GROUP_TAGS = (
 )
 """The batch's rollouts whose last summary kept (lost) the needed facts, and their
 successes, as :func:`online_ceiling` logs them and reads them back from a run's history."""
+STATED_GROUP_TAGS = (
+    "critic/ceiling_stated",
+    "critic/ceiling_stated_successes",
+    "critic/ceiling_unstated",
+    "critic/ceiling_unstated_successes",
+)
+"""The same for the rollouts whose last summary states (does not state) a value for every
+needed fact, as :func:`online_stated_ceiling` logs them."""
 
 
 def online_ceiling(
@@ -254,23 +262,58 @@ def online_ceiling(
     if not any(r.summary_recall and any(r.summary_recall) for r in recs):
         return {}
     success, kept = outcome_and_kept(recs)
-    now = (kept.sum(), success[kept].sum(), (~kept).sum(), success[~kept].sum())
-    out = {tag: float(v) for tag, v in zip(GROUP_TAGS, now, strict=True)}
-    seen = torch.zeros(4, dtype=torch.float64)  # weighted sums, in GROUP_TAGS order
+    return online_group_ev(success, kept, history, GROUP_TAGS, "critic/ev_ceiling_online", decay)
+
+
+def online_stated_ceiling(
+    records: Sequence[StatedRecord | Mapping],
+    history: Sequence[Mapping[str, float]],
+    decay: float = ONLINE_DECAY,
+) -> dict[str, float]:
+    """:func:`online_ceiling` for the reader of :func:`stated_ceiling`: a value that knows
+    whether the last summary states a value for every needed fact (not whether it is right),
+    and each group's success rate only from the earlier batches
+    (``critic/ev_ceiling_stated_online``, with the counts :data:`STATED_GROUP_TAGS`). The
+    most a critic that reads the summary can be held to. Empty when no record carries the
+    flags."""
+    recs = as_records(records)
+    if not any(r.summary_stated for r in recs):
+        return {}
+    success = torch.tensor([float(bool(r.success)) for r in recs], dtype=torch.float64)
+    stated = torch.tensor([last_summary_stated(r) for r in recs], dtype=torch.bool)
+    tag = "critic/ev_ceiling_stated_online"
+    return online_group_ev(success, stated, history, STATED_GROUP_TAGS, tag, decay)
+
+
+def online_group_ev(
+    success: torch.Tensor,
+    group: torch.Tensor,
+    history: Sequence[Mapping[str, float]],
+    tags: Sequence[str],
+    ev_tag: str,
+    decay: float = ONLINE_DECAY,
+) -> dict[str, float]:
+    """This batch's counts under ``tags`` (members of the group, their successes, the
+    others, their successes) and, when an earlier iteration of ``history`` has them,
+    ``ev_tag``: the explained variance of predicting each rollout by its group's success rate
+    over the earlier batches, batch ``i`` back weighted ``decay ** (i - 1)``."""
+    now = (group.sum(), success[group].sum(), (~group).sum(), success[~group].sum())
+    out = {tag: float(v) for tag, v in zip(tags, now, strict=True)}
+    seen = torch.zeros(4, dtype=torch.float64)  # weighted sums, in ``tags`` order
     weight = 1.0
     for earlier in reversed(history):
-        if GROUP_TAGS[0] not in earlier:
+        if tags[0] not in earlier:
             continue
-        seen += weight * torch.tensor([float(earlier[t]) for t in GROUP_TAGS], dtype=torch.float64)
+        seen += weight * torch.tensor([float(earlier[t]) for t in tags], dtype=torch.float64)
         weight *= decay
     if float(seen[0] + seen[2]) == 0.0:
         return out
     overall = (seen[1] + seen[3]) / (seen[0] + seen[2])
-    rate_kept = seen[1] / seen[0] if float(seen[0]) > 0 else overall
-    rate_lost = seen[3] / seen[2] if float(seen[2]) > 0 else overall
-    ev = explained_variance(torch.where(kept, rate_kept, rate_lost), success)
+    rate_in = seen[1] / seen[0] if float(seen[0]) > 0 else overall
+    rate_out = seen[3] / seen[2] if float(seen[2]) > 0 else overall
+    ev = explained_variance(torch.where(group, rate_in, rate_out), success)
     if ev == ev:  # defined (outcomes vary)
-        out["critic/ev_ceiling_online"] = float(ev)
+        out[ev_tag] = float(ev)
     return out
 
 

@@ -72,10 +72,12 @@ def critic_tracking(history: History) -> dict[str, float]:
     """At :func:`last_window`, means over the informative iterations where the critic's
     explained variance there is defined: that explained variance (``ev``) and the
     calibration error (``ece``) at the segment's first token, the in-batch, online and
-    stated outcome ceilings (``ceiling``, ``ceiling_online``, ``ceiling_stated``), the
-    tracking target, each iteration's ``min(TRACKING_EV, TRACKING_SHARE x ceiling)``
-    (``target``), the same against the stated ceiling, what a reader of the last summary can
-    know (``target_stated``), the window's number (``window``, 0 = the first) and how many
+    stated outcome ceilings (``ceiling``, ``ceiling_online``, ``ceiling_stated``,
+    ``ceiling_stated_online``), the tracking target, each iteration's ``min(TRACKING_EV,
+    TRACKING_SHARE x ceiling)`` (``target``), the same against the stated ceiling, what a
+    reader of the last summary can know (``target_stated``), and against its online form,
+    what such a reader can know from the earlier batches (``target_stated_online``), the
+    window's number (``window``, 0 = the first) and how many
     iterations count (``iterations``). Empty without critic figures."""
     k = last_window(history)
     if k is None:
@@ -89,8 +91,10 @@ def critic_tracking(history: History) -> dict[str, float]:
         "ceiling": mean_of(rows, "critic/ev_ceiling"),
         "ceiling_online": mean_of(rows, "critic/ev_ceiling_online"),
         "ceiling_stated": mean_of(rows, "critic/ev_ceiling_stated"),
+        "ceiling_stated_online": mean_of(rows, "critic/ev_ceiling_stated_online"),
         "target": tracking_target(rows, "critic/ev_ceiling"),
         "target_stated": tracking_target(rows, "critic/ev_ceiling_stated"),
+        "target_stated_online": tracking_target(rows, "critic/ev_ceiling_stated_online"),
         "iterations": float(len(rows)),
     }
 

@@ -6,8 +6,18 @@ states (S, T, H) into the features the value of each prefix is read from. Every 
 causal: the value at token t reads positions <= t - 1 only, so it never changes when later
 tokens change.
 
-- ``last`` (default): the hidden state of the prefix's last token, as a language model
-  reads its next token (no module);
+- ``context-ridge`` (default, with Monte-Carlo targets, ``--ppo.critic-lam 1.0``): the last
+  hidden state, plus a value of its own added to the head's: a ridge regression of the
+  return on which words the row's opening context holds (up to its first assistant header:
+  a window's rebuilt context), solved in closed form before each critic update over the
+  batches so far, each batch back weighted half as much
+  (:class:`cxsim.agents.critic.ContextRidge`). It reads the last summary from the first
+  batches, where a trained head needs tens of steps, and keeps the earlier batches' failures
+  when a batch has none.
+- ``last``: the hidden state of the prefix's last token, as a language model reads its next
+  token (no module); the default before ``context-ridge``, it explains about nothing of the
+  outcome at the main task's last window (docs/results.md, "The tracking critic is the
+  default");
 - ``prefix-mean``: the mean of the hidden states of every attended position of the prefix
   (a causal cumulative mean; padding is left out);
 - ``attention-pool``: a softmax-weighted mean of the prefix's hidden states, the weights
@@ -24,13 +34,6 @@ tokens change.
 - ``words-seen``: the last hidden state plus the sum of one learned vector per distinct token
   id of the prefix (a table of its own, not the base's embeddings): linear in which words
   the context holds, so it reads them the same way on every base.
-- ``context-ridge``: the last hidden state, plus a value of its own added to the head's: a
-  ridge regression of the return on which words the row's opening context holds (up to its
-  first assistant header: a window's rebuilt context), solved in closed form before each
-  critic update over the batches so far, each batch back weighted half as much
-  (:class:`cxsim.agents.critic.ContextRidge`). It reads the last summary from the first
-  batches, where a trained head needs tens of steps, and keeps the earlier batches' failures
-  when a batch has none.
 
 A head's entry says what its pool module is called with (``ValueHead.reads``):
 ``pool(hidden, attended)``; with ``reads="embeddings"`` ``pool(hidden, attended, embedded)``,
@@ -193,6 +196,13 @@ def _refit_context_ridge(pool: nn.Module, scored: ScoredBatch, global_sum: Globa
 
 VALUE_HEADS: Registry[ValueHead] = Registry(
     {
+        "context-ridge": ValueHead(
+            _context_ridge,
+            "the last hidden state's value plus a ridge regression on the context's words",
+            reads="context",
+            adds_value=True,
+            refit=_refit_context_ridge,
+        ),
         "last": ValueHead(_last, "the prefix's last hidden state (a language model's reading)"),
         "prefix-mean": ValueHead(_prefix_mean, "the mean of the prefix's hidden states"),
         "attention-pool": ValueHead(
@@ -212,13 +222,6 @@ VALUE_HEADS: Registry[ValueHead] = Registry(
             _words_seen,
             "the last hidden state plus a learned vector for each distinct word of the prefix",
             reads="ids",
-        ),
-        "context-ridge": ValueHead(
-            _context_ridge,
-            "the last hidden state's value plus a ridge regression on the context's words",
-            reads="context",
-            adds_value=True,
-            refit=_refit_context_ridge,
         ),
     },
     entry_type=ValueHead,

@@ -334,7 +334,8 @@ def critic_update(
     device = scored.batch.token_ids.device
     value_loss = VALUE_LOSSES[cfg.value_loss]
     with_logits = value_loss.support(cfg) is not None  # a histogram head: the loss reads logits
-    refit = VALUE_HEADS[cfg.value_head].refit
+    # the critic's own head (a critic built apart from cfg, as Critic.from_policy makes one)
+    refit = VALUE_HEADS[getattr(critic, "value_head", cfg.value_head)].refit
     if refit is not None:  # the head's closed-form part, on this batch and the earlier ones
         refit(critic.pool, scored, global_sum)
     for _ in range(passes):

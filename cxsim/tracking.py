@@ -91,18 +91,32 @@ def log_transcripts(writer: SummaryWriter, transcripts: Iterable[str], step: int
 
 RECORDED_WHEN_SET = "cxsim.recorded_when_set"
 """Field metadata key: the field is left out of records (settings, cache tags) while it
-holds its default. Settings added after runs were recorded use it, so those runs' records
-and cache folders stay valid: ``field(default=..., metadata={RECORDED_WHEN_SET: True})``."""
+holds the value a record without it stands for. Settings added after runs were recorded use
+it, so those runs' records and cache folders stay valid: ``field(default=..., metadata=
+{RECORDED_WHEN_SET: True})``, or, for a field whose default changed since, the old default
+in place of True (``{RECORDED_WHEN_SET: ("last",)}``, the value in a 1-tuple), so a run made
+at the old default keeps its record and one made at the new default is told apart."""
+
+
+def unrecorded_value(f: dataclasses.Field) -> Any:
+    """The value a record without the field ``f`` stands for (:data:`RECORDED_WHEN_SET`):
+    its old default where it names one, else its default; ``dataclasses.MISSING`` when the
+    field is always recorded."""
+    marked = f.metadata.get(RECORDED_WHEN_SET)
+    if not marked:
+        return dataclasses.MISSING
+    if isinstance(marked, tuple):
+        return marked[0]
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
 
 
 def _recorded(value: Any, f: dataclasses.Field) -> bool:
-    if not f.metadata.get(RECORDED_WHEN_SET):
-        return True
-    if f.default is not dataclasses.MISSING:
-        return getattr(value, f.name) != f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return getattr(value, f.name) != f.default_factory()
-    return True
+    unrecorded = unrecorded_value(f)
+    return unrecorded is dataclasses.MISSING or getattr(value, f.name) != unrecorded
 
 
 def to_jsonable(value: Any) -> Any:

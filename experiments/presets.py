@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import tyro
 
@@ -84,6 +84,12 @@ PRESETS: dict[str, tuple[str, PPOConfig]] = {
 }  # fmt: skip
 
 DEFAULT_PRESET: PresetName = "compactionrl"
+
+PUBLISHED_CRITIC: dict[str, Any] = {"value_head": "last", "critic_lam": None}
+"""The critic the verdict page, the tables page and the shipped studies were made with: a
+value head on the last hidden state, trained on the actor's targets (the default until the
+tracking critic, ``context-ridge`` with Monte-Carlo targets, took its place). Their full
+budgets and study files set it, so they still reproduce what they publish."""
 T = TypeVar("T")
 
 

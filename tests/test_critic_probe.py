@@ -66,7 +66,7 @@ def test_probe_runs_on_a_policy_and_writes_every_segment(tmp_path: Path, capsys)
 @pytest.mark.parametrize(
     "variants, message",
     [
-        (("lats",), r"--variants head='lats' is unknown; choose one of: last, prefix-mean"),
+        (("lats",), r"--variants head='lats' is unknown; choose one of: context-ridge, last"),
         (("last+l2",), r"--variants loss='l2' is unknown; choose one of: mse, hl-gauss"),
         (("last+",), r"--variants 'last\+': write a value head, optionally \+loss"),
         (("last", "last"), r"--variants names last twice"),
@@ -96,7 +96,7 @@ def test_a_bad_variant_stops_the_command_before_the_policy_is_read(tmp_path: Pat
 
 
 def test_variant_config_swaps_only_the_head_and_the_loss():
-    base = PPOConfig(critic_lr=1e-3, value_loss="hl-gauss", value_bins=16)
+    base = PPOConfig(critic_lr=1e-3, value_head="last", value_loss="hl-gauss", value_bins=16)
     ppo = variant_ppo(base, "prefix-mean")
     assert (ppo.value_head, ppo.value_loss, ppo.value_bins) == ("prefix-mean", "hl-gauss", 16)
     ppo = variant_ppo(base, "attention-pool+mse")

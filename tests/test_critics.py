@@ -389,11 +389,13 @@ def test_a_histogram_critic_reads_its_value_as_the_expectation_over_bin_centres(
 
 
 def test_critic_lambda_changes_the_targets_not_the_advantages(policy):
-    critic, cfg = critic_for(policy, "last", lambda_scope="fixed", lam=0.0, whiten=False)
+    critic, cfg = critic_for(
+        policy, "last", lambda_scope="fixed", lam=0.0, whiten=False, critic_lam=None
+    )
     with torch.no_grad():
         critic.head.bias.fill_(0.3)  # V = 0.3 everywhere
     batch = cue_batch()
-    actor, _ = score_batch(batch, critic, cfg)
+    actor, _ = score_batch(batch, critic, cfg)  # critic_lam None: the actor's lambda
     own, _ = score_batch(batch, critic, replace(cfg, critic_lam=1.0))
     mask = actor.policy_mask
     assert torch.equal(own.advantages, actor.advantages)  # the actor's lambda, unchanged
@@ -435,14 +437,19 @@ def test_variants_save_and_load(policy, tmp_path, head, loss):
     with torch.no_grad():
         loaded_values = loaded.eval()(ids, mask, context=context)
         assert torch.equal(loaded_values, critic.eval()(ids, mask, context=context))
+    other = "last" if head == PPOConfig().value_head else PPOConfig().value_head
     with pytest.raises(ValueError, match="use the flags it was made with"):
-        check_critic(loaded, PPOConfig())
+        check_critic(loaded, PPOConfig(value_head=other))
 
 
 @pytest.mark.parametrize(
     ("flag", "value", "says"),
     [
-        ("value_head", "nope", "value_head='nope' is unknown; choose one of: last, prefix-mean, "),
+        (
+            "value_head",
+            "nope",
+            "value_head='nope' is unknown; choose one of: context-ridge, last, ",
+        ),
         ("value_loss", "l1", "value_loss='l1' is unknown; choose one of: mse, hl-gauss, "),
         ("value_head", "no_such_module:head", "no_such_module:head: cannot import module"),
         ("critic_lam", 1.5, "critic_lam=1.5 must lie in [0, 1]"),
@@ -464,8 +471,16 @@ def test_critic_flags_need_a_critic_and_the_cli_says_so_in_one_line():
     message = str(info.value.code)
     assert message.startswith("cxsim train: error: --ppo.value-head sets up the critic, and ")
     assert "\n" not in message
+    # the default critic, and the one before it, set up nothing a critic-free estimator refuses
+    for critic in ({}, {"value_head": "last", "critic_lam": None}):
+        PPOConfig(estimator="group-broadcast", group_size=2, **critic)
+    with pytest.raises(ValueError, match=r"--ppo\.critic-lam sets up the critic"):
+        PPOConfig(estimator="group-broadcast", group_size=2, critic_lam=0.5)
     with pytest.raises(ValueError, match=r"drop --ppo\.value-clip-eps"):
-        PPOConfig(value_loss="hl-gauss", value_clip_eps=0.2)
+        PPOConfig(value_head="last", value_loss="hl-gauss", value_clip_eps=0.2)
+    # the default head adds a value of its own: a histogram loss is refused, with the way out
+    with pytest.raises(ValueError, match=r"use --ppo\.value-loss mse, or .*--ppo\.value-head last"):
+        PPOConfig(value_loss="hl-gauss")
 
 
 def test_a_value_head_plug_in_is_resolved_by_module_name(policy):

@@ -90,7 +90,9 @@ def test_a_plugin_estimator_trains_one_ppo_iteration_from_the_flag(tmp_path: Pat
     assert results["config"]["ppo"]["estimator"] == PLUGIN
     assert results["iterations_done"] == 1 and len(results["history"]) == 1
     assert torch.isfinite(torch.tensor(results["history"][-1]["losses/policy"]))
-    assert len(CALLS) == 1  # the iteration's batch was scored by the plug-in
+    # the iteration's batch was scored by the plug-in: the actor's advantages, then the
+    # critic's targets at its own lambda (--ppo.critic-lam, 1.0 by default), from the same batch
+    assert len(CALLS) == 2 and CALLS[0] == CALLS[1]
     assert (Path(results["checkpoint"]) / "critic").is_dir()  # its needs_critic=True was read
 
 

@@ -86,7 +86,7 @@ def test_micro_batches_trim_padding():
 
 def test_score_batch_cross_segment_with_zero_critic_matches_estimator():
     batch = make_batch()
-    cfg = PPOConfig(lambda_scope="fixed", lam=0.9, gamma=1.0, whiten=False)
+    cfg = PPOConfig(lambda_scope="fixed", lam=0.9, gamma=1.0, whiten=False, critic_lam=None)
     scored, stats = score_batch(batch, None, cfg)
     zeros = torch.zeros(batch.token_ids.shape)
     expected = cross_segment_gae(
@@ -252,8 +252,8 @@ def test_critic_update_fits_returns(tokenizer):
     rollouts' tokens end up valued above the unrewarded ones'."""
     batch = make_batch(num_rollouts=3)
     policy = build_policy("tiny", tokenizer, seed=0)
-    critic = Critic.from_policy(policy)
-    cfg = PPOConfig(lambda_scope="fixed", whiten=False, minibatches=1)
+    critic = Critic.from_policy(policy)  # a `last` head, trained on the actor's targets
+    cfg = PPOConfig(lambda_scope="fixed", whiten=False, minibatches=1, critic_lam=None)
     opt = torch.optim.Adam(critic.parameters(), lr=1e-2)
     scored, _ = score_batch(batch, critic, cfg)
     critic_update(critic, opt, scored, cfg, passes=30)

@@ -29,13 +29,21 @@ def test_flat_settings_names_nested_fields():
 
 
 def test_settings_added_later_are_recorded_only_when_set(tmp_path: Path):
-    # a run recorded before the critic variants existed still resumes, and its cache tag holds
+    # a run recorded before the critic variants existed, with the critic then the only one
+    # (`last`, the actor's targets), still resumes with it, and its cache tag holds
+    before = flat_settings({"ppo": PPOConfig(value_head="last", critic_lam=None)})
+    assert "ppo.value_head" not in before and "ppo.critic_lam" not in before
+    assert before["ppo.lam"] == 0.95  # settings without the mark are always recorded
+    assert "ppo.value_loss" not in flat_settings({"ppo": PPOConfig()})  # at its default
+    # the default critic since is told apart: a record without it stands for the old one
     default = flat_settings({"ppo": PPOConfig()})
-    assert "ppo.value_head" not in default and "ppo.critic_lam" not in default
-    assert default["ppo.lam"] == 0.95  # settings without the mark are always recorded
-    changed = flat_settings({"ppo": PPOConfig(value_head="prefix-mean", critic_lam=1.0)})
-    assert changed["ppo.value_head"] == "prefix-mean" and changed["ppo.critic_lam"] == 1.0
-    assert set(changed) - set(default) == {"ppo.value_head", "ppo.critic_lam"}
+    assert default["ppo.value_head"] == "context-ridge" and default["ppo.critic_lam"] == 1.0
+    assert set(default) - set(before) == {"ppo.value_head", "ppo.critic_lam"}
+    claim_run_dir(tmp_path / "old", {"ppo": PPOConfig(value_head="last", critic_lam=None)})
+    with pytest.raises(
+        SettingsMismatch, match=r"ppo\.critic_lam: null there, 1\.0 now.*value_head"
+    ):
+        claim_run_dir(tmp_path / "old", {"ppo": PPOConfig()})  # resumed at the new default
     claim_run_dir(tmp_path / "run", {"ppo": PPOConfig()})
     with pytest.raises(SettingsMismatch, match=r"ppo\.value_head"):
         claim_run_dir(tmp_path / "run", {"ppo": PPOConfig(value_head="prefix-mean")})

@@ -105,7 +105,8 @@ def critic_by_segment(runs: Runs, arms: tuple[str, ...]) -> dict[str, list[Inter
     return out
 
 
-def plot_critic(table: dict[str, list[Interval]], path: Path) -> None:
+def plot_critic(table: dict[str, list[Interval]], path: Path, band: str = "compactionrl") -> None:
+    """Each arm's explained variance by segment, the arm ``band`` with its 95% interval."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -115,16 +116,17 @@ def plot_critic(table: dict[str, list[Interval]], path: Path) -> None:
     for arm, cells in table.items():
         xs = list(range(len(cells)))
         ys = [c.mean for c in cells]
-        ax.plot(xs, ys, marker="o", label=arm)
-        if arm == "compactionrl":
+        (line,) = ax.plot(xs, ys, marker="o", label=arm)
+        if arm == band:
             lows = [c.low if not math.isnan(c.low) else c.mean for c in cells]
             highs = [c.high if not math.isnan(c.high) else c.mean for c in cells]
-            ax.fill_between(xs, lows, highs, alpha=0.2)
+            ax.fill_between(xs, lows, highs, alpha=0.2, color=line.get_color())
     n = max((len(c) for c in table.values()), default=0)
     ax.set_xticks(range(n), [segment_label(k) for k in range(n)])
     ax.axhline(0.5, color="grey", linestyle=":", linewidth=1)
     ax.set_ylabel("explained variance of the outcome")
-    ax.set_title("Critic by segment (informative iterations; band: CompactionRL 95% CI)")
+    shown = "CompactionRL" if band == "compactionrl" else band
+    ax.set_title(f"Critic by segment (informative iterations; band: {shown}, 95% CI)", fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -52,6 +52,7 @@ from cxsim.agents.models import token_logprobs_at
 from cxsim.config import PPOConfig
 from cxsim.critics import VALUE_HEADS, VALUE_LOSSES, ValueLossInputs
 from cxsim.devices import Precision, autocast
+from cxsim.diagnostics._common import is_constant
 from cxsim.estimators import ESTIMATORS, EstimatorInputs
 from cxsim.loss_modes import LOSS_MODES
 from cxsim.losses import aggregate, masked_mean, policy_loss, rollout_token_counts
@@ -308,9 +309,11 @@ def score_batch(
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
-    """``1 - Var(G - V) / Var(G)`` over the masked tokens (nan when G is constant)."""
+    """``1 - Var(G - V) / Var(G)`` over the masked tokens (nan when G is constant, rounding
+    left out: every rollout of a batch succeeding gives Monte Carlo targets that differ from
+    1 in float32 only, and their variance, ~1e-15, would make this -1e14)."""
     g, v = returns[mask].double(), values[mask].double()
-    if g.numel() < 2 or float(g.var()) == 0.0:
+    if g.numel() < 2 or is_constant(g):
         return float("nan")
     return float(1.0 - (g - v).var() / g.var())
 

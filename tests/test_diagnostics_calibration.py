@@ -1,9 +1,13 @@
 """Critic calibration: reliability bins, expected calibration error, explained variance."""
 
+import math
+
 import pytest
 import torch
 
 from cxsim.diagnostics import critic_calibration, monte_carlo_returns
+from cxsim.diagnostics._common import explained_variance
+from cxsim.ppo import explained_variance as ppo_explained_variance
 from cxsim.segments import Segment, SegmentBatch, pack_segments
 
 LAYOUT = [("execution", 3), ("summary", 2), ("execution", 2)]
@@ -90,6 +94,19 @@ def test_constant_return_leaves_explained_variance_out():
     stats = critic_calibration(returns, returns, batch.trainable, batch.segment_index)
     assert "critic/mc_ev" not in stats
     assert stats["critic/ece"] == 0.0
+
+
+def test_returns_equal_up_to_rounding_leave_explained_variance_out():
+    # every rollout succeeded: float32 Monte Carlo targets differ from 1 by rounding only
+    returns = torch.ones(2, 40)
+    returns[0, 3], returns[1, 7] = 0.99999994, 1.0000001
+    mask = torch.ones(2, 40, dtype=torch.bool)
+    values = torch.full((2, 40), 0.9)
+    assert math.isnan(ppo_explained_variance(values, returns, mask))  # not -1e14
+    assert math.isnan(float(explained_variance(values[mask], returns[mask])))
+    # one failure among them is an outcome that varies: defined, and the constant 0.9 explains 0
+    returns[1] = 0.0
+    assert ppo_explained_variance(torch.full((2, 40), 0.5), returns, mask) == pytest.approx(0.0)
 
 
 def _stepped_segments(

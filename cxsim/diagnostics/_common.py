@@ -49,11 +49,25 @@ def safe_div(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     return torch.where(den != 0, num / torch.where(den != 0, den, 1), torch.nan)
 
 
+CONSTANT_SPREAD = 1e-6
+"""Values whose standard deviation is at most this share of their largest magnitude count as
+constant (:func:`is_constant`): float32 rounding, not an outcome that varies."""
+
+
+def is_constant(x: torch.Tensor) -> bool:
+    """``x`` holds one value up to rounding (its spread at most :data:`CONSTANT_SPREAD` of its
+    largest magnitude, or of 1)."""
+    scale = max(1.0, float(x.abs().max())) if x.numel() else 1.0
+    return float(x.double().std(unbiased=False)) <= CONSTANT_SPREAD * scale
+
+
 def explained_variance(pred: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     """``1 - Var(real - pred) / Var(real)`` (population variances); NaN when ``real`` is
-    empty or constant."""
-    var_real = real.var(unbiased=False) if real.numel() else torch.tensor(torch.nan)
-    var_err = (real - pred).var(unbiased=False) if real.numel() else torch.tensor(torch.nan)
+    empty or constant (up to rounding, :func:`is_constant`)."""
+    if real.numel() == 0 or is_constant(real):
+        return torch.tensor(torch.nan, dtype=real.dtype if real.is_floating_point() else None)
+    var_real = real.var(unbiased=False)
+    var_err = (real - pred).var(unbiased=False)
     return 1 - safe_div(var_err, var_real)
 
 

@@ -114,6 +114,18 @@ def unrecorded_value(f: dataclasses.Field) -> Any:
     return dataclasses.MISSING
 
 
+def with_unrecorded(record: Mapping[str, Any], config_type: type) -> dict[str, Any]:
+    """``record`` (a dataclass's :func:`to_jsonable` form) with every field it leaves out
+    while at its :func:`unrecorded_value` put back at that value, so two records compare
+    field by field whatever each left out."""
+    full = dict(record)
+    for f in dataclasses.fields(config_type):
+        unrecorded = unrecorded_value(f)
+        if f.name not in full and unrecorded is not dataclasses.MISSING:
+            full[f.name] = to_jsonable(unrecorded)
+    return full
+
+
 def _recorded(value: Any, f: dataclasses.Field) -> bool:
     unrecorded = unrecorded_value(f)
     return unrecorded is dataclasses.MISSING or getattr(value, f.name) != unrecorded

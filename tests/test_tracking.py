@@ -20,6 +20,8 @@ from cxsim.tracking import (
     advance,
     claim_run_dir,
     flat_settings,
+    to_jsonable,
+    with_unrecorded,
 )
 
 
@@ -47,6 +49,11 @@ def test_settings_added_later_are_recorded_only_when_set(tmp_path: Path):
     claim_run_dir(tmp_path / "run", {"ppo": PPOConfig()})
     with pytest.raises(SettingsMismatch, match=r"ppo\.value_head"):
         claim_run_dir(tmp_path / "run", {"ppo": PPOConfig(value_head="prefix-mean")})
+    # a record read back with what it left out: the two critics differ in exactly two fields
+    old = with_unrecorded(to_jsonable(PPOConfig(value_head="last", critic_lam=None)), PPOConfig)
+    new = with_unrecorded(to_jsonable(PPOConfig()), PPOConfig)
+    assert (old["value_head"], old["critic_lam"], old["value_loss"]) == ("last", None, "mse")
+    assert {k for k in new if new[k] != old[k]} == {"value_head", "critic_lam"}
 
 
 def test_claim_run_dir_records_resumes_refuses_and_overwrites(tmp_path: Path):

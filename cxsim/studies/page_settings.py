@@ -14,11 +14,12 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from cxsim.config import PPOConfig
 from cxsim.evaluation import EVAL_SEED_OFFSET
 from cxsim.studies.selection import Selection
 from cxsim.studies.spec import BASE, Setting, Study
 from cxsim.tables import markdown_table
-from cxsim.tracking import to_jsonable
+from cxsim.tracking import to_jsonable, with_unrecorded
 
 Runs = dict[str, dict[str, list[dict[str, Any]]]]
 """``runs[setting][arm]``: one unit result per seed, as :mod:`cxsim.studies.page` takes them."""
@@ -125,13 +126,14 @@ def setting_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
 
 def arm_rows(setting: Setting, selection: Selection, runs: Runs) -> list[list[str]]:
     """Each trained arm's PPO settings where they differ from the setting's, as run."""
-    start = to_jsonable(setting.ppo)
+    start = with_unrecorded(to_jsonable(setting.ppo), PPOConfig)
     rows = []
     for name, results in runs[setting.name].items():
         if name == BASE or (setting.name, name) not in selection.pairs:
             continue
         ran = results[0]["train"]
-        changed = {k: v for k, v in ran["ppo"].items() if start.get(k) != v}
+        as_run = with_unrecorded(ran["ppo"], PPOConfig)  # a field left out is at its old default
+        changed = {k: v for k, v in as_run.items() if start.get(k) != v}
         said = ", ".join(f"ppo.{k.replace('_', '-')} {value_text(v)}" for k, v in changed.items())
         rows.append(
             [

@@ -40,6 +40,7 @@ Shapes: S segments (rows), T padded tokens.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -52,7 +53,7 @@ from cxsim.agents.models import token_logprobs_at
 from cxsim.config import PPOConfig
 from cxsim.critics import VALUE_HEADS, VALUE_LOSSES, ValueLossInputs
 from cxsim.devices import Precision, autocast
-from cxsim.diagnostics._common import is_constant
+from cxsim.diagnostics._common import explained_variance as explained_variance_of
 from cxsim.estimators import ESTIMATORS, EstimatorInputs
 from cxsim.loss_modes import LOSS_MODES
 from cxsim.losses import aggregate, masked_mean, policy_loss, rollout_token_counts
@@ -312,10 +313,8 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     """``1 - Var(G - V) / Var(G)`` over the masked tokens (nan when G is constant, rounding
     left out: every rollout of a batch succeeding gives Monte Carlo targets that differ from
     1 in float32 only, and their variance, ~1e-15, would make this -1e14)."""
-    g, v = returns[mask].double(), values[mask].double()
-    if g.numel() < 2 or is_constant(g):
-        return float("nan")
-    return float(1.0 - (g - v).var() / g.var())
+    g = returns[mask].double()
+    return float(explained_variance_of(values[mask].double(), g)) if g.numel() > 1 else math.nan
 
 
 # --------------------------------------------------------------------------- updates

@@ -9,8 +9,8 @@ shown yet is in no summary's dict); and ``success: bool``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -154,12 +154,15 @@ def group_rates(success: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
     return pred
 
 
-def outcome_and_kept(recs: Sequence[RecallRecord]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per rollout: success (float64 0/1) and whether its last summary kept every needed fact
-    (bool)."""
+def outcome_and_group(
+    recs: Sequence[Any], in_group: Callable[[Any], bool]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per rollout: success (float64 0/1) and whether ``in_group`` holds for it (bool): its
+    last summary kept every needed fact (:func:`last_summary_kept`), or states a value for
+    each (:func:`last_summary_stated`)."""
     success = torch.tensor([float(bool(r.success)) for r in recs], dtype=torch.float64)
-    kept = torch.tensor([last_summary_kept(r) for r in recs], dtype=torch.bool)
-    return success, kept
+    group = torch.tensor([in_group(r) for r in recs], dtype=torch.bool)
+    return success, group
 
 
 def outcome_ceiling(records: Sequence[RecallRecord | Mapping]) -> dict[str, float]:
@@ -176,7 +179,7 @@ def outcome_ceiling(records: Sequence[RecallRecord | Mapping]) -> dict[str, floa
     group's rate over the other rollouts (the batch's rate over the others when it is alone
     in its group), as a value fitted on earlier batches would, and measures both as the
     critic's explained variance is measured, ``1 - Var(y - pred) / Var(y)``."""
-    success, kept = outcome_and_kept(as_records(records))
+    success, kept = outcome_and_group(as_records(records), last_summary_kept)
     out = {"success": float(success.mean()), "kept_share": float(kept.double().mean())}
     pred = group_rates(success, kept)
     for flag, name in ((True, "kept"), (False, "lost")):
@@ -214,8 +217,7 @@ def stated_ceiling(records: Sequence[StatedRecord]) -> dict[str, float]:
     without ``summary_stated``) or every outcome is equal."""
     if not any(r.summary_stated for r in records):
         return {}
-    success = torch.tensor([float(bool(r.success)) for r in records], dtype=torch.float64)
-    stated = torch.tensor([last_summary_stated(r) for r in records], dtype=torch.bool)
+    success, stated = outcome_and_group(records, last_summary_stated)
     ev = between_groups_ev(success, group_rates(success, stated))
     return {"critic/ev_ceiling_stated": ev} if ev == ev else {}
 
@@ -261,7 +263,7 @@ def online_ceiling(
     recs = as_records(records)
     if not any(r.summary_recall and any(r.summary_recall) for r in recs):
         return {}
-    success, kept = outcome_and_kept(recs)
+    success, kept = outcome_and_group(recs, last_summary_kept)
     return online_group_ev(success, kept, history, GROUP_TAGS, "critic/ev_ceiling_online", decay)
 
 
@@ -279,8 +281,7 @@ def online_stated_ceiling(
     recs = as_records(records)
     if not any(r.summary_stated for r in recs):
         return {}
-    success = torch.tensor([float(bool(r.success)) for r in recs], dtype=torch.float64)
-    stated = torch.tensor([last_summary_stated(r) for r in recs], dtype=torch.bool)
+    success, stated = outcome_and_group(recs, last_summary_stated)
     tag = "critic/ev_ceiling_stated_online"
     return online_group_ev(success, stated, history, STATED_GROUP_TAGS, tag, decay)
 

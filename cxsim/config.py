@@ -7,7 +7,7 @@ model is built or any rollout is collected.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -16,13 +16,13 @@ import tyro
 
 from cxsim.compaction import PROTOCOLS, CompactionConfig
 from cxsim.compaction import Protocol as TrainProtocol
-from cxsim.critics import VALUE_HEADS, VALUE_LOSSES
+from cxsim.critics import VALUE_HEADS, VALUE_LOSSES, check_critic_settings
 from cxsim.envs.defaults import DEFAULT_KWARGS, DefaultKwargs, default_kwargs
 from cxsim.estimators import ESTIMATORS
 from cxsim.loss_modes import LOSS_MODES
 from cxsim.pretrained import policy_path
 from cxsim.strategies import STRATEGIES
-from cxsim.tracking import RECORDED_WHEN_SET, unrecorded_value
+from cxsim.tracking import RECORDED_WHEN_SET
 
 # The choices are the registries' (cxsim/estimators.py, cxsim/loss_modes.py): a name they
 # hold, an installed plug-in's name, or module:name for the user's own (cxsim/plugins.py);
@@ -209,17 +209,6 @@ class SFTConfig:
             raise ValueError(f"lr={self.lr} must be positive")
 
 
-CRITIC_FIELDS = (
-    "critic_lam",
-    "value_pretrain_steps",
-    "value_head",
-    "value_loss",
-    "value_head_lr",
-    "value_head_lr_after_warmup",
-)
-"""PPOConfig's fields that set up the critic: refused, set, with an estimator that has none."""
-
-
 @dataclass(frozen=True)
 class PPOConfig:
     """PPO with context compaction (docs/method.md sections 3-5); defaults are CompactionRL's."""
@@ -357,7 +346,7 @@ class PPOConfig:
         LOSS_MODES.check("loss_mode", self.loss_mode)
         VALUE_HEADS.check("value_head", self.value_head)
         VALUE_LOSSES.check("value_loss", self.value_loss)
-        self._check_critic_variants()
+        check_critic_settings(self)  # cxsim/critics.py: the critic variants' settings
         _one_of("lambda_scope", self.lambda_scope, LAMBDA_SCOPES)
         STRATEGIES.check("--ppo.protocol", self.protocol)
         if self.ratio_check_atol is not None and self.ratio_check_atol <= 0:
@@ -417,56 +406,6 @@ class PPOConfig:
             raise ValueError("clip_eps and value_clip_eps must be positive")
         if self.temperature <= 0:
             raise ValueError(f"temperature={self.temperature} must be positive")
-
-    def _check_critic_variants(self) -> None:
-        if self.value_bins < 2 or not self.value_min < self.value_max:
-            raise ValueError(
-                f"value bins: need --ppo.value-bins >= 2 and --ppo.value-min < --ppo.value-max, "
-                f"got {self.value_bins} bins on [{self.value_min}, {self.value_max}]"
-            )
-        if self.value_sigma is not None and not self.value_sigma > 0:
-            raise ValueError(f"value_sigma={self.value_sigma} must be positive (or None)")
-        if VALUE_HEADS[self.value_head].adds_value and self.value_loss != "mse":
-            raise ValueError(
-                f"--ppo.value-head {self.value_head} adds a value of its own to a scalar head; "
-                f"--ppo.value-loss {self.value_loss} reads bins: use --ppo.value-loss mse, or a "
-                f"head without a value of its own (--ppo.value-head last, for one)"
-            )
-        if self.value_loss == "hl-gauss" and self.value_clip_eps is not None:
-            raise ValueError(
-                "--ppo.value-clip-eps clips a scalar value; the hl-gauss loss has no clipped "
-                "form: drop --ppo.value-clip-eps or use --ppo.value-loss mse"
-            )
-        if self.critic_lam is not None and not 0.0 <= self.critic_lam <= 1.0:
-            raise ValueError(f"critic_lam={self.critic_lam} must lie in [0, 1] (or None)")
-        if self.value_pretrain_steps < 0:
-            raise ValueError(f"value_pretrain_steps={self.value_pretrain_steps} must be >= 0")
-        if not 0.0 < self.value_pretrain_heldout < 1.0:
-            raise ValueError(
-                f"value_pretrain_heldout={self.value_pretrain_heldout} must lie in (0, 1)"
-            )
-        held = self.pretrain_heldout_rollouts
-        if self.value_pretrain_steps and (held < 2 or self.value_pretrain_rollouts - held < 1):
-            raise ValueError(
-                f"--ppo.value-pretrain-rollouts {self.value_pretrain_rollouts} with "
-                f"--ppo.value-pretrain-heldout {self.value_pretrain_heldout} holds out {held} "
-                f"rollouts and fits on {self.value_pretrain_rollouts - held}: need at least 2 "
-                "held out and 1 to fit on"
-            )
-        given = [name for name in CRITIC_FIELDS if self._sets_up(name)]
-        if given and not self.uses_critic:
-            flag = "--ppo." + given[0].replace("_", "-")
-            raise ValueError(
-                f"{flag} sets up the critic, and estimator={self.estimator!r} has no critic: "
-                f"drop {flag} or choose a critic estimator"
-            )
-
-    def _sets_up(self, name: str) -> bool:
-        """The field ``name`` differs from its default and from the default it had before
-        (``when_set``'s ``recorded_default``): it asks something of the critic."""
-        f = next(f for f in fields(self) if f.name == name)
-        value = getattr(self, name)
-        return value != f.default and value != unrecorded_value(f)
 
     @property
     def uses_critic(self) -> bool:

@@ -64,7 +64,7 @@ only when a variant runs, so configs and ``--help`` stay light.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from cxsim.plugins import Registry
@@ -234,6 +234,72 @@ VALUE_HEADS: Registry[ValueHead] = Registry(
 )
 """Every value head by name; the first is the default. A name it does not hold is looked up
 as a plug-in (``module:name`` or an entry point of group ``cxsim.value_heads``)."""
+
+
+CRITIC_FIELDS = (
+    "critic_lam",
+    "value_pretrain_steps",
+    "value_head",
+    "value_loss",
+    "value_head_lr",
+    "value_head_lr_after_warmup",
+)
+"""PPOConfig's fields that set up the critic: refused, set, with an estimator that has none."""
+
+
+def check_critic_settings(cfg: PPOConfig) -> None:
+    """The critic variants' settings of ``cfg`` hold together, and a critic-free estimator is
+    given none (PPOConfig calls this when it is built); a one-line ValueError saying what to
+    change."""
+    if cfg.value_bins < 2 or not cfg.value_min < cfg.value_max:
+        raise ValueError(
+            f"value bins: need --ppo.value-bins >= 2 and --ppo.value-min < --ppo.value-max, "
+            f"got {cfg.value_bins} bins on [{cfg.value_min}, {cfg.value_max}]"
+        )
+    if cfg.value_sigma is not None and not cfg.value_sigma > 0:
+        raise ValueError(f"value_sigma={cfg.value_sigma} must be positive (or None)")
+    if VALUE_HEADS[cfg.value_head].adds_value and cfg.value_loss != "mse":
+        raise ValueError(
+            f"--ppo.value-head {cfg.value_head} adds a value of its own to a scalar head; "
+            f"--ppo.value-loss {cfg.value_loss} reads bins: use --ppo.value-loss mse, or a "
+            f"head without a value of its own (--ppo.value-head last, for one)"
+        )
+    if cfg.value_loss == "hl-gauss" and cfg.value_clip_eps is not None:
+        raise ValueError(
+            "--ppo.value-clip-eps clips a scalar value; the hl-gauss loss has no clipped "
+            "form: drop --ppo.value-clip-eps or use --ppo.value-loss mse"
+        )
+    if cfg.critic_lam is not None and not 0.0 <= cfg.critic_lam <= 1.0:
+        raise ValueError(f"critic_lam={cfg.critic_lam} must lie in [0, 1] (or None)")
+    if cfg.value_pretrain_steps < 0:
+        raise ValueError(f"value_pretrain_steps={cfg.value_pretrain_steps} must be >= 0")
+    if not 0.0 < cfg.value_pretrain_heldout < 1.0:
+        raise ValueError(f"value_pretrain_heldout={cfg.value_pretrain_heldout} must lie in (0, 1)")
+    held = cfg.pretrain_heldout_rollouts
+    if cfg.value_pretrain_steps and (held < 2 or cfg.value_pretrain_rollouts - held < 1):
+        raise ValueError(
+            f"--ppo.value-pretrain-rollouts {cfg.value_pretrain_rollouts} with "
+            f"--ppo.value-pretrain-heldout {cfg.value_pretrain_heldout} holds out {held} "
+            f"rollouts and fits on {cfg.value_pretrain_rollouts - held}: need at least 2 "
+            "held out and 1 to fit on"
+        )
+    given = [name for name in CRITIC_FIELDS if _sets_up(cfg, name)]
+    if given and not cfg.uses_critic:
+        flag = "--ppo." + given[0].replace("_", "-")
+        raise ValueError(
+            f"{flag} sets up the critic, and estimator={cfg.estimator!r} has no critic: "
+            f"drop {flag} or choose a critic estimator"
+        )
+
+
+def _sets_up(cfg: PPOConfig, name: str) -> bool:
+    """The field ``name`` differs from its default and from the default it had before
+    (``when_set``'s ``recorded_default``): it asks something of the critic."""
+    from cxsim.tracking import unrecorded_value
+
+    f = next(f for f in fields(cfg) if f.name == name)
+    value = getattr(cfg, name)
+    return value != f.default and value != unrecorded_value(f)
 
 
 # --------------------------------------------------------------------------- losses

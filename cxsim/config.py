@@ -21,6 +21,7 @@ from cxsim.envs.defaults import DEFAULT_KWARGS, DefaultKwargs, default_kwargs
 from cxsim.estimators import ESTIMATORS
 from cxsim.loss_modes import LOSS_MODES
 from cxsim.pretrained import policy_path
+from cxsim.stabilisers import KLEstimator, KLPlace, LRSchedule, check_stability_settings
 from cxsim.strategies import STRATEGIES
 from cxsim.tracking import RECORDED_WHEN_SET
 
@@ -300,6 +301,30 @@ class PPOConfig:
     """Entropy bonus weight (0: none, as in the paper)."""
     temperature: float = 1.0
     """Sampling temperature for training rollouts (log-probs are under this distribution)."""
+    kl_coef: float = when_set(0.0)
+    """Weight of a KL penalty to the reference policy, the one training started from
+    (cxsim/stabilisers.py); 0: none."""
+    kl_estimator: KLEstimator = when_set("k3")
+    """The penalty's per-token estimate of KL(pi || ref) at sampled tokens: k1 (log pi -
+    log ref), k2 (half its square) or k3 (ref/pi - 1 - log(ref/pi), never negative)."""
+    kl_in: KLPlace = when_set("loss")
+    """Where the penalty goes: ``loss`` (added to the policy loss, reduced as it is) or
+    ``reward`` (k1 of the sampling policy taken off every policy token's reward before the
+    advantages)."""
+    target_kl: float | None = when_set(None)
+    """Stop an iteration's actor steps when a minibatch's approximate KL to the sampling
+    policy exceeds this, before its step; None: take every step."""
+    whiten_std_floor: float = when_set(0.0)
+    """Whitening divides by max(std, this): advantages that barely differ (an all-success
+    batch: the critic's errors) are centred, not scaled up to unit variance. 0: no floor."""
+    skip_uniform_batches: bool = when_set(False)
+    """No actor step from a batch whose rollouts all ended alike (nothing to learn)."""
+    track_reference: bool = when_set(True)
+    """Keep a frozen copy of the starting policy to log the KL to it every iteration
+    (stability/kl_to_reference); False saves its memory (a --ppo.kl-coef above 0 keeps it)."""
+    lr_schedule: LRSchedule = when_set("constant")
+    """The actor's rate over the PPO iterations: ``constant``, or ``linear`` down to
+    actor_lr / iterations at the last."""
     value_head: ValueHeadName = when_set("context-ridge", recorded_default="last")
     """What the critic's value of a prefix reads (cxsim/critics.py): ``context-ridge`` (the
     default, the tracking critic: its last hidden state's value plus a ridge regression on
@@ -347,6 +372,7 @@ class PPOConfig:
         VALUE_HEADS.check("value_head", self.value_head)
         VALUE_LOSSES.check("value_loss", self.value_loss)
         check_critic_settings(self)  # cxsim/critics.py: the critic variants' settings
+        check_stability_settings(self)  # cxsim/stabilisers.py
         _one_of("lambda_scope", self.lambda_scope, LAMBDA_SCOPES)
         STRATEGIES.check("--ppo.protocol", self.protocol)
         if self.ratio_check_atol is not None and self.ratio_check_atol <= 0:
@@ -406,6 +432,11 @@ class PPOConfig:
             raise ValueError("clip_eps and value_clip_eps must be positive")
         if self.temperature <= 0:
             raise ValueError(f"temperature={self.temperature} must be positive")
+
+    @property
+    def uses_reference(self) -> bool:
+        """Training keeps a frozen copy of the starting policy (the KL penalty, or its log)."""
+        return self.kl_coef > 0 or self.track_reference
 
     @property
     def uses_critic(self) -> bool:

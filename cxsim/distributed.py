@@ -47,6 +47,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from cxsim.advantages import whiten_scale
 from cxsim.devices import resolve_device
 
 T = TypeVar("T")
@@ -288,9 +289,14 @@ def allreduce_gradients(model: torch.nn.Module, ctx: DistContext) -> None:
 
 
 def global_whiten(
-    advantages: torch.Tensor, mask: torch.Tensor, ctx: DistContext, eps: float = 1e-8
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    ctx: DistContext,
+    eps: float = 1e-8,
+    std_floor: float = 0.0,
 ) -> torch.Tensor:
-    """``cxsim.advantages.whiten`` with the mean and variance of the global batch.
+    """``cxsim.advantages.whiten`` with the mean and variance of the global batch (and its
+    ``std_floor``).
 
     ``(A - mean_M) / sqrt(var_M + eps)`` over the masked entries of all ranks
     (Bessel-corrected), 0 outside the mask: equal to ``whiten`` on the
@@ -308,7 +314,7 @@ def global_whiten(
     centred = torch.where(mask, advantages - mean, zero)
     squares = global_count((centred**2).sum(), ctx)
     var = squares / (count - 1).clamp(min=1)
-    return centred * torch.rsqrt(var + eps)
+    return centred * whiten_scale(var, eps, std_floor)
 
 
 def mean_metrics(metrics: dict[str, float], ctx: DistContext) -> dict[str, float]:

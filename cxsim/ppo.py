@@ -41,9 +41,8 @@ Shapes: S segments (rows), T padded tokens.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
 
 import torch
 from transformers import PreTrainedModel
@@ -57,21 +56,22 @@ from cxsim.diagnostics._common import explained_variance as explained_variance_o
 from cxsim.estimators import ESTIMATORS, EstimatorInputs
 from cxsim.loss_modes import LOSS_MODES
 from cxsim.losses import aggregate, masked_mean, policy_loss, rollout_token_counts
+from cxsim.minibatches import (
+    GlobalSum,
+    _identity,
+    loss_denominator,
+    micro_batch_spans,
+    micro_batches,
+    minibatch_rows,
+)
 from cxsim.segments import OPENING_CONTEXT, SegmentBatch
+from cxsim.stabilisers import kl_penalty, kl_reward, outcome_spread, reference_kl
 
-GlobalSum = Callable[[torch.Tensor], torch.Tensor]
-"""Sums a local count over data-parallel ranks (identity on one process)."""
 SyncGrads = Callable[[torch.nn.Module], None]
 """Sums a model's gradients over data-parallel ranks, in place (nothing on one process)."""
-Whiten = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-"""Whitens (S, T) advantages over a (S, T) mask: ``whiten``, or its all-rank version."""
-
-
-B = TypeVar("B", SegmentBatch, "ScoredBatch")
-
-
-def _identity(x: torch.Tensor) -> torch.Tensor:
-    return x
+Whiten = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+"""Whitens (S, T) advantages over a (S, T) mask with a floor under the spread: ``whiten``,
+or its all-rank version."""
 
 
 def _no_sync(model: torch.nn.Module) -> None:
@@ -95,6 +95,9 @@ class ScoredBatch:
     """(S,) the lambda each row's GAE used."""
     rollout_tokens: torch.Tensor | None = None
     """(S,) each row's rollout's policy tokens in the minibatch (loss modes that need it)."""
+    ref_logprobs: torch.Tensor | None = None
+    """Log-probs of the reference policy at the policy tokens (``--ppo.kl-coef`` in the
+    loss); None without one."""
 
     def __len__(self) -> int:
         return len(self.batch)
@@ -107,9 +110,10 @@ class ScoredBatch:
         """The given rows (a minibatch)."""
         idx = torch.as_tensor(rows, dtype=torch.long, device=self.values.device)
         pick = self.rollout_tokens[idx] if self.rollout_tokens is not None else None
+        ref = self.ref_logprobs[idx] if self.ref_logprobs is not None else None
         return ScoredBatch(
             self.batch.select(idx), self.values[idx], self.advantages[idx], self.returns[idx],
-            self.policy_mask[idx], self.lam[idx], pick,
+            self.policy_mask[idx], self.lam[idx], pick, ref,
         )  # fmt: skip
 
     def trim(self, width: int) -> ScoredBatch:
@@ -117,64 +121,8 @@ class ScoredBatch:
         return ScoredBatch(
             self.batch.trim(width), self.values[:, :width], self.advantages[:, :width],
             self.returns[:, :width], self.policy_mask[:, :width], self.lam, self.rollout_tokens,
+            None if self.ref_logprobs is None else self.ref_logprobs[:, :width],
         )  # fmt: skip
-
-
-# --------------------------------------------------------------------------- batching
-
-
-def micro_batch_spans(
-    lengths: Sequence[int], rows: int, tokens: int | None = None
-) -> list[tuple[int, int]]:
-    """``(start, stop)`` of consecutive row chunks: at most ``rows`` rows each and, with a
-    ``tokens`` budget, at most ``tokens`` padded tokens (rows x the chunk's longest row);
-    a row longer than the budget forms a chunk of its own."""
-    spans, start, longest = [], 0, 0
-    for row, n in enumerate(lengths):
-        wider = max(longest, int(n))
-        full = row - start == rows or (tokens is not None and (row - start + 1) * wider > tokens)
-        if row > start and full:
-            spans.append((start, row))
-            start, wider = row, int(n)
-        longest = wider
-    if len(lengths):
-        spans.append((start, len(lengths)))
-    return spans
-
-
-def micro_batches(batch: B, rows: int, tokens: int | None = None) -> Iterator[B]:
-    """Consecutive chunks of a :class:`SegmentBatch` or a :class:`ScoredBatch` (see
-    :func:`micro_batch_spans`), each trimmed to its longest real length."""
-    for start, stop in micro_batch_spans(batch.lengths.tolist(), rows, tokens):
-        chunk = batch.select(list(range(start, stop)))
-        yield chunk.trim(int(chunk.lengths.max()))
-
-
-def minibatch_rows(batch: SegmentBatch, minibatches: int) -> list[torch.Tensor]:
-    """Row indices of ``minibatches`` minibatches; whole rollouts, shuffled (torch's RNG).
-
-    Rows inside a minibatch are sorted by length so micro-batches trim well.
-    """
-    rollouts = torch.unique(batch.rollout_id)
-    order = rollouts[torch.randperm(len(rollouts))]
-    lengths = batch.lengths
-    out = []
-    for part in torch.tensor_split(order, minibatches):
-        rows = torch.nonzero(torch.isin(batch.rollout_id, part)).squeeze(1)
-        out.append(rows[torch.argsort(lengths[rows], descending=True, stable=True)])
-    return out
-
-
-def loss_denominator(
-    mask: torch.Tensor, mode: str, rollout_id: torch.Tensor, global_sum: GlobalSum = _identity
-) -> torch.Tensor:
-    """The count a minibatch's loss is divided by: the mode's ``count``
-    (``cxsim.loss_modes.LOSS_MODES``) over the whole minibatch, summed over ranks by
-    ``global_sum``; at least 1."""
-    if mode not in LOSS_MODES:
-        raise ValueError(f"unknown loss mode {mode!r}; choose one of: {', '.join(LOSS_MODES)}")
-    count = LOSS_MODES[mode].count(mask, rollout_id)
-    return global_sum(count.to(torch.float32)).clamp(min=1.0)
 
 
 # --------------------------------------------------------------------------- scoring
@@ -249,8 +197,13 @@ def score_batch(
     whiten_fn: Whiten = whiten,
     continuation: Sequence[int] = (),
     precision: Precision = "fp32",
+    ref_logprobs: torch.Tensor | None = None,
 ) -> tuple[ScoredBatch, dict[str, float]]:
     """Values, advantages (``ESTIMATORS[cfg.estimator]``), returns and the per-row lambda.
+
+    ``ref_logprobs``: the reference policy's log-probs of the trainable tokens
+    (:func:`reference_logprobs`), for ``--ppo.kl-coef`` (in the reward: taken off each
+    policy token's reward here) and the KL-to-reference figures; None without a reference.
 
     lambda fixed or length-adaptive (``cfg.lambda_scope``); terminal rewards
     bootstrapped at environment truncations when ``cfg.bootstrap_truncated`` (from the
@@ -279,8 +232,11 @@ def score_batch(
         rows = torch.nonzero(truncated).squeeze(1)
         tail = final_values(critic, batch, rows, continuation, precision)
         rewards = bootstrapped_rewards(rewards, batch.rollout_id, truncated, tail, cfg.gamma)
+    step_rewards = batch.step_rewards
+    if ref_logprobs is not None and cfg.kl_coef > 0 and cfg.kl_in == "reward":
+        step_rewards = kl_reward(step_rewards, batch.logprobs, ref_logprobs, mask, cfg.kl_coef)
     inputs = EstimatorInputs(
-        values=values, mask=mask, rewards=rewards, step_rewards=batch.step_rewards,
+        values=values, mask=mask, rewards=rewards, step_rewards=step_rewards,
         rollout_id=batch.rollout_id, segment_index=batch.segment_index,
         group_id=batch.group_id, gamma=cfg.gamma, lam=lam, parent_index=batch.parent_index,
     )  # fmt: skip
@@ -290,7 +246,7 @@ def score_batch(
     else:  # the same estimator over the same segments, at the critic's lambda
         critic_advantages = estimator.advantages(replace(inputs, lam=cfg.critic_lam))
         returns = critic_returns(critic_advantages, values, mask)
-    trained = whiten_fn(advantages, mask) if cfg.whiten else advantages
+    trained = whiten_fn(advantages, mask, cfg.whiten_std_floor) if cfg.whiten else advantages
 
     summary_rows = batch.is_summary[:, None] & mask
     exec_rows = ~batch.is_summary[:, None] & mask
@@ -303,10 +259,37 @@ def score_batch(
         "charts/advantage_abs_summary": float(masked_mean(advantages.abs(), summary_rows)),
         "charts/lambda_mean": lam_mean,
         "charts/policy_tokens": float(mask.sum()),
+        "stability/advantage_std": float(advantages[mask].std()) if mask.sum() > 1 else 0.0,
     }
+    stats |= outcome_spread(batch.rewards, batch.rollout_id, batch.group_id)
+    if ref_logprobs is not None:  # how far the sampling policy is from the reference
+        stats |= reference_kl(batch.logprobs, ref_logprobs, batch.trainable, batch.is_summary)
     lam_rows = torch.as_tensor(lam, dtype=torch.float32, device=device).expand(len(batch))
-    scored = ScoredBatch(batch, values, trained, returns, mask, lam_rows.clone())
+    ref = ref_logprobs if cfg.kl_coef > 0 and cfg.kl_in == "loss" else None
+    scored = ScoredBatch(batch, values, trained, returns, mask, lam_rows.clone(), None, ref)
     return scored, stats
+
+
+@torch.no_grad()
+def reference_logprobs(
+    reference: PreTrainedModel, batch: SegmentBatch, cfg: PPOConfig, precision: Precision = "fp32"
+) -> torch.Tensor:
+    """The reference policy's log-probs of the batch's trainable tokens at
+    ``cfg.temperature``, (S, T) float32 on the batch's device, 0 elsewhere; micro-batches as
+    the critic's (``micro_batch_rows``, ``micro_batch_tokens``)."""
+    device = batch.token_ids.device
+    out = torch.zeros(batch.token_ids.shape, dtype=torch.float32, device=device)
+    spans = micro_batch_spans(batch.lengths.tolist(), cfg.micro_batch_rows, cfg.micro_batch_tokens)
+    for start, stop in spans:
+        width = int(batch.lengths[start:stop].max())
+        rows = slice(start, stop), slice(0, width)
+        with autocast(precision, device):
+            logprobs = token_logprobs_at(
+                reference, batch.token_ids[rows], batch.attention[rows], batch.trainable[rows],
+                cfg.temperature,
+            )  # fmt: skip
+        out[rows] = logprobs.float()
+    return out
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
@@ -423,16 +406,24 @@ def actor_update(
     """``cfg.epochs`` passes of ``cfg.minibatches`` clipped-PPO steps.
 
     Loss per step: ``aggregate(policy_loss, policy_mask, cfg.loss_mode)`` minus
-    ``entropy_coef`` times the same reduction of the entropy, with the
+    ``entropy_coef`` times the same reduction of the entropy, plus ``kl_coef`` times the
+    same reduction of the KL estimate to the reference (``kl_in="loss"``), with the
     minibatch's global denominator. The largest |log ratio| of the first minibatch,
     before any optimiser step, is checked with :func:`check_first_ratio`
-    (``cfg.ratio_check_atol``), before any gradient is applied. Log-probs and entropy are
-    computed at the policy-mask positions only (``token_logprobs_at``); the forward runs
-    under ``precision``'s autocast.
+    (``cfg.ratio_check_atol``), before any gradient is applied. With ``cfg.target_kl``,
+    a minibatch whose approximate KL to the sampling policy (over every rank) exceeds it
+    takes no step, and the iteration's remaining steps are dropped. Log-probs and entropy
+    are computed at the policy-mask positions only (``token_logprobs_at``); the forward
+    runs under ``precision``'s autocast.
     """
     mode = LOSS_MODES[cfg.loss_mode]
-    sums = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "entropy": 0.0, "ratio_max": 0.0}
-    tokens, steps, norms, first_ratio = 0.0, 0, [], 0.0
+    with_kl = cfg.kl_coef > 0 and cfg.kl_in == "loss"
+    if with_kl and scored.ref_logprobs is None:
+        raise ValueError("--ppo.kl-coef in the loss needs the reference's log-probs: score the "
+                         "batch with ref_logprobs (cxsim.ppo.reference_logprobs)")  # fmt: skip
+    sums = dict.fromkeys(("loss", "kl", "clipped", "entropy", "ratio_max", "kl_ref"), 0.0)
+    role = dict.fromkeys(("action", "summary", "action_n", "summary_n"), 0.0)
+    tokens, steps, looked, norms, first_ratio, stopped = 0.0, 0, 0, [], 0.0, False
     device = scored.batch.token_ids.device
     for _ in range(cfg.epochs):
         for rows in minibatch_rows(scored.batch, cfg.minibatches):
@@ -443,6 +434,7 @@ def actor_update(
                 counts = rollout_token_counts(minibatch.policy_mask, rid)
                 minibatch = replace(minibatch, rollout_tokens=counts)
             optimizer.zero_grad(set_to_none=True)
+            step_kl = torch.zeros(2, dtype=torch.float64, device=device)  # sum, count
             for micro in micro_batches(minibatch, cfg.micro_batch_rows, cfg.micro_batch_tokens):
                 mask, b = micro.policy_mask, micro.batch
                 with autocast(precision, device):
@@ -458,32 +450,55 @@ def actor_update(
                 loss = aggregate(per_token, mask, cfg.loss_mode, *args)
                 if cfg.entropy_coef:
                     loss = loss - cfg.entropy_coef * aggregate(entropy, mask, cfg.loss_mode, *args)
+                if with_kl:
+                    kl = kl_penalty(logprobs, micro.ref_logprobs, cfg.kl_estimator)
+                    loss = loss + cfg.kl_coef * aggregate(kl, mask, cfg.loss_mode, *args)
+                    sums["kl_ref"] += float(kl.detach()[mask].sum())
                 loss.backward()
                 n = float(mask.sum())
                 tokens += n
+                step_kl += torch.stack([stats["approx_kl"][mask].double().sum(), mask.sum()])
                 sums["loss"] += float(loss.detach())
                 sums["kl"] += float(masked_mean(stats["approx_kl"], mask)) * n
                 sums["clipped"] += float(masked_mean(stats["clipped"], mask)) * n
                 sums["entropy"] += float(masked_mean(entropy.detach(), mask)) * n
+                summary = mask & b.is_summary[:, None]
+                for name, where in (("action", mask & ~summary), ("summary", summary)):
+                    role[name] += float(entropy.detach()[where].sum())
+                    role[f"{name}_n"] += float(where.sum())
                 if n:
                     sums["ratio_max"] = max(sums["ratio_max"], float(stats["ratio"][mask].max()))
+            looked += 1
             if steps == 0 and cfg.ratio_check_atol is not None:
                 sampled = scored.batch.temperature
                 atol = ratio_tolerance(cfg.ratio_check_atol, precision)
                 check_first_ratio(first_ratio, atol, sampled, cfg.temperature, global_sum)
+            if cfg.target_kl is not None:  # the same answer on every rank
+                kl_sum, kl_count = global_sum(step_kl).tolist()
+                if kl_sum / max(kl_count, 1.0) > cfg.target_kl:
+                    stopped = True
+                    break
             sync_grads(policy)  # summed over ranks: with the global denominator, the full gradient
             norms.append(
                 float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))
             )
             optimizer.step()
             steps += 1
+        if stopped:
+            break
+    optimizer.zero_grad(set_to_none=True)
     tokens = max(tokens, 1.0)
     return {
-        "losses/policy": sums["loss"] / steps,
+        "losses/policy": sums["loss"] / looked,
         "losses/approx_kl": sums["kl"] / tokens,
         "losses/clip_fraction": sums["clipped"] / tokens,
         "losses/entropy": sums["entropy"] / tokens,
+        "losses/entropy_action": role["action"] / max(role["action_n"], 1.0),
+        "losses/entropy_summary": role["summary"] / max(role["summary_n"], 1.0),
         "losses/ratio_max": sums["ratio_max"],
         "losses/first_log_ratio_max": first_ratio,
-        "losses/actor_grad_norm": sum(norms) / len(norms),
+        "losses/actor_grad_norm": sum(norms) / len(norms) if norms else 0.0,
+        "losses/actor_steps": float(steps),
+        "losses/early_stopped": float(stopped),
+        **({"losses/kl_to_reference": sums["kl_ref"] / tokens} if with_kl else {}),
     }

@@ -133,6 +133,7 @@ def train(cfg: Config) -> dict[str, Any]:
     from cxsim.generation import SamplingConfig
     from cxsim.ppo import actor_update, critic_update, score_batch
     from cxsim.segments import pack_segments
+    from cxsim.stabilisers import linear_lr, set_lr, uniform_outcomes
 
     run = TrainingRun(cfg)  # seeds, models on run.device, optimisers; the resumed state if any
     cfg = run.cfg  # with the compaction sizes derived for this env and chat format
@@ -151,9 +152,9 @@ def train(cfg: Config) -> dict[str, Any]:
         rollout_s = time.perf_counter() - tick
         batch = pack_segments(rollouts.segments, chat.pad_id, sampling.temperature, run.device)
         with run.meter.timed("update"):  # compute/wall_clock_s: rollout + update time
-            # 2. score: critic values, advantages, critic targets
-            header = chat.assistant_prefix()
-            scored, metrics = score_batch(batch, critic, ppo, run.whiten, header, fp)
+            # 2. score: critic values, advantages (a KL penalty in the reward), critic targets
+            header, ref = chat.assistant_prefix(), run.reference_logprobs(batch)
+            scored, metrics = score_batch(batch, critic, ppo, run.whiten, header, fp, ref)
             # 3. critic updates
             if critic is not None:
                 set_value_head_lr(opt["critic"], ppo, warmup)
@@ -161,11 +162,20 @@ def train(cfg: Config) -> dict[str, Any]:
                 metrics |= critic_update(
                     critic, opt["critic"], scored, ppo, passes, run.global_sum, run.sync_grads, fp
                 )
-            # 4. actor update, after the value-only warm-up
-            if not warmup:
+            # 4. actor update, after the value-only warm-up (none from a batch that all
+            # ended alike under --ppo.skip-uniform-batches), at the scheduled rate
+            skip = ppo.skip_uniform_batches and uniform_outcomes(
+                batch.rewards, batch.rollout_id, run.global_sum
+            )
+            if not warmup and not skip:
+                lr = linear_lr(ppo.actor_lr, ppo.lr_schedule, iteration - ppo.critic_warmup,
+                               ppo.iterations)  # fmt: skip
+                set_lr(opt["actor"], lr)
+                metrics["charts/actor_lr"] = lr
                 metrics |= actor_update(
                     policy, opt["actor"], scored, ppo, run.global_sum, run.sync_grads, fp
                 )
+            metrics["stability/skipped_update"] = float(skip and not warmup)
         # 5. log
         metrics["charts/rollout_seconds"] = rollout_s
         metrics["charts/iteration_seconds"] = time.perf_counter() - tick

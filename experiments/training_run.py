@@ -52,9 +52,11 @@ from cxsim.distributed import (
     shard_seeds,
 )
 from cxsim.evaluation import rollout_metrics
+from cxsim.ppo import reference_logprobs
 from cxsim.preflight import preflight
 from cxsim.rollout_records import RolloutRecord
 from cxsim.runtime import RolloutBatch, collect_rollouts
+from cxsim.segments import SegmentBatch
 from cxsim.tracking import (
     advance,
     log_config,
@@ -88,6 +90,7 @@ class TrainingRun:
         self.policy, self.tokenizer, self.chat, self.critic = load_models(
             cfg, checkpoint, self.device
         )
+        self.reference = load_reference(cfg, self.device)  # the starting policy, frozen
         if self.ctx.is_main:
             print(f"train: policy on {self.device} ({cfg.precision})")
         # sizes derived for this env and chat format; fails loudly if the oracle cannot solve it
@@ -121,8 +124,17 @@ class TrainingRun:
     def sync_grads(self, model: torch.nn.Module) -> None:
         allreduce_gradients(model, self.ctx)
 
-    def whiten(self, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return global_whiten(advantages, mask, self.ctx)
+    def whiten(
+        self, advantages: torch.Tensor, mask: torch.Tensor, std_floor: float = 0.0
+    ) -> torch.Tensor:
+        return global_whiten(advantages, mask, self.ctx, std_floor=std_floor)
+
+    def reference_logprobs(self, batch: SegmentBatch) -> torch.Tensor | None:
+        """The starting policy's log-probs of the batch's trainable tokens, or None when the
+        run keeps no reference (``PPOConfig.uses_reference``)."""
+        if self.reference is None:
+            return None
+        return reference_logprobs(self.reference, batch, self.cfg.ppo, self.cfg.precision)
 
     def collect(self, agent: LMAgent, seeds: list[int], groups: list[int]) -> RolloutBatch:
         """This rank's share of the rollouts: whole task groups, with the rollout ids of a
@@ -327,6 +339,18 @@ def load_models(
         if critic is not None:
             enable_gradient_checkpointing(critic.backbone)
     return policy, tokenizer, chat, critic
+
+
+def load_reference(cfg: Config, device: torch.device) -> Any:
+    """The starting policy (``cfg.policy``), frozen in eval mode, when the run keeps a
+    reference (``--ppo.kl-coef`` or ``--ppo.track-reference``); else None. On resume it
+    is still the policy training started from."""
+    if not cfg.ppo.uses_reference:
+        return None
+    reference, _, _ = load_policy(Path(cfg.policy), device, chat_options(cfg))
+    reference.eval()
+    reference.requires_grad_(False)
+    return reference
 
 
 def chat_options(cfg: Config) -> ChatOptions | None:

@@ -1,0 +1,173 @@
+"""What keeps PPO from breaking what it learned: a KL penalty to the reference policy,
+early stopping at a target KL, a floor under whitening, a learning-rate schedule, and
+the per-iteration figures that show a collapse coming (docs/training.md, "Stability").
+
+Each stabiliser is one ``--ppo.*`` flag (cxsim/config.py, ``PPOConfig``), checked by
+:func:`check_stability_settings` when the config is built:
+
+- ``--ppo.kl-coef`` with ``--ppo.kl-estimator`` (k1, k2, k3) and ``--ppo.kl-in`` (loss or
+  reward): a penalty on the distance from the reference policy, the policy training
+  started from (the SFT base), as InstructGPT (in the reward) and GRPO (k3, in the loss);
+- ``--ppo.target-kl``: an iteration's actor steps stop once a minibatch's approximate KL
+  to the sampling policy exceeds it, before that step (as Stable-Baselines3);
+- ``--ppo.whiten-std-floor``: whitening divides by ``max(std, floor)``, so a batch whose
+  advantages barely differ (every rollout succeeded: the critic's errors are all that is
+  left) is centred, not blown up to unit variance;
+- ``--ppo.skip-uniform-batches``: no actor step from a batch whose rollouts all ended
+  alike (nothing to learn from);
+- ``--ppo.lr-schedule linear``: the actor's rate falls linearly to ``actor_lr / iterations``
+  at the last iteration (cleanrl's annealing).
+
+Shapes: S segments (rows), T padded tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
+
+import torch
+
+if TYPE_CHECKING:
+    from cxsim.config import PPOConfig
+
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+KLEstimator = Literal["k1", "k2", "k3"]
+KL_PLACES: tuple[str, ...] = ("loss", "reward")
+KLPlace = Literal["loss", "reward"]
+LR_SCHEDULES: tuple[str, ...] = ("constant", "linear")
+LRSchedule = Literal["constant", "linear"]
+
+
+def check_stability_settings(cfg: PPOConfig) -> None:
+    """Raises ValueError naming the flag to change when a stabiliser's setting is invalid."""
+    if cfg.kl_estimator not in KL_ESTIMATORS:
+        raise ValueError(
+            f"--ppo.kl-estimator {cfg.kl_estimator!r} is unknown; choose one of: "
+            f"{', '.join(KL_ESTIMATORS)}"
+        )
+    if cfg.kl_in not in KL_PLACES:
+        raise ValueError(f"--ppo.kl-in {cfg.kl_in!r} is unknown; choose loss or reward")
+    if not cfg.kl_coef >= 0:
+        raise ValueError(f"--ppo.kl-coef {cfg.kl_coef} must be >= 0 (0: no penalty)")
+    if cfg.kl_in == "reward" and cfg.kl_estimator != "k1" and cfg.kl_coef > 0:
+        raise ValueError(
+            f"--ppo.kl-in reward takes the k1 estimator (a reward per token, log pi - log ref), "
+            f"not {cfg.kl_estimator}: set --ppo.kl-estimator k1, or --ppo.kl-in loss"
+        )
+    if cfg.target_kl is not None and not cfg.target_kl > 0:
+        raise ValueError(f"--ppo.target-kl {cfg.target_kl} must be positive (or None: no stop)")
+    if not cfg.whiten_std_floor >= 0:
+        raise ValueError(f"--ppo.whiten-std-floor {cfg.whiten_std_floor} must be >= 0")
+    if cfg.lr_schedule not in LR_SCHEDULES:
+        raise ValueError(
+            f"--ppo.lr-schedule {cfg.lr_schedule!r} is unknown; choose constant or linear"
+        )
+
+
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token estimate of ``KL(pi || ref)`` at tokens sampled from pi, (S, T).
+
+    With ``d = log ref - log pi``: ``k1 = -d`` (unbiased, can be negative), ``k2 = d^2 / 2``,
+    ``k3 = exp(d) - 1 - d`` (unbiased and never negative; Schulman, "Approximating KL
+    divergence", 2020). The gradient flows through ``logprobs``; ``ref_logprobs`` is a
+    constant.
+    """
+    if logprobs.shape != ref_logprobs.shape:
+        raise ValueError(
+            f"ref_logprobs must have shape {tuple(logprobs.shape)}, got {tuple(ref_logprobs.shape)}"
+        )
+    d = ref_logprobs.detach() - logprobs
+    if estimator == "k1":
+        return -d
+    if estimator == "k2":
+        return 0.5 * d**2
+    if estimator == "k3":
+        return torch.expm1(d) - d
+    raise ValueError(
+        f"unknown KL estimator {estimator!r}; choose one of: {', '.join(KL_ESTIMATORS)}"
+    )
+
+
+def kl_reward(
+    step_rewards: torch.Tensor,
+    logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    coef: float,
+) -> torch.Tensor:
+    """Step rewards with ``coef * (log pi - log ref)`` (k1 of the sampling policy) taken off
+    at every policy token (``mask``), where the estimators read per-token rewards. (S, T)."""
+    penalty = torch.where(mask, logprobs - ref_logprobs, torch.zeros_like(logprobs))
+    return step_rewards - coef * penalty
+
+
+def linear_lr(base: float, schedule: str, ppo_iteration: int, iterations: int) -> float:
+    """The actor's rate at PPO iteration ``ppo_iteration`` (0 = the first after the warm-up):
+    ``base`` (constant) or ``base * (1 - ppo_iteration / iterations)`` (linear)."""
+    if schedule == "constant" or iterations <= 0:
+        return base
+    return base * (1.0 - min(ppo_iteration, iterations - 1) / iterations)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Every parameter group of ``optimizer`` at rate ``lr``."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def rollout_outcomes(rewards: torch.Tensor, rollout_id: torch.Tensor) -> dict[int, float]:
+    """Each rollout's terminal reward, from a batch's rows ((S,) each)."""
+    return {int(r): float(x) for r, x in zip(rollout_id.tolist(), rewards.tolist(), strict=True)}
+
+
+def outcome_spread(
+    rewards: torch.Tensor, rollout_id: torch.Tensor, group_id: torch.Tensor
+) -> dict[str, float]:
+    """What a batch has to learn from: the share of task groups whose rollouts all
+    succeeded (reward > 0) or all failed, the standard deviation of the rollouts' terminal
+    rewards, and whether every rollout ended alike (``stability/uniform_batch``)."""
+    outcomes = rollout_outcomes(rewards, rollout_id)
+    groups: dict[int, list[float]] = {}
+    for rid, gid in zip(rollout_id.tolist(), group_id.tolist(), strict=True):
+        if rid in outcomes:
+            groups.setdefault(int(gid), []).append(outcomes.pop(rid))
+    won = [[x > 0 for x in g] for g in groups.values()]
+    values = torch.tensor([x for g in groups.values() for x in g], dtype=torch.float64)
+    n = max(len(won), 1)
+    return {
+        "stability/groups_all_success": sum(all(g) for g in won) / n,
+        "stability/groups_all_failure": sum(not any(g) for g in won) / n,
+        "stability/outcome_std": float(values.std(unbiased=False)) if len(values) else 0.0,
+        "stability/uniform_batch": float(len(values) > 0 and bool((values == values[0]).all())),
+    }
+
+
+def reference_kl(
+    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor, is_summary: torch.Tensor
+) -> dict[str, float]:
+    """How far the sampling policy has moved from the reference: the k3 estimate of
+    ``KL(pi || ref)`` per token at its own samples (``logprobs``, (S, T)), averaged over
+    ``mask``, over the action rows and over the summary rows (``is_summary``, (S,))."""
+    k3 = kl_penalty(logprobs, ref_logprobs, "k3")
+    summary = mask & is_summary[:, None]
+    out = {}
+    for name, where in (("", mask), ("_action", mask & ~summary), ("_summary", summary)):
+        count = int(where.sum())
+        out[f"stability/kl_to_reference{name}"] = float(k3[where].sum()) / count if count else 0.0
+    return out
+
+
+def uniform_outcomes(
+    rewards: torch.Tensor,
+    rollout_id: torch.Tensor,
+    global_sum: Callable[[torch.Tensor], torch.Tensor],
+) -> bool:
+    """True when every rollout of the batch (every rank's shard, through ``global_sum``) has
+    the same terminal reward: nothing for the actor to learn from."""
+    outcomes = torch.tensor(
+        list(rollout_outcomes(rewards, rollout_id).values()), dtype=torch.float64
+    )
+    moments = torch.stack([outcomes.sum(), (outcomes**2).sum(), torch.tensor(len(outcomes))])
+    total, squares, count = global_sum(moments.to(rewards.device)).tolist()
+    return count > 0 and squares - total**2 / count <= 1e-9 * max(count, 1.0)

@@ -102,6 +102,9 @@ def main(argv: list[str] | None = None) -> None:
         print(print_commands(study, selection, seeds, runs_dir, cfg.device), end="")
         return
 
+    from cxsim.studies.selection import check_tuning_seeds
+
+    check_tuning_seeds(study, selection)  # before the executor starts
     import torch
 
     from cxsim.experiments.verdicts_page import commit

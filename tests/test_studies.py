@@ -238,10 +238,14 @@ def test_compare_pairs_by_seed():
     reference = [evaluation([1, 0, 0, 0]), evaluation([0, 0, 0, 0]), evaluation([1, 1, 0, 0])]
     c = compare(treatment, reference, "pass_at_1")
     assert c.per_seed == pytest.approx((0.5, 0.5, 0.5))
-    assert c.difference.mean == pytest.approx(0.5) and c.verdict == "reproduced"
-    assert c.detectable == 0.0  # no spread: any shift would show
+    assert c.difference.mean == pytest.approx(0.5) and c.paired == 3
+    # no spread: an interval of no width, which the engine refuses to read as a verdict
+    assert c.verdict == "degenerate: the paired differences do not vary (+0.500 on every seed)"
+    assert c.detectable == 0.0  # any shift would show
     flipped = compare(reference, treatment, "pass_at_1", direction="lower")
-    assert flipped.verdict == "reproduced" and flipped.difference.mean == pytest.approx(-0.5)
+    assert flipped.verdict.startswith("degenerate") and flipped.difference.mean == pytest.approx(
+        -0.5
+    )
     noisy = compare(treatment, [evaluation([1, 1, 1, 1])] * 3, "pass_at_1")
     assert noisy.verdict == "not resolved" and noisy.detectable > 0
 
@@ -253,9 +257,8 @@ def test_example_study_page_and_results(first_run: dict):
     runs, results = first_run["runs"], first_run["results"]
     assert results["made_now"] == {"sft": 2, "train": 2, "eval": 4}
     (claim,) = results["claims"]
-    assert claim["name"] == "beats-base" and claim["verdict"] in (
-        "reproduced", "contradicted", "not resolved",
-    )  # fmt: skip
+    assert claim["name"] == "beats-base" and claim["paired_seeds"] == 2  # 2 seeds: no verdict
+    assert claim["verdict"] == "too few seeds (2 paired; a verdict needs 3)"
     expected = [eval_pass(runs, "compactionrl", s) - eval_pass(runs, "base", s) for s in (0, 1)]
     assert claim["per_seed_difference"] == pytest.approx(expected)
     assert claim["difference"]["mean"] == pytest.approx(sum(expected) / 2)
@@ -475,7 +478,8 @@ def test_the_page_compares_two_settings_and_draws_the_figure(tmp_path: Path):
     selection = select(study, ("arm:compactionrl",))
     wins, cheaper = study.claims
     c = comparison(runs, wins)
-    assert c.per_seed == pytest.approx((0.5, 0.5, 0.5)) and c.verdict == "reproduced"
+    assert c.per_seed == pytest.approx((0.5, 0.5, 0.5))  # no spread: refused
+    assert c.verdict == "degenerate: the paired differences do not vary (+0.500 on every seed)"
     costs = comparison(runs, cheaper)
     assert costs.per_seed == pytest.approx((100.0, 99.0, 98.0))
     assert costs.verdict == "contradicted"  # more tokens, not fewer

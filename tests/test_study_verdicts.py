@@ -138,7 +138,9 @@ def evaluation(successes: list[float]) -> dict[str, Any]:
 def test_compare_a_same_claim_by_seed():
     zero = [evaluation([0.0] * 4)] * 3
     c = compare(zero, zero, "pass_at_1", "same", 0.05)
-    assert c.per_seed == (0.0, 0.0, 0.0) and c.verdict == "reproduced"
+    # Pass@1 0 on every seed on both sides: the metric could not have moved
+    assert c.per_seed == (0.0, 0.0, 0.0)
+    assert c.verdict == "degenerate: both arms at the metric's floor or ceiling on every seed"
     treatment = [evaluation(t) for t in ([1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0])]
     reference = [evaluation(r) for r in ([1, 1, 0, 0], [1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0])]
     moved = compare(treatment, reference, "pass_at_1", "same", 0.05)
@@ -392,7 +394,8 @@ def test_stage0_bases_from_and_protocol_claims_run_what_they_need(tmp_path: Path
     page = out["page"].read_text()
     data = json.loads(out["results"].read_text())
     same = next(c for c in data["claims"] if c["name"] == "single-same")
-    assert same["verdict"] == "reproduced" and same["margin"] == 0.05
+    assert same["margin"] == 0.05 and same["paired_seeds"] == 2  # 2 seeds: no verdict
+    assert same["verdict"] == "too few seeds (2 paired; a verdict needs 3)"
     assert same["difference"]["mean"] == 0.0 and same["per_seed_difference"] == [0.0, 0.0]
     correction = next(c for c in data["claims"] if c["name"] == "correction")
     assert correction["per_seed_difference"] == [0.25, 0.25]
@@ -463,7 +466,8 @@ def test_a_swap_is_evaluated_after_both_arms_with_their_policies(
     out = write_page(tmp_path / "page", study, selection, outcome, made_by(runs_dir))
     claim = next(c for c in json.loads(out["results"].read_text())["claims"]
                  if c["name"] == "summaries")  # fmt: skip
-    assert claim["per_seed_difference"] == [0.5, 0.5] and claim["verdict"] == "reproduced"
+    assert claim["per_seed_difference"] == [0.5, 0.5]  # 2 seeds: no verdict
+    assert claim["verdict"] == "too few seeds (2 paired; a verdict needs 3)"
     assert claim["treatment"] == "base + compactionrl's summaries"
     page = out["page"].read_text()
     assert "Pass@1 (external-summarizer+compactionrl)" in page

@@ -24,8 +24,13 @@ One topic per module:
   with ``--executor ray``); :mod:`cxsim.studies.calls`: a call's stages read from the cache
   or made, and calls mapped through an executor, one log line each;
 - :mod:`cxsim.studies.stats`: claims from per-seed results (intervals and power from
-  cxsim/tables.py);
+  cxsim/tables.py; what the engine refuses: too few seeds, degenerate claims);
+  :mod:`cxsim.studies.history`: what a study reads from a run's training history (the
+  success curve, the bounds of its keys); :mod:`cxsim.studies.correction`: Holm-Bonferroni
+  over a page's claims; :mod:`cxsim.studies.outcomes`: each claim's comparison from the
+  units' results, with the correction applied;
 - :mod:`cxsim.studies.page`: the Markdown page from plain results;
+  :mod:`cxsim.studies.page_claims`: its claims and predictions;
   :mod:`cxsim.studies.page_settings`: its tables of every setting that decides a number;
 - :mod:`cxsim.studies.commands`: the ``cxsim sft`` / ``train`` / ``eval`` command lines that
   make one seed's runs.

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from cxsim.studies.spec import BASE, OWN_PROTOCOL, SWAP_PROTOCOL, Claim, Setting
-from cxsim.studies.stats import METRICS
+from cxsim.studies.stats import CLAIM_METRICS, METRICS, THRESHOLD_METRIC, TRAINING_METRICS
 from cxsim.studies.values import StudyError, check_keys, check_name, first_line, text_of
 
 CLAIM_KEYS = (
@@ -29,6 +29,7 @@ CLAIM_KEYS = (
     "diagnostics",
     "treatment_summarizer",
     "reference_summarizer",
+    "threshold",
 )
 DIRECTIONS = ("higher", "lower", "same")
 
@@ -71,11 +72,19 @@ def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[C
         ):
             raise StudyError(f"{here}: treatment and reference are the same; pair two arms")
         metric = text_of(table, "metric", here, default="pass_at_1")
-        if metric not in METRICS:
-            raise StudyError(f"{here}: metric = {metric!r}; choose one of: {', '.join(METRICS)}")
+        if metric not in CLAIM_METRICS:
+            raise StudyError(
+                f"{here}: metric = {metric!r}; choose one of: {', '.join(CLAIM_METRICS)}"
+            )
+        threshold = claim_threshold(table, metric, here)
+        if metric in TRAINING_METRICS:
+            check_training_sides(table, metric, sides, summarizers, here)
         protocol = text_of(table, "protocol", here, default="compacted")
         protocols = {}
         for side, (side_setting, _) in sides.items():
+            if metric in TRAINING_METRICS:  # read from training: no evaluation of its own
+                protocols[side] = side_setting.eval.protocols[0]
+                continue
             if summarizers[side]:
                 protocols[side] = swap_protocol(table, side, here)
                 continue
@@ -134,9 +143,56 @@ def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[C
                 reference_protocol=protocols["reference"],
                 treatment_summarizer=summarizers["treatment"],
                 reference_summarizer=summarizers["reference"],
+                threshold=threshold,
             )
         )
     return tuple(claims)
+
+
+def claim_threshold(table: dict[str, Any], metric: str, where: str) -> float | None:
+    """``iterations_to_success``'s threshold: a training success rate in (0, 1], required with
+    that metric and taken by no other."""
+    threshold = table.get("threshold")
+    if metric != THRESHOLD_METRIC:
+        if threshold is not None:
+            raise StudyError(f"{where}: threshold goes with metric = {THRESHOLD_METRIC!r}")
+        return None
+    if (
+        threshold is None
+        or isinstance(threshold, bool)
+        or not isinstance(threshold, (int, float))
+        or not 0 < threshold <= 1
+    ):
+        raise StudyError(
+            f"{where}: metric = {THRESHOLD_METRIC!r} needs threshold = a training success rate "
+            f"in (0, 1], e.g. 0.8; got {threshold!r}"
+        )
+    return float(threshold)
+
+
+def check_training_sides(
+    table: dict[str, Any],
+    metric: str,
+    sides: dict[str, tuple[Setting, str]],
+    summarizers: dict[str, str],
+    where: str,
+) -> None:
+    """A training metric compares two trained arms, read from their training histories: no
+    ``base`` side (it trains nothing), no summarizer and no protocol (nothing is evaluated)."""
+    for side, (_, arm) in sides.items():
+        if arm == BASE:
+            raise StudyError(
+                f"{where}: {side} = {table[side]!r}: the base trains nothing, so it has no "
+                f"{metric}; compare two trained arms"
+            )
+        if summarizers[side]:
+            raise StudyError(
+                f"{where}: {side}_summarizer goes with evaluation metrics, not {metric}"
+            )
+    if "protocol" in table:
+        raise StudyError(
+            f"{where}: protocol goes with evaluation metrics; {metric} is read from training"
+        )
 
 
 def claim_summarizer(table: dict[str, Any], side: str, setting: Setting, where: str) -> str:

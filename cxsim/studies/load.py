@@ -12,6 +12,7 @@ from typing import Any
 
 from cxsim.studies.checks import budget_checks, parse_checks
 from cxsim.studies.claims import parse_claims
+from cxsim.studies.correction import CORRECTIONS
 from cxsim.studies.settings import (
     attach_stage0,
     check_bases_from,
@@ -44,6 +45,8 @@ TOP_KEYS = (
     "figure",
     "checks",
     "reading",
+    "tuning_seeds",
+    "correction",
 )
 
 
@@ -118,6 +121,14 @@ def load_study(path: str | Path, seeds: str | None = None, budget: str | None = 
                 f"{seed_where}: seed {shared[0]} is also a candidate seed of stage0.{stage.name}, "
                 "whose demonstrations must be tasks no seed uses; pick other seeds"
             )
+    tuning = raw.get("tuning_seeds")
+    tuning_seeds = () if tuning is None else parse_seeds(tuning, f"{where}: tuning_seeds")
+    correction = text_of(raw, "correction", where, default="none")
+    if correction not in CORRECTIONS:
+        raise StudyError(
+            f"{where}: correction = {correction!r}; choose one of: {', '.join(CORRECTIONS)} "
+            "(holm: Holm-Bonferroni over the page's claims)"
+        )
     return Study(
         path=str(path),
         title=text_of(raw, "title", where, default=path.stem),
@@ -135,4 +146,6 @@ def load_study(path: str | Path, seeds: str | None = None, budget: str | None = 
         metrics=parse_metrics(raw.get("metrics", []), where),
         reading=text_of(raw, "reading", where),
         figure=parse_figure(raw.get("figure"), arms, where),
+        tuning_seeds=tuning_seeds,
+        correction=correction,
     )

@@ -4,8 +4,10 @@ setting that decides a number, from plain results.
 :func:`write_page` takes the parsed study (:mod:`cxsim.studies.spec`), the units' results
 (:func:`cxsim.studies.runner.run_study`: plain dicts read from the cache) and a few words on
 how the results were made; it writes ``<stem>.md`` and ``<stem>.json`` (the same numbers
-as data). Intervals, verdicts and power: :mod:`cxsim.studies.stats`; the settings
-tables: :mod:`cxsim.studies.page_settings`.
+as data). Intervals, verdicts and power: :mod:`cxsim.studies.stats`; each claim's numbers
+and the page-level correction: :mod:`cxsim.studies.outcomes`; the claims and predictions
+sections: :mod:`cxsim.studies.page_claims`; the settings tables:
+:mod:`cxsim.studies.page_settings`.
 """
 
 from __future__ import annotations
@@ -15,83 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from cxsim.studies.checks import check_lines, run_checks
+from cxsim.studies.outcomes import Runs, claim_comparisons, comparison, side_value
+from cxsim.studies.page_claims import FINAL_ITERATIONS, claim_lines, metric_label, prediction_lines
 from cxsim.studies.page_settings import group_text, how_it_trains, setting_lines
 from cxsim.studies.selection import Selection
-from cxsim.studies.spec import BASE, Claim, Side, Study
-from cxsim.studies.stats import METRICS, Comparison, compare, diagnostic, interval
-from cxsim.tables import NAN_INTERVAL, Interval, fmt, markdown_table
+from cxsim.studies.spec import BASE, Side, Study
+from cxsim.studies.stats import METRICS, diagnostic, interval
+from cxsim.tables import Interval, fmt, markdown_table
 from cxsim.tracking import write_json
-
-Runs = dict[str, dict[str, list[dict[str, Any]]]]
-"""``runs[setting][arm]``: one unit result per seed, in seed order (runner.run_unit's dicts)."""
-FINAL_ITERATIONS = 5
-"""results.json ``final``: each metric's mean over a run's last 5 actor iterations
-(experiments/training_run.py ``final_metrics``)."""
-
-
-def claim_statement(claim: Claim) -> str:
-    if claim.statement:
-        return claim.statement
-    treatment, reference = (claim.side_label(side) for side in claim.sides)
-    if claim.direction == "same":
-        return f"`{treatment}` within +/-{claim.margin:g} of `{reference}`"
-    word = "above" if claim.direction == "higher" else "below"
-    return f"`{treatment}` {word} `{reference}`"
-
-
-def side_evaluations(runs: Runs, side: Side) -> list[dict[str, Any]]:
-    """One side's evaluation result under its protocol (with its summarizer), per seed."""
-    return [r["eval"][side.evaluation] for r in runs[side.setting][side.arm]]
-
-
-def comparison(runs: Runs, claim: Claim) -> Comparison:
-    treatment, reference = (side_evaluations(runs, side) for side in claim.sides)
-    return compare(treatment, reference, claim.metric, claim.direction, claim.margin)
-
-
-def side_value(runs: Runs, side: Side, key: str) -> Interval:
-    """One side of a claim on a diagnostic: an evaluation metric under the side's protocol,
-    or a training figure (each seed's ``final`` mean; the base trains nothing)."""
-    if key in METRICS:
-        return interval(side_evaluations(runs, side), key)
-    if side.arm == BASE:
-        return NAN_INTERVAL
-    return diagnostic([r["train"]["final"] for r in runs[side.setting][side.arm]], key)
-
-
-def diagnostic_cells(runs: Runs, claim: Claim) -> str:
-    """``key treatment vs reference`` for each of the claim's diagnostics."""
-    cells = []
-    for key in claim.diagnostics:
-        digits = 2 if key in METRICS else 3
-        pair = [fmt(side_value(runs, side, key), digits) for side in claim.sides]
-        cells.append(f"`{key}` {pair[0]} vs {pair[1]}")
-    return "; ".join(cells) or "-"
-
-
-def metric_label(claim: Claim) -> str:
-    protocols = dict.fromkeys(side.protocol for side in claim.sides)
-    return f"{claim.metric} ({' vs '.join(protocols)})"
-
-
-def size_text(x: float | None) -> str:
-    return "-" if x is None or math.isnan(x) else f"{x:.2f}"
-
-
-def powered(c: Comparison, claim: Claim) -> str:
-    """Whether the run could detect the predicted size (80% power); for a ``same`` claim,
-    a difference as large as its margin."""
-    size = claim.margin if claim.direction == "same" else claim.predicted_size
-    if size is None or math.isnan(c.detectable):
-        return "-"
-    return "yes" if c.detectable <= size else "no"
-
-
-def predicted_text(claim: Claim) -> str:
-    if claim.direction == "same":
-        return f"within +/-{claim.margin:g}"
-    return size_text(claim.predicted_size)
-
 
 # -- sections -------------------------------------------------------------------------------
 
@@ -125,6 +58,13 @@ def header_lines(
         f"`cxsim train` and `cxsim eval` commands that make seed s's runs: `{replicate}`.",
         "",
     ]
+    if study.tuning_seeds:
+        tuned = ", ".join(str(s) for s in study.tuning_seeds)
+        lines += [
+            f"**Tuning seeds: {tuned}** (`tuning_seeds`). The file's settings were chosen on "
+            "them, so no verdict on this page uses them (a run that would is refused).",
+            "",
+        ]
     return lines
 
 
@@ -165,108 +105,6 @@ def stage0_lines(study: Study, selection: Selection, stage0: dict[str, Any]) -> 
     return lines
 
 
-def claim_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
-    if not selection.claims:
-        return ["## Claims", "", "No claim's two arms were run in this invocation.", ""]
-    with_diagnostics = any(c.diagnostics for c in selection.claims)
-    header = [
-        "claim",
-        "metric",
-        "treatment",
-        "reference",
-        "paired difference",
-        "verdict",
-        "smallest detectable",
-        "predicted size",
-        "powered for it",
-        *(["diagnostics"] if with_diagnostics else []),
-    ]
-    rows = []
-    for claim in selection.claims:
-        c = comparison(runs, claim)
-        rows.append(
-            [
-                f"**{claim.name}** ({claim.setting}): {claim_statement(claim)}",
-                metric_label(claim),
-                f"`{claim.side_label(claim.treatment_side)}` {fmt(c.treatment)}",
-                f"`{claim.side_label(claim.reference_side)}` {fmt(c.reference)}",
-                fmt(c.difference, signed=True),
-                f"**{c.verdict}**" if c.verdict in ("reproduced", "contradicted") else c.verdict,
-                size_text(c.detectable),
-                predicted_text(claim),
-                powered(c, claim),
-                *([diagnostic_cells(runs, claim)] if with_diagnostics else []),
-            ]
-        )
-    same = [c for c in selection.claims if c.direction == "same"]
-    return [
-        "## Claims",
-        "",
-        markdown_table(header, rows),
-        "",
-        "Each cell: the mean over seeds with its 95% interval (Student t over seeds, from 2 "
-        "seeds; Pass@1 at one seed: Wilson over tasks). *Paired difference*: treatment - "
-        "reference on each seed, then the same interval (Pass@1 at one seed: Newcombe's). "
-        "*reproduced*: the interval excludes 0 in the claim's direction; *contradicted*: it "
-        "excludes 0 the other way; *not resolved*: it covers 0. "
-        + (
-            "A claim that the arms do not differ (*within +/-m*) is *reproduced* when the "
-            "interval lies inside [-m, +m], *contradicted* when it does not and excludes 0, "
-            "*not resolved* otherwise (the verdict page's rule). "
-            if same
-            else ""
-        )
-        + "*Smallest detectable*: the true difference a two-sided paired t-test over these "
-        "seeds detects with 80% power, at the spread of the per-seed differences measured "
-        "here; *powered for it*: whether that is at most the predicted size"
-        + (" (for a *within* claim, its margin)" if same else "")
-        + "."
-        + (
-            " *Diagnostics*: each side's value, an evaluation metric under the claim's "
-            "protocol or a training figure (per seed the mean of the run's last "
-            f"{FINAL_ITERATIONS} actor iterations), as mean [95% interval] over seeds."
-            if with_diagnostics
-            else ""
-        ),
-        "",
-    ]
-
-
-def prediction_lines(selection: Selection, predictions: dict[str, dict[str, Any]]) -> list[str]:
-    if not selection.claims:
-        return []
-    rows = []
-    for claim in selection.claims:
-        seen = predictions.get(f"{claim.setting}:{claim.name}", {})
-        when = seen.get("first_seen", "-")
-        notes = []
-        if seen.get("results_existed"):
-            notes.append("first seen when results of its arms already existed")
-        current = claim.commitments
-        if seen and {k: seen.get(k) for k in current} != current:
-            notes.append(
-                f'changed since it was first seen, from "{seen["prediction"]}" '
-                f"(size {size_text(seen['predicted_size'])})"
-            )
-        rows.append(
-            [
-                f"**{claim.name}**",
-                claim.prediction,
-                predicted_text(claim),
-                when + (f" ({'; '.join(notes)})" if notes else ""),
-            ]
-        )
-    return [
-        "## Predictions, written before the run",
-        "",
-        "From the study file; `predictions.json` in the cache records each as first seen, "
-        "before any of that invocation's runs, and any later change.",
-        "",
-        markdown_table(["claim", "prediction", "predicted size", "first seen"], rows),
-        "",
-    ]
-
-
 def arm_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
     lines = ["## Arms", ""]
     for setting in study.settings:
@@ -303,7 +141,8 @@ def arm_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
         lines += [
             f"Diagnostics: per seed, the mean of each figure over the run's last "
             f"{FINAL_ITERATIONS} actor iterations (results.json `final`), then the mean over "
-            "seeds with a t interval. docs/tensorboard.md says what each one measures.",
+            "seeds with a t interval, clipped to the figure's range (a fraction to [0, 1]). "
+            "docs/tensorboard.md says what each one measures.",
             "",
         ]
         missing = [k for k in study.diagnostics if not recorded(runs, k)]
@@ -491,8 +330,9 @@ def interval_data(x: Interval) -> dict[str, Any]:
 def summary(study: Study, selection: Selection, runs: Runs) -> dict[str, Any]:
     """The page's numbers as data: each claim's comparison, each arm's per-seed Pass@1."""
     claims = []
+    comparisons = claim_comparisons(study, selection, runs)
     for claim in selection.claims:
-        c = comparison(runs, claim)
+        c = comparisons[(claim.setting, claim.name)]
         claims.append(
             {
                 "name": claim.name,
@@ -506,7 +346,11 @@ def summary(study: Study, selection: Selection, runs: Runs) -> dict[str, Any]:
                 "margin": claim.margin,
                 "prediction": claim.prediction,
                 "predicted_size": claim.predicted_size,
+                "threshold": claim.threshold,
                 "verdict": c.verdict,
+                "paired_seeds": c.paired,
+                "p_value": c.p_value,
+                "adjusted_p": c.adjusted_p,
                 "treatment_interval": interval_data(c.treatment),
                 "reference_interval": interval_data(c.reference),
                 "difference": interval_data(c.difference),
@@ -538,6 +382,8 @@ def summary(study: Study, selection: Selection, runs: Runs) -> dict[str, Any]:
         "study": study.path,
         "budget": study.budget,
         "seeds": list(study.seeds),
+        "tuning_seeds": list(study.tuning_seeds),
+        "correction": study.correction,
         "claims": claims,
         "arms": arms,
     }

@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Any
 
 from cxsim.studies.calls import cached_stage, log, mapped
 from cxsim.studies.executors import Executor, LocalExecutor
-from cxsim.studies.selection import Selection, extra_protocols, swapped_sides
+from cxsim.studies.history import actor_reductions
+from cxsim.studies.selection import Selection, check_tuning_seeds, extra_protocols, swapped_sides
 from cxsim.studies.spec import BASE, Arm, Setting, Side, Study
 from cxsim.studies.stage0 import make_stage0, stage0_policy, stage0_settings
 from cxsim.studies.stages import arm_ppo, main_job_config
@@ -246,7 +247,8 @@ def run_unit(
     ``protocols``: more protocols to evaluate it under, each its own evaluation (a claim's
     protocol its setting does not evaluate). Returns plain data: what was made now, the
     evaluation per protocol, the training's ``final`` figures (mean of its last
-    iterations) and where everything is."""
+    iterations), its reductions and success curve (:mod:`cxsim.studies.history`) and where
+    everything is."""
     from cxsim.experiments import evaluate as evaluate_entry
     from cxsim.experiments import train as train_entry
 
@@ -373,20 +375,6 @@ def run_swap(
     }
 
 
-def actor_reductions(history: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Each history key's ``actor_max`` and ``actor_mean`` over the run's actor iterations
-    (value-only warm-up iterations left out), for ``[[checks]]`` with ``over = "max"`` or
-    ``"mean"``."""
-    actor = [h for h in history if not h.get("warmup")]
-    keys = dict.fromkeys(k for h in actor for k, v in h.items() if isinstance(v, (int, float)))
-    top: dict[str, float] = {}
-    mean: dict[str, float] = {}
-    for key in keys:
-        values = [float(h[key]) for h in actor if key in h and isinstance(h[key], (int, float))]
-        top[key], mean[key] = max(values), sum(values) / len(values)
-    return {"actor_max": top, "actor_mean": mean}
-
-
 # -- the study ------------------------------------------------------------------------------
 
 
@@ -404,6 +392,7 @@ def run_study(
     an evaluation with another arm's summaries under the acting arm's ``eval``),
     each stage 0's checkpoint (its chosen file), the predictions as first recorded, and how
     many stages of each kind this call made."""
+    check_tuning_seeds(study, selection)  # before any work, the executor's start included
     if executor is None:
         own = LocalExecutor(jobs)
         try:

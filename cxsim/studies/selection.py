@@ -73,6 +73,23 @@ def select(study: Study, only: tuple[str, ...] = ()) -> Selection:
     return Selection(kept, claims)
 
 
+def check_tuning_seeds(study: Study, selection: Selection) -> None:
+    """Refuse, in one line, a run whose seeds include a tuning seed (``tuning_seeds``: the
+    seeds the file's settings were chosen on) when it decides a claim: a verdict over seeds
+    that tuned the settings would count their selection as evidence. Arms alone (``--only``
+    without a claim) may run on them."""
+    tuned = sorted(set(study.seeds) & set(study.tuning_seeds))
+    if not tuned or not selection.claims:
+        return
+    shown = ", ".join(str(s) for s in tuned[:8]) + (", ..." if len(tuned) > 8 else "")
+    raise StudyError(
+        f"seeds {shown} are tuning seeds (tuning_seeds: the settings were chosen on them), so "
+        f"no verdict may use them; run the claims on other seeds (--seeds "
+        f"{max(study.tuning_seeds) + 1}:{max(study.tuning_seeds) + 1 + len(study.seeds)}), or "
+        "--only arms that decide no claim"
+    )
+
+
 def side_pairs(claim: Claim) -> set[tuple[str, str]]:
     """The (setting, arm) pairs a claim needs made: its two sides' arms and summarizers."""
     pairs = set()

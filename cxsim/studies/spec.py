@@ -58,7 +58,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
@@ -71,9 +71,6 @@ from cxsim.studies.values import (
     split_groups,
     text_of,
 )
-
-if TYPE_CHECKING:
-    pass
 
 BASE = "base"
 """The name of a seed's SFT base among the arms (evaluated as it is; no arm may take it)."""
@@ -218,7 +215,7 @@ class Claim:
     """Arm names, or ``base`` (the seed's SFT base)."""
     prediction: str
     metric: str = "pass_at_1"
-    """A key of :data:`cxsim.studies.stats.METRICS`."""
+    """A key of :data:`cxsim.studies.stats.CLAIM_METRICS` (an evaluation or training metric)."""
     protocol: str = "compacted"
     """The evaluation protocol compared; both arms are evaluated under it (besides their
     setting's ``eval.protocols``) when the setting does not name it."""
@@ -245,6 +242,8 @@ class Claim:
     reference_summarizer: str = ""
     """The arm (or ``base``) whose policy writes each side's summaries while the side's arm
     acts (:attr:`Side.summarizer`; empty: none)."""
+    threshold: float | None = None
+    """``iterations_to_success``: the training success rate a run must reach."""
 
     @property
     def treatment_side(self) -> Side:
@@ -353,6 +352,10 @@ class Study:
     reading: str = ""
     """What the results mean, written after a run (Markdown; the page shows it under the
     claims). The predictions are the file's claims, written before."""
+    tuning_seeds: tuple[int, ...] = ()
+    """The seeds the file's settings were chosen on (``tuning_seeds``): no verdict uses them."""
+    correction: str = "none"
+    """The page-level correction for many claims: ``none`` or ``holm``."""
 
     @property
     def stem(self) -> str:

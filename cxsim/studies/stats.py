@@ -13,6 +13,16 @@ when it excludes 0 the other way, *not resolved* when it covers 0. A claim that 
 do not differ (``same``, with a margin m) is the verdict page's "does not change" rule
 (experiments/verdicts_page.py ``verdict_of``): *reproduced* when the interval lies inside
 [-m, +m], *contradicted* when it does not and excludes 0, *not resolved* otherwise.
+
+What the engine refuses (:func:`refusal`), before any of those verdicts: a claim with fewer
+than :data:`MIN_SEEDS` paired seeds (*too few seeds*, with the count), and a *degenerate*
+one, whose two arms sit at the metric's floor or ceiling on every seed (Pass@1 all 0 or all
+1), are equal on every seed, or whose paired differences do not vary (a t interval of no
+width, which would "reproduce" anything). Each tested claim carries the p-value of the test
+its verdict rests on (:func:`p_value`), for a page-level correction
+(:mod:`cxsim.studies.correction`). Intervals of bounded metrics are clipped to their range
+(a difference of two such metrics to its own), training history keys included
+(:func:`cxsim.studies.history.history_bounds`).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cxsim.studies.history import history_bounds
 from cxsim.tables import (
     Interval,
     Proportion,
@@ -31,10 +42,17 @@ from cxsim.tables import (
     seed_interval,
 )
 
+MIN_SEEDS = 3
+"""The fewest paired seeds a claim gets a verdict from."""
+TOLERANCE = 1e-9
+"""Values closer than this count as equal (floating-point differences of equal shares)."""
+
 
 @dataclass(frozen=True)
 class Metric:
-    """An evaluation figure a claim can compare (a key of one protocol's evaluation result)."""
+    """A figure a claim can compare: a key of one protocol's evaluation result
+    (:data:`METRICS`) or one read from each run's training history
+    (:data:`TRAINING_METRICS`)."""
 
     about: str
     bounds: tuple[float, float]
@@ -56,7 +74,25 @@ METRICS: dict[str, Metric] = {
     ),
     "model_calls": Metric("requests the agents answered per episode", (0.0, math.inf)),
 }
-"""The metrics a claim may name (cxsim/evaluation.py ``evaluate_protocol``'s result keys)."""
+"""The evaluation metrics (cxsim/evaluation.py ``evaluate_protocol``'s result keys)."""
+
+THRESHOLD_METRIC = "iterations_to_success"
+TRAINING_METRICS: dict[str, Metric] = {
+    "train_success_auc": Metric(
+        "the area under the training success curve: the mean of `charts/success_rate` over "
+        "the run's actor (non-warm-up) iterations",
+        (0.0, 1.0),
+    ),
+    THRESHOLD_METRIC: Metric(
+        "the first actor iteration whose `charts/success_rate` reaches the claim's threshold "
+        "(counted from 1; a run that never reaches it: its actor iterations + 1)",
+        (1.0, math.inf),
+    ),
+}
+"""Claim metrics from each run's training history (:mod:`cxsim.studies.history`): more
+sensitive than one final Pass@1; the base trains nothing, so has none."""
+CLAIM_METRICS: dict[str, Metric] = {**METRICS, **TRAINING_METRICS}
+"""Every metric a claim may name."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +108,17 @@ class Comparison:
     detectable: float
     """The smallest true difference the run would detect (80% power); NaN below 2 seeds."""
     verdict: str
+    paired: int = 0
+    """Seeds on which both sides have a value."""
+    p_value: float = math.nan
+    """The p-value of the test the verdict rests on (:func:`p_value`); NaN when refused."""
+    adjusted_p: float = math.nan
+    """Its page-level adjustment (:mod:`cxsim.studies.correction`); NaN: none applied."""
+
+    @property
+    def tested(self) -> bool:
+        """Whether the claim got a verdict from a test (not refused)."""
+        return not math.isnan(self.p_value)
 
 
 def seed_values(results: Sequence[dict[str, Any]], metric: str) -> list[Any]:
@@ -95,7 +142,7 @@ def interval(results: Sequence[dict[str, Any]], metric: str) -> Interval:
     values = seed_values(results, metric)
     if metric == "pass_at_1":
         return seed_interval(values)
-    return mean_interval(values, METRICS[metric].bounds)
+    return mean_interval(values, CLAIM_METRICS[metric].bounds)
 
 
 def compare(
@@ -105,27 +152,84 @@ def compare(
     direction: str = "higher",
     margin: float | None = None,
 ) -> Comparison:
-    """Treatment against reference on ``metric``, each a list of per-seed evaluation results
-    (one protocol's) in the same seed order; ``margin``: a ``same`` claim's."""
+    """Treatment against reference on ``metric``, each a list of per-seed results in the same
+    seed order (one protocol's evaluation results; for a training metric, ``{metric: value}``
+    per seed); ``margin``: a ``same`` claim's. A claim :func:`refusal` refuses gets that as
+    its verdict; any other the interval's (:func:`verdict`) and its test's p-value."""
     if len(treatment) != len(reference):
         raise ValueError(
             f"one result per seed on each side; got {len(treatment)} and {len(reference)}"
         )
     a, b = seed_values(treatment, metric), seed_values(reference, metric)
     per_seed = tuple(value_of(x) - value_of(y) for x, y in zip(a, b, strict=True))
+    bounds = CLAIM_METRICS[metric].bounds
     if metric == "pass_at_1":
         difference = paired_difference(a, b)
     else:
-        low, high = METRICS[metric].bounds
-        difference = mean_interval(list(per_seed), (low - high, high - low))
+        difference = mean_interval(list(per_seed), (bounds[0] - bounds[1], bounds[1] - bounds[0]))
+    pairs = [
+        (value_of(x), value_of(y))
+        for x, y in zip(a, b, strict=True)
+        if not (math.isnan(value_of(x)) or math.isnan(value_of(y)))
+    ]
+    refused = refusal(pairs, bounds)
+    said = refused or verdict(difference, direction, margin)
+    diffs = [x - y for x, y in pairs]
     return Comparison(
         treatment=interval(treatment, metric),
         reference=interval(reference, metric),
         difference=difference,
         per_seed=per_seed,
         detectable=detectable_difference(per_seed),
-        verdict=verdict(difference, direction, margin),
+        verdict=said,
+        paired=len(pairs),
+        p_value=math.nan if refused else p_value(diffs, direction, margin, said),
     )
+
+
+def refusal(pairs: Sequence[tuple[float, float]], bounds: tuple[float, float]) -> str:
+    """Why a claim gets no verdict from its (treatment, reference) values on the seeds where
+    both have one, or empty: *not measured* (none), *too few seeds* (fewer than
+    :data:`MIN_SEEDS`), or *degenerate*: both arms at the metric's floor or ceiling (a
+    finite end of ``bounds``) on every seed, the arms equal on every seed, or differences
+    that do not vary."""
+    if not pairs:
+        return "not measured"
+    if len(pairs) < MIN_SEEDS:
+        return f"too few seeds ({len(pairs)} paired; a verdict needs {MIN_SEEDS})"
+    ends = [end for end in bounds if math.isfinite(end)]
+    if ends and all(
+        any(math.isclose(v, end, abs_tol=TOLERANCE) for end in ends) for pair in pairs for v in pair
+    ):
+        return "degenerate: both arms at the metric's floor or ceiling on every seed"
+    if all(math.isclose(x, y, abs_tol=TOLERANCE) for x, y in pairs):
+        return "degenerate: the two arms are equal on every seed"
+    diffs = [x - y for x, y in pairs]
+    if max(diffs) - min(diffs) <= TOLERANCE:
+        return f"degenerate: the paired differences do not vary ({diffs[0]:+.3f} on every seed)"
+    return ""
+
+
+def p_value(diffs: Sequence[float], direction: str, margin: float | None, said: str) -> float:
+    """The two-sided p-value of the paired t-test the verdict ``said`` rests on, over the
+    per-seed differences ``diffs`` (at least 2, with some spread): for a ``higher`` or
+    ``lower`` claim the test of a mean difference of 0 (the 95% interval excludes 0 exactly
+    when it is below 0.05); for a ``same`` claim at margin m, *reproduced* rests on the two
+    one-sided tests against -m and +m (twice the larger p: the interval lies inside [-m, +m]
+    exactly when it is at most 0.05), *contradicted* on the test against 0, *not resolved*
+    on the smaller of the two."""
+    from scipy.stats import t as student_t
+
+    k = len(diffs)
+    mean = sum(diffs) / k
+    se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (k - 1) / k)
+    zero = min(1.0, 2.0 * float(student_t.sf(abs(mean) / se, k - 1)))
+    if direction != "same":
+        return zero
+    m = float(margin or 0.0)
+    one_sided = max(student_t.sf((mean + m) / se, k - 1), student_t.sf((m - mean) / se, k - 1))
+    inside = min(1.0, 2.0 * float(one_sided))
+    return {"reproduced": inside, "contradicted": zero}.get(said, min(inside, zero))
 
 
 def verdict(difference: Interval, direction: str, margin: float | None = None) -> str:
@@ -152,5 +256,8 @@ def verdict(difference: Interval, direction: str, margin: float | None = None) -
 
 def diagnostic(finals: Sequence[dict[str, Any]], key: str) -> Interval:
     """The mean over seeds of one training figure (each seed's mean over its last iterations,
-    results.json ``final``) with a t interval; NaN where no seed recorded it."""
-    return mean_interval([math.nan if f.get(key) is None else float(f[key]) for f in finals])
+    results.json ``final``) with a t interval clipped to the key's range
+    (:func:`~cxsim.studies.history.history_bounds`: [0, 1] for a fraction); NaN where no seed
+    recorded it."""
+    values = [math.nan if f.get(key) is None else float(f[key]) for f in finals]
+    return mean_interval(values, history_bounds(key))

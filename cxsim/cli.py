@@ -57,6 +57,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "is the outcome in the context, and do the critic's features carry it",
     ),
     "report": ("cxsim.experiments.report", "plots and tables from a finished run directory"),
+    "stability": (
+        "cxsim.experiments.stability_page",
+        "which runs of a study kept what they learned (collapse figures from its cache)",
+    ),
     "lab": ("cxsim.experiments.lab", "estimator lab: estimators against ground truth"),
     "conform": (
         "cxsim.experiments.conform",

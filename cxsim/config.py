@@ -21,7 +21,7 @@ from cxsim.envs.defaults import DEFAULT_KWARGS, DefaultKwargs, default_kwargs
 from cxsim.estimators import ESTIMATORS
 from cxsim.loss_modes import LOSS_MODES
 from cxsim.pretrained import policy_path
-from cxsim.stabilisers import KLEstimator, KLPlace, LRSchedule, check_stability_settings
+from cxsim.stability_settings import KLEstimator, KLPlace, LRSchedule, check_stability_settings
 from cxsim.strategies import STRATEGIES
 from cxsim.tracking import RECORDED_WHEN_SET
 
@@ -251,7 +251,7 @@ class PPOConfig:
     """Before the first actor step, every |log ratio| must be at most this (the policy has not
     moved since it sampled): a larger one means sampling and scoring disagree (e.g. another
     temperature) and training stops. None: no check. Under ``--precision bf16`` the check
-    uses at least 0.1 (``cxsim.ppo.BF16_RATIO_ATOL``): bf16 rounding alone moves log-probs
+    uses at least 0.1 (``cxsim.ratio_check.BF16_RATIO_ATOL``): bf16 rounding alone moves log-probs
     (0.017 on the tiny preset, KV-cache sampling vs a full forward), a wrong temperature
     by several tenths."""
     whiten: bool = True
@@ -372,7 +372,7 @@ class PPOConfig:
         VALUE_HEADS.check("value_head", self.value_head)
         VALUE_LOSSES.check("value_loss", self.value_loss)
         check_critic_settings(self)  # cxsim/critics.py: the critic variants' settings
-        check_stability_settings(self)  # cxsim/stabilisers.py
+        check_stability_settings(self)  # cxsim/stability_settings.py
         _one_of("lambda_scope", self.lambda_scope, LAMBDA_SCOPES)
         STRATEGIES.check("--ppo.protocol", self.protocol)
         if self.ratio_check_atol is not None and self.ratio_check_atol <= 0:

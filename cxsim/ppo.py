@@ -23,9 +23,9 @@ padding only. The terminal reward ``R`` sits where the method puts it; step
 rewards at their own tokens; an episode the environment truncated is
 bootstrapped only with ``bootstrap_truncated`` (default: a failure, as the method).
 
-Loss denominators: each optimiser step (a minibatch) divides by its count over
-the *whole* minibatch, whatever the micro-batching (token-mean: ``|M|`` of the
-minibatch, not a mean of micro-batch means), see :func:`loss_denominator`.
+Minibatches, micro-batches and the loss denominators (a minibatch's whole count,
+whatever the micro-batching): cxsim/minibatches.py. The first-ratio check:
+cxsim/ratio_check.py. The stabilisers' pieces: cxsim/stabilisers.py.
 
 Device and precision: every tensor is created on the batch's device (the models'
 one; ``SegmentBatch.to``), and ``precision="bf16"`` runs the model forwards under
@@ -64,18 +64,18 @@ from cxsim.minibatches import (
     micro_batches,
     minibatch_rows,
 )
+from cxsim.ratio_check import check_first_ratio, ratio_tolerance
 from cxsim.segments import OPENING_CONTEXT, SegmentBatch
 from cxsim.stabilisers import kl_penalty, kl_reward, outcome_spread, reference_kl
 
 SyncGrads = Callable[[torch.nn.Module], None]
 """Sums a model's gradients over data-parallel ranks, in place (nothing on one process)."""
 Whiten = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
-"""Whitens (S, T) advantages over a (S, T) mask with a floor under the spread: ``whiten``,
-or its all-rank version."""
+"""Whitens (S, T) advantages over a (S, T) mask, a floor under the spread (or all ranks')."""
 
 
 def _no_sync(model: torch.nn.Module) -> None:
-    return None
+    """Nothing to sum on one process."""
 
 
 @dataclass(frozen=True)
@@ -365,33 +365,53 @@ def critic_update(
     }
 
 
-BF16_RATIO_ATOL = 0.1
-"""The least first-ratio tolerance under bf16: sampling with the KV cache and scoring with a full
-forward round differently in bfloat16 (max |log ratio| 0.017 measured on the tiny preset)."""
+class _ActorStats:
+    """Token-weighted sums of one actor update's statistics, micro-batch by micro-batch."""
 
+    def __init__(self) -> None:
+        self.sums = dict.fromkeys(("loss", "kl", "clipped", "entropy", "kl_ref"), 0.0)
+        self.role = dict.fromkeys(("action", "summary", "action_n", "summary_n"), 0.0)
+        self.tokens, self.ratio_max = 0.0, 0.0
 
-def ratio_tolerance(atol: float, precision: Precision) -> float:
-    """The first-ratio check's tolerance: ``atol``, at least ``BF16_RATIO_ATOL`` under bf16."""
-    return max(atol, BF16_RATIO_ATOL) if precision == "bf16" else atol
+    def add(
+        self,
+        loss: torch.Tensor,
+        stats: dict[str, torch.Tensor],
+        entropy: torch.Tensor,
+        kl_ref: torch.Tensor | None,
+        mask: torch.Tensor,
+        is_summary: torch.Tensor,
+    ) -> None:
+        """One micro-batch's loss (a scalar), per-token statistics and entropy, (s, t)."""
+        n = float(mask.sum())
+        self.tokens += n
+        self.sums["loss"] += float(loss.detach())
+        self.sums["kl"] += float(masked_mean(stats["approx_kl"], mask)) * n
+        self.sums["clipped"] += float(masked_mean(stats["clipped"], mask)) * n
+        self.sums["entropy"] += float(masked_mean(entropy.detach(), mask)) * n
+        if kl_ref is not None:
+            self.sums["kl_ref"] += float(kl_ref.detach()[mask].sum())
+        summary = mask & is_summary[:, None]
+        for name, where in (("action", mask & ~summary), ("summary", summary)):
+            self.role[name] += float(entropy.detach()[where].sum())
+            self.role[f"{name}_n"] += float(where.sum())
+        if n:
+            self.ratio_max = max(self.ratio_max, float(stats["ratio"][mask].max()))
 
-
-class RatioCheckError(RuntimeError):
-    """The first actor pass found ratios away from 1: sampling and scoring disagree."""
-
-
-def check_first_ratio(
-    worst: float, atol: float, sampled: float | None, scored: float, global_sum: GlobalSum
-) -> None:
-    """Raises :class:`RatioCheckError` when any rank's largest masked |log ratio| before the
-    first step (``worst`` here) exceeds ``atol``; every rank takes part, so all stop together."""
-    flagged = global_sum(torch.tensor(float(worst > atol)))  # a host scalar: once per update
-    if float(flagged) > 0:
-        said = "an unrecorded temperature" if sampled is None else f"temperature {sampled:g}"
-        raise RatioCheckError(
-            f"before any update the policy ratio is exp(+-{worst:.3g}), not 1: the rollouts were "
-            f"sampled at {said} and are scored at temperature {scored:g} (--ppo.temperature); "
-            "sample and score at the same temperature"
-        )
+    def metrics(self, looked: int, with_kl: bool) -> dict[str, float]:
+        tokens, role = max(self.tokens, 1.0), self.role
+        out = {
+            "losses/policy": self.sums["loss"] / max(looked, 1),
+            "losses/approx_kl": self.sums["kl"] / tokens,
+            "losses/clip_fraction": self.sums["clipped"] / tokens,
+            "losses/entropy": self.sums["entropy"] / tokens,
+            "losses/entropy_action": role["action"] / max(role["action_n"], 1.0),
+            "losses/entropy_summary": role["summary"] / max(role["summary_n"], 1.0),
+            "losses/ratio_max": self.ratio_max,
+        }
+        if with_kl:
+            out["losses/kl_to_reference"] = self.sums["kl_ref"] / tokens
+        return out
 
 
 def actor_update(
@@ -421,9 +441,7 @@ def actor_update(
     if with_kl and scored.ref_logprobs is None:
         raise ValueError("--ppo.kl-coef in the loss needs the reference's log-probs: score the "
                          "batch with ref_logprobs (cxsim.ppo.reference_logprobs)")  # fmt: skip
-    sums = dict.fromkeys(("loss", "kl", "clipped", "entropy", "ratio_max", "kl_ref"), 0.0)
-    role = dict.fromkeys(("action", "summary", "action_n", "summary_n"), 0.0)
-    tokens, steps, looked, norms, first_ratio, stopped = 0.0, 0, 0, [], 0.0, False
+    acc, steps, looked, norms, first_ratio, stopped = _ActorStats(), 0, 0, [], 0.0, False
     device = scored.batch.token_ids.device
     for _ in range(cfg.epochs):
         for rows in minibatch_rows(scored.batch, cfg.minibatches):
@@ -450,24 +468,12 @@ def actor_update(
                 loss = aggregate(per_token, mask, cfg.loss_mode, *args)
                 if cfg.entropy_coef:
                     loss = loss - cfg.entropy_coef * aggregate(entropy, mask, cfg.loss_mode, *args)
-                if with_kl:
-                    kl = kl_penalty(logprobs, micro.ref_logprobs, cfg.kl_estimator)
+                kl = kl_penalty(logprobs, micro.ref_logprobs, cfg.kl_estimator) if with_kl else None
+                if kl is not None:
                     loss = loss + cfg.kl_coef * aggregate(kl, mask, cfg.loss_mode, *args)
-                    sums["kl_ref"] += float(kl.detach()[mask].sum())
                 loss.backward()
-                n = float(mask.sum())
-                tokens += n
                 step_kl += torch.stack([stats["approx_kl"][mask].double().sum(), mask.sum()])
-                sums["loss"] += float(loss.detach())
-                sums["kl"] += float(masked_mean(stats["approx_kl"], mask)) * n
-                sums["clipped"] += float(masked_mean(stats["clipped"], mask)) * n
-                sums["entropy"] += float(masked_mean(entropy.detach(), mask)) * n
-                summary = mask & b.is_summary[:, None]
-                for name, where in (("action", mask & ~summary), ("summary", summary)):
-                    role[name] += float(entropy.detach()[where].sum())
-                    role[f"{name}_n"] += float(where.sum())
-                if n:
-                    sums["ratio_max"] = max(sums["ratio_max"], float(stats["ratio"][mask].max()))
+                acc.add(loss, stats, entropy, kl, mask, b.is_summary)
             looked += 1
             if steps == 0 and cfg.ratio_check_atol is not None:
                 sampled = scored.batch.temperature
@@ -475,8 +481,7 @@ def actor_update(
                 check_first_ratio(first_ratio, atol, sampled, cfg.temperature, global_sum)
             if cfg.target_kl is not None:  # the same answer on every rank
                 kl_sum, kl_count = global_sum(step_kl).tolist()
-                if kl_sum / max(kl_count, 1.0) > cfg.target_kl:
-                    stopped = True
+                if stopped := kl_sum / max(kl_count, 1.0) > cfg.target_kl:
                     break
             sync_grads(policy)  # summed over ranks: with the global denominator, the full gradient
             norms.append(
@@ -487,18 +492,9 @@ def actor_update(
         if stopped:
             break
     optimizer.zero_grad(set_to_none=True)
-    tokens = max(tokens, 1.0)
-    return {
-        "losses/policy": sums["loss"] / looked,
-        "losses/approx_kl": sums["kl"] / tokens,
-        "losses/clip_fraction": sums["clipped"] / tokens,
-        "losses/entropy": sums["entropy"] / tokens,
-        "losses/entropy_action": role["action"] / max(role["action_n"], 1.0),
-        "losses/entropy_summary": role["summary"] / max(role["summary_n"], 1.0),
-        "losses/ratio_max": sums["ratio_max"],
+    return acc.metrics(looked, with_kl) | {
         "losses/first_log_ratio_max": first_ratio,
         "losses/actor_grad_norm": sum(norms) / len(norms) if norms else 0.0,
         "losses/actor_steps": float(steps),
         "losses/early_stopped": float(stopped),
-        **({"losses/kl_to_reference": sums["kl_ref"] / tokens} if with_kl else {}),
     }

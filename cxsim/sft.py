@@ -24,7 +24,7 @@ from transformers import PreTrainedModel
 from cxsim.agents.models import token_logprobs_at
 from cxsim.devices import Precision, autocast
 from cxsim.losses import aggregate
-from cxsim.ppo import micro_batches
+from cxsim.minibatches import micro_batches
 from cxsim.segments import SegmentBatch
 
 

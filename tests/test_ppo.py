@@ -13,16 +13,9 @@ from cxsim.agents import build_policy, build_tokenizer
 from cxsim.agents.critic import Critic
 from cxsim.config import PPOConfig
 from cxsim.loss_modes import LOSS_MODES
-from cxsim.ppo import (
-    actor_update,
-    critic_update,
-    loss_denominator,
-    micro_batch_spans,
-    micro_batches,
-    minibatch_rows,
-    ratio_tolerance,
-    score_batch,
-)
+from cxsim.minibatches import loss_denominator, micro_batch_spans, micro_batches, minibatch_rows
+from cxsim.ppo import actor_update, critic_update, score_batch
+from cxsim.ratio_check import ratio_tolerance
 from cxsim.segments import Segment, pack_segments
 
 WORDS = ["a", "b", "c", "d", "e"]
@@ -313,7 +306,7 @@ def test_bootstrap_truncated_is_a_choice_at_env_truncations_only():
 
 
 def test_first_ratio_check_stops_every_rank_together():
-    from cxsim.ppo import RatioCheckError, check_first_ratio
+    from cxsim.ratio_check import RatioCheckError, check_first_ratio
 
     check_first_ratio(1e-6, 1e-3, 1.0, 1.0, global_sum=lambda x: x)  # within tolerance
     with pytest.raises(RatioCheckError, match=r"sampled at temperature 0\.7 .* temperature 1 "):

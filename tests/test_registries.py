@@ -17,7 +17,8 @@ from cxsim.config import PPOConfig
 from cxsim.estimators import ESTIMATORS, Estimator
 from cxsim.generation import SamplingConfig
 from cxsim.loss_modes import LOSS_MODES, LossModeSpec
-from cxsim.ppo import RatioCheckError, actor_update, critic_update, score_batch
+from cxsim.ppo import actor_update, critic_update, score_batch
+from cxsim.ratio_check import RatioCheckError
 from cxsim.runtime import CompactionConfig, collect_rollouts
 from cxsim.segments import pack_segments
 

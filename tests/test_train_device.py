@@ -11,7 +11,7 @@ import torch
 from cxsim.agents.models import load_policy
 from cxsim.checkpoint import latest_checkpoint, load_state
 from cxsim.cli import main as cli_main
-from cxsim.ppo import BF16_RATIO_ATOL
+from cxsim.ratio_check import BF16_RATIO_ATOL
 
 TINY_ENV = [
     "--env.kwargs", "memory_length", "5", "obs_words_mean", "6", "obs_words_std", "1",

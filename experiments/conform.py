@@ -6,8 +6,9 @@ the import path; ``--quantity`` says what it claims to compute and
 docs/conformance.md). The check draws random compacted batches for every edge
 case (several segments per rollout, observation tokens inside responses,
 segments ending on observations, one-token and long segments, rejected
-summary attempts, fixed and adaptive lambda in both scopes, gamma below and
-at 1, micro-batch splits), compares the output with cxsim's float64
+summary attempts, step rewards at the last token of responses (handed over in
+the estimator layout), fixed and adaptive lambda in both scopes, gamma below
+and at 1, micro-batch splits), compares the output with cxsim's float64
 reference, and prints per case the largest difference; for a failure, an
 example shrunk by hypothesis (within ``--shrink-seconds`` per case) and the
 terms of the equation that differ. ``--claims``, ``--lambda-kind``,

@@ -12,7 +12,8 @@ hand-built cases with textbook numbers),
 ``random_batches`` (the random case families, hypothesis strategies),
 ``layouts``, ``adapters``, ``reference``, ``rules``, ``claims``, ``term_models``
 (each quantity in float64 with its terms as settings), ``terms`` (which terms a
-failing function gets wrong), ``variants``, ``check``.
+failing function gets wrong), ``variants``, ``check`` (runs the cases), ``report``
+(the results and their report).
 """
 
 from cxsim.conformance.check import CaseResult, Checker, Skipped, conform, load_function

@@ -71,10 +71,20 @@ class Batch:
     parent_index: torch.Tensor | None = None
     """(S,) int64: each segment's parent segment (-1: the rollout's first) when the rollout's
     segments form a tree; None: every rollout is the chain of its segments."""
+    step_rewards: torch.Tensor | None = None
+    """(S, T) float64: the rewards of non-final steps, each at the last token of the response
+    (trainable run) that earned it, where the trainer puts them; None: no step rewards."""
 
     @property
     def num_rows(self) -> int:
         return self.values.shape[0]
+
+    @property
+    def steps(self) -> torch.Tensor:
+        """(S, T) step rewards, zeros when the batch has none."""
+        if self.step_rewards is None:
+            return torch.zeros_like(self.values)
+        return self.step_rewards
 
     @property
     def rejected(self) -> torch.Tensor:
@@ -108,7 +118,14 @@ def select_rows(batch: Batch, keep: torch.Tensor) -> Batch:
         loss=batch.loss[rows, :width],
         micro_batches=tuple(sizes),
         parent_index=None if batch.parent_index is None else batch.parent_index[rows],
+        step_rewards=None if batch.step_rewards is None else batch.step_rewards[rows, :width],
     )
+
+
+def without_step_rewards(batch: Batch) -> Batch:
+    """The batch with its step rewards taken out (for the layouts and quantities that take
+    none: every reference then computes without them)."""
+    return batch if batch.step_rewards is None else replace(batch, step_rewards=None)
 
 
 @dataclass(frozen=True)
@@ -163,6 +180,7 @@ def build_batch(
     micro_batches: Sequence[int] | None = None,
     losses: Sequence[Sequence[float]] | None = None,
     parents: Sequence[Sequence[int]] | None = None,
+    step_rewards: Sequence[Sequence[float]] | None = None,
 ) -> Batch:
     """A canonical :class:`Batch` from segment structures (rows in rollout, segment order).
 
@@ -194,6 +212,7 @@ def build_batch(
     if sorted(order) != list(range(num_rows)):
         raise ValueError(f"row_order must be a permutation of range({num_rows}), got {order}")
     pick = torch.tensor(order)
+    steps = None if step_rewards is None else _step_tokens(segs, step_rewards, width)[pick]
     sizes = tuple(micro_batches) if micro_batches else (num_rows,)
     if sum(sizes) != num_rows or min(sizes) < 1:
         raise ValueError(f"micro_batches must be positive sizes summing to {num_rows}, got {sizes}")
@@ -216,7 +235,25 @@ def build_batch(
         parent_index=None
         if parents is None
         else torch.tensor([p for rollout in parents for p in rollout])[pick],
+        step_rewards=steps,
     )
+
+
+def _step_tokens(segs: list, step_rewards: Sequence[Sequence[float]], width: int) -> torch.Tensor:
+    """(S, T): each row's step rewards at the last token of each of its trainable runs."""
+    if len(step_rewards) != len(segs):
+        raise ValueError(f"step_rewards: {len(step_rewards)} rows for {len(segs)} segments")
+    out = torch.zeros(len(segs), width, dtype=torch.float64)
+    for row, ((_, _, seg), given) in enumerate(zip(segs, step_rewards, strict=True)):
+        runs = [] if seg.rejected else seg.runs[::2]
+        if len(given) != len(runs):
+            raise ValueError(f"row {row}: {len(given)} step rewards for {len(runs)} responses")
+        pos = 0
+        for j, run in enumerate(seg.runs):
+            pos += run
+            if j % 2 == 0 and not seg.rejected:
+                out[row, pos - 1] = float(given[j // 2])
+    return out + 0.0
 
 
 def _explicit(rows: Sequence[Sequence[float]], lengths: list[int], width: int) -> torch.Tensor:

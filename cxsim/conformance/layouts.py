@@ -16,7 +16,10 @@ form of the reference: (S, T) advantages, (S,) lambdas, or a (1,) loss.
   ``parent_index`` included: it is also checked on segment trees (``trees/...`` and
   ``pinned/tree``, what ``folding`` records), where cross-segment and stitched GAE follow
   each segment's path (``cxsim.advantages``, "Segment trees"); a chain's
-  ``parent_index`` is None, as the trainer gives it.
+  ``parent_index`` is None, as the trainer gives it. The only layout that hands over step
+  rewards (``step_rewards``, each at the last token of the response that earned it): the
+  GAE cases' step rewards are checked in it; the other layouts take terminal rewards only
+  and are given each batch without its step rewards (``Layout.step_rewards``).
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ class Layout:
     output: Callable[[Batch, Any, str], torch.Tensor]
     trees: bool = False
     """It hands the function each segment's parent, so segment trees are checked too."""
+    step_rewards: bool = False
+    """It hands a GAE function the step rewards, so the cases' step rewards are checked;
+    the other layouts (terminal rewards only) are given the batches without them."""
 
 
 def _as_tensor(x: Any, name: str) -> torch.Tensor:
@@ -275,13 +281,14 @@ def _loss_matrix_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
 
 def _estimator_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, Any]:
     """``inputs``: the batch as the trainer gives it to an estimator (the trainable tokens as
-    the policy mask, no step rewards, the float64 lambda of each row when adaptive)."""
+    the policy mask, the step rewards at the last token of each response, the float64
+    lambda of each row when adaptive)."""
     return {
         "inputs": EstimatorInputs(
             values=batch.values.clone(),
             mask=batch.trainable.clone(),
             rewards=batch.rewards.clone(),
-            step_rewards=torch.zeros_like(batch.values),
+            step_rewards=batch.steps.clone(),
             rollout_id=batch.rollout_id.clone(),
             segment_index=batch.segment_index.clone(),
             group_id=batch.group_id.clone(),
@@ -332,6 +339,7 @@ LAYOUTS: dict[str, Layout] = {
         _estimator_inputs,
         _estimator_output,
         trees=True,
+        step_rewards=True,
     ),
 }
 

@@ -1,6 +1,6 @@
 """The pinned conformance cases: small hand-built batches in which each known pitfall shows
 the textbook numbers docs/conformance.md quotes (a 5-token row with observation tokens,
-adaptive lambda on short and long segments, micro-batch denominators, a rejected summary
+adaptive lambda on short and long segments (with a step reward), micro-batch denominators, a rejected summary
 attempt, group and chain broadcasts, a folding tree). Each is one :class:`Case` whose
 strategy is the batch itself, built with :func:`cxsim.conformance.batches.build_batch`.
 """
@@ -14,7 +14,13 @@ from cxsim.conformance.batches import Batch, Case, Segment, build_batch
 
 def pinned_cases() -> list[Case]:
     """Hand-built batches in which each known pitfall shows the numbers docs/conformance.md quotes."""
-    examples = [
+    examples = _estimator_examples() + _rule_examples()
+    return [_pinned(name, what, batch) for name, what, batch in examples]
+
+
+def _estimator_examples() -> list[tuple[str, str, Batch]]:
+    """The pitfalls of GAE and adaptive lambda (docs/conformance.md, "The properties")."""
+    return [
         (
             "pinned/observations-5",
             "a 5-token row (3 trainable, 2 observation tokens), gamma 1, lambda 0.8: "
@@ -28,8 +34,15 @@ def pinned_cases() -> list[Case]:
         ),
         (
             "pinned/4+4",
-            "a segment of 4 trainable and 4 observation tokens, alpha 1.5: lambda 1 - 1/6",
-            build_batch([[Segment((2, 2, 2, 2))]], gamma=1.0, lam=None, alpha=1.5),
+            "a segment of 4 trainable and 4 observation tokens, alpha 1.5: lambda 1 - 1/6; "
+            "the first response earned a step reward 0.5 (at its last token, the second)",
+            build_batch(
+                [[Segment((2, 2, 2, 2))]],
+                gamma=1.0,
+                lam=None,
+                alpha=1.5,
+                step_rewards=[[0.5, 0.0]],
+            ),
         ),
         (
             "pinned/1000+2000",
@@ -49,6 +62,12 @@ def pinned_cases() -> list[Case]:
                 [[Segment((1,)), Segment((1,)), Segment((1,))]], gamma=1.0, lam=None, alpha=0.5
             ),
         ),
+    ]
+
+
+def _rule_examples() -> list[tuple[str, str, Batch]]:
+    """Reductions, rejected attempts, the credit rules and a segment tree."""
+    return [
         (
             "pinned/two-micro-batches",
             "two micro-batches: 1 token of loss 1, then 3 tokens of loss 0: token-mean 0.25",
@@ -118,7 +137,6 @@ def pinned_cases() -> list[Case]:
             ),
         ),
     ]
-    return [_pinned(name, what, batch) for name, what, batch in examples]
 
 
 def _pinned(name: str, what: str, batch: Batch) -> Case:

@@ -4,8 +4,9 @@ Each random case family draws rollouts of segment structures as run lengths
 (:class:`~cxsim.conformance.batches.Segment`) and builds them with
 :func:`~cxsim.conformance.batches.build_batch`, so a failure shrinks to a small
 example: values and losses come from a drawn seed with a drawn scale that
-shrinks to 0, row orders shrink towards the identity, and a tree's drawn step
-back to a parent shrinks to 1 (towards the chain). ``random_cases`` gives the
+shrinks to 0, row orders shrink towards the identity, a tree's drawn step
+back to a parent shrinks to 1 (towards the chain), and each response's step reward
+(at its last token, where the trainer puts it) shrinks to 0. ``random_cases`` gives the
 edge-case families under each lambda kind, ``tree_cases`` the segment trees
 (``trees/...``) that ``folding`` records (docs/conformance.md, "The cases").
 """
@@ -17,6 +18,9 @@ from collections.abc import Callable, Sequence
 from hypothesis import strategies as st
 
 from cxsim.conformance.batches import Batch, Case, Segment, build_batch
+
+STEP_REWARDS = st.sampled_from((0.0, 0.5, -1.0, 0.25))
+"""Each response's step reward (0 first: it shrinks away where a failure does not need it)."""
 
 
 def _segment(
@@ -81,6 +85,11 @@ def _batch(
                 size = draw(st.integers(1, left))
                 sizes.append(size)
                 left -= size
+        steps = [
+            [draw(STEP_REWARDS) for _ in ([] if seg.rejected else seg.runs[::2])]
+            for rollout in structure
+            for seg in rollout
+        ]
         return build_batch(
             structure,
             gamma=gamma,
@@ -95,6 +104,7 @@ def _batch(
             row_order=order,
             micro_batches=sizes or None,
             parents=parents,
+            step_rewards=steps,
         )
 
     return build()
@@ -156,23 +166,13 @@ def _with_rejected(
     return build()
 
 
-def random_cases(
-    lam_kinds: Sequence[str] = ("fixed", "adaptive"), min_group: int = 1
-) -> list[Case]:
-    """The random edge-case families, each under each lambda kind.
-
-    Kinds: "fixed", "adaptive" (one case per scope: ``NAME/adaptive-segment`` and
-    ``NAME/adaptive-rollout``), or "none" for quantities without a lambda (names
-    then carry no kind). ``min_group`` > 1 draws at least that many rollouts per
-    batch, in groups of ``min_group`` to ``min_group + 2`` (for implementations that
-    declare a smallest group; docs/conformance.md).
-    """
+def _families(n: int) -> list[tuple[str, str, Callable[..., st.SearchStrategy[Batch]]]]:
+    """(name, what, strategy maker) of each random family, drawn with groups of ``n`` or more."""
     plain = _segment(st.integers(1, 6), st.integers(1, 4), 1, False)
     with_obs = _segment(st.integers(1, 6), st.integers(1, 4), 3, False)
     ends_obs = _segment(st.integers(1, 6), st.integers(1, 4), 2, True)
     one_token = _segment(st.just(1), st.integers(1, 3), 1, None)
-    n = min_group
-    families: list[tuple[str, str, Callable[..., st.SearchStrategy[Batch]]]] = [
+    return [
         (
             "segments",
             "several rollouts of 1-4 plain segments",
@@ -211,6 +211,20 @@ def random_cases(
             lambda k, **kw: _batch(_with_rejected(with_obs, n), k, min_group=n, **kw),
         ),
     ]
+
+
+def random_cases(
+    lam_kinds: Sequence[str] = ("fixed", "adaptive"), min_group: int = 1
+) -> list[Case]:
+    """The random edge-case families, each under each lambda kind.
+
+    Kinds: "fixed", "adaptive" (one case per scope: ``NAME/adaptive-segment`` and
+    ``NAME/adaptive-rollout``), or "none" for quantities without a lambda (names
+    then carry no kind). ``min_group`` > 1 draws at least that many rollouts per
+    batch, in groups of ``min_group`` to ``min_group + 2`` (for implementations that
+    declare a smallest group; docs/conformance.md).
+    """
+    families = _families(min_group)
     cases = []
     for name, what, make in families:
         rejected = name == "rejected-summaries"

@@ -1,7 +1,8 @@
 """The reference each quantity is compared with: cxsim's own estimators and reduction in float64.
 
 Every reference is a call into ``cxsim.advantages`` / ``cxsim.losses`` on a
-canonical :class:`~cxsim.conformance.batches.Batch`, except ``chain-split``, the
+canonical :class:`~cxsim.conformance.batches.Batch` (the GAE estimators with its step
+rewards, as the trainer passes them), except ``chain-split``, the
 credit rule of :func:`cxsim.conformance.rules.chain_split` (its estimator in
 :mod:`cxsim.estimators` is tested against it). The one piece computed
 here is the length-adaptive lambda fed to the GAE references: the same
@@ -88,6 +89,7 @@ def _segmented(estimator: Callable[..., torch.Tensor]) -> Callable[[Batch], torc
             batch.segment_index,
             batch.gamma,
             lambda_rows(batch),
+            step_rewards=batch.step_rewards,
             parent_index=batch.parent_index,
         )
 
@@ -96,7 +98,12 @@ def _segmented(estimator: Callable[..., torch.Tensor]) -> Callable[[Batch], torc
 
 def _local(batch: Batch) -> torch.Tensor:
     return segment_gae(
-        batch.values, batch.trainable, batch.rewards, batch.gamma, lambda_rows(batch)
+        batch.values,
+        batch.trainable,
+        batch.rewards,
+        batch.gamma,
+        lambda_rows(batch),
+        step_rewards=batch.step_rewards,
     )
 
 

@@ -2,9 +2,10 @@
 
 Each quantity has a model: a plain float64 computation whose keyword settings
 choose one form of each term (which tokens are GAE steps, where the reward
-sits, what ``N_after`` counts, the lambda used, the group statistics, the
-split over chains, the denominator of a reduction, whether rejected summary
-attempts enter); its default settings give the reference (tested). The known
+sits, where the step rewards sit, what ``N_after`` counts, the lambda used,
+the trace factor, the group statistics, the split over chains, the denominator
+of a reduction, whether rejected summary attempts enter); its default settings
+give the reference (tested). The known
 wrong forms of each term, and the search for those that reproduce a failing
 function's output, are in ``terms.py``.
 """
@@ -67,23 +68,79 @@ def _gae_over(
     reward: float,
     gamma: float,
     lams: list[float],
+    step_rewards: list[float],
+    trace_gamma: float,
+    to_go: bool = False,
 ) -> list[float]:
     """GAE backwards over the positions where ``steps``; the reward enters at ``reward_at``.
 
-    A reward position that is not a step never enters (the reward is dropped).
+    A reward position that is not a step never enters (the reward is dropped); a step
+    reward enters at its own position when that is a step. ``trace_gamma`` multiplies lambda
+    in the recursion (gamma, right; 1: gamma left out of the trace). ``to_go``: each step
+    reward is replaced by the discounted sum of it and the later ones over the steps (the
+    rewards-to-go), which the recursion then discounts again.
     Returns one advantage per position (0 off the steps).
     """
+    if to_go:
+        step_rewards, carried = list(step_rewards), 0.0
+        for pos in range(len(values) - 1, -1, -1):
+            if steps[pos]:
+                carried = step_rewards[pos] + gamma * carried
+                step_rewards[pos] = carried
     out = [0.0] * len(values)
     running, next_value = 0.0, 0.0
     for pos in range(len(values) - 1, -1, -1):
         if not steps[pos]:
             continue
-        r = reward if pos == reward_at else 0.0
+        r = (reward if pos == reward_at else 0.0) + step_rewards[pos]
         delta = r + gamma * next_value - values[pos]
-        running = delta + gamma * lams[pos] * running
+        running = delta + trace_gamma * lams[pos] * running
         out[pos] = running
         next_value = values[pos]
     return out
+
+
+def _first_of_response(batch: Batch) -> torch.Tensor:
+    """The step rewards moved to the first token of the response (trainable run) that earned
+    each: the wrong place, not the last token."""
+    moved = torch.zeros_like(batch.values)
+    steps = batch.steps
+    for r, p in steps.nonzero().tolist():
+        start = p
+        while start > 0 and bool(batch.trainable[r, start - 1]):
+            start -= 1
+        moved[r, start] += steps[r, p]
+    return moved
+
+
+def _step_form(batch: Batch, step_at: str) -> Batch:
+    """The batch with its step rewards where ``step_at`` puts them: "last" (the last token of
+    the response, right), "none" (dropped), "first" (the first token of the response),
+    "every-window" (the rollout's step rewards, summed, added to the terminal reward of each
+    of its segments instead of at their tokens); "to-go" is applied in the recursion."""
+    if step_at in ("last", "to-go"):
+        return batch
+    if step_at == "none":
+        return replace(batch, step_rewards=None)
+    if step_at == "first":
+        return replace(batch, step_rewards=_first_of_response(batch))
+    if step_at == "every-window":
+        total = per_rollout_sum(batch.steps.sum(dim=1), batch.rollout_id)
+        return replace(batch, rewards=batch.rewards + total, step_rewards=None)
+    raise ValueError(f"unknown step_at {step_at!r}")
+
+
+def per_rollout_sum(x: torch.Tensor, rollout_id: torch.Tensor) -> torch.Tensor:
+    """(S,): the sum of ``x`` over the rows of each row's rollout."""
+    return torch.stack([x[rollout_id == rid].sum() for rid in rollout_id.tolist()])
+
+
+def _one_lambda(lam_rows: torch.Tensor, one_lam: str | None) -> torch.Tensor:
+    """Every row's lambda replaced by one: the first row's, or the mean over rows."""
+    if one_lam is None:
+        return lam_rows
+    one = lam_rows[0] if one_lam == "first" else lam_rows.mean()
+    return torch.full_like(lam_rows, float(one))
 
 
 def gae_model(
@@ -96,6 +153,9 @@ def gae_model(
     lam_form: dict[str, Any] | None = None,
     include_rejected: bool = False,
     tree: bool = True,
+    step_at: str = "last",
+    one_lam: str | None = None,
+    trace: str = "gamma-lam",
 ) -> torch.Tensor:
     """GAE of ``quantity`` with chosen terms; (S, T), nonzero only on trainable tokens.
 
@@ -113,15 +173,42 @@ def gae_model(
             (a wrong lambda), applied to the batch the model computes on.
         include_rejected: rejected summary attempts enter as if accepted (then masked).
         tree: on a tree batch, each segment's path is its sequence (right), not the rollout.
+        step_at: where the step rewards enter: "last" token of their response (right),
+            "none", "first", "every-window", or "to-go" (discounted twice); :func:`_step_form`.
+        one_lam: one lambda for every row ("first" row's or the "mean"), not each row's own.
+        trace: the recursion's factor, "gamma-lam" (right), "lam" (gamma left out of the
+            recursion) or "lam-everywhere" (out of the cross-segment correction too).
     """
     full = including_rejected(batch) if include_rejected else batch
     if lam is None:
         lam = lambda_rows(full, **(lam_form or {}))
-    lam_rows = lam
+    lam_rows = _one_lambda(lam, one_lam)
+    full = _step_form(full, step_at)
     if tree and full.parent_index is not None:  # each path a sequence of its own
         chains = segment_chains(full.rollout_id, full.segment_index, full.parent_index)
         full = replace(full, rollout_id=chains)
+    trace_gamma = full.gamma if trace == "gamma-lam" else 1.0
+    out = _gae_rows(full, quantity, steps, reward_at, lam_rows, trace_gamma, step_at == "to-go")
+    if quantity == "cross-segment-gae" and after != "none":
+        later = tokens_after_rows(full, _mask(full, after).sum(dim=1))
+        factor = lam_rows * (1.0 if trace == "lam-everywhere" else full.gamma)
+        out = torch.pow(factor, later)[:, None] * out
+    return torch.where(batch.trainable, out, 0.0)
+
+
+def _gae_rows(
+    full: Batch,
+    quantity: str,
+    steps: str,
+    reward_at: str,
+    lam_rows: torch.Tensor,
+    trace_gamma: float,
+    to_go: bool,
+) -> torch.Tensor:
+    """The recursion over each row (local and cross-segment GAE before the correction), or
+    over each rollout's rows in segment order (stitched GAE)."""
     step_mask, reward_mask = _mask(full, steps), _mask(full, reward_at)
+    step_rewards = full.steps
     out = torch.zeros_like(full.values)
     rows = range(full.num_rows)
     width = full.values.shape[1]
@@ -138,9 +225,12 @@ def gae_model(
                 float(full.rewards[members[-1]]),
                 full.gamma,
                 lam_rows[members].repeat_interleave(width).tolist(),
+                step_rewards[members].flatten().tolist(),
+                trace_gamma,
+                to_go,
             )
             out[members] = torch.tensor(result, dtype=torch.float64).reshape(len(members), width)
-        return torch.where(batch.trainable, out, 0.0)
+        return out
     for r in rows:
         out[r] = torch.tensor(
             _gae_over(
@@ -150,13 +240,13 @@ def gae_model(
                 float(full.rewards[r]),
                 full.gamma,
                 [float(lam_rows[r])] * width,
+                step_rewards[r].tolist(),
+                trace_gamma,
+                to_go,
             ),
             dtype=torch.float64,
         )
-    if quantity == "cross-segment-gae" and after != "none":
-        later = tokens_after_rows(full, _mask(full, after).sum(dim=1))
-        out = torch.pow(full.gamma * lam_rows, later)[:, None] * out
-    return torch.where(batch.trainable, out, 0.0)
+    return out
 
 
 # --------------------------------------------------------------------------- group broadcast

@@ -2,10 +2,10 @@
 
 Each quantity has a model (``term_models.py``): a plain float64 computation
 whose keyword settings choose one form of each term (which tokens are GAE
-steps, where the reward sits, what ``N_after`` counts, the lambda used, the
-group statistics, the split over chains, the denominator of a reduction,
-whether rejected summary attempts enter); its default settings give the
-reference (tested). A
+steps, where the reward sits, where the step rewards sit, what ``N_after``
+counts, the lambda used, the trace factor, the group statistics, the split
+over chains, the denominator of a reduction, whether rejected summary attempts
+enter); its default settings give the reference (tested). A
 :class:`Choice` is one known wrong form of one term (the pitfalls of
 docs/conformance.md). For a failing example, the output is compared with the
 model under each choice; when none reproduces it, under each pair and then
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from cxsim.conformance.batches import Batch
-from cxsim.conformance.reference import GAE_QUANTITIES
+from cxsim.conformance.reference import GAE_QUANTITIES, lambda_rows
 from cxsim.conformance.term_models import model
 
 MAX_TERMS = 3
@@ -94,6 +94,73 @@ def _lambda_choices(batch: Batch) -> list[Choice]:
     return [Choice("the lambda used", form, {"lam_form": kw}) for form, kw in forms]
 
 
+def _one_lambda_choices(batch: Batch) -> list[Choice]:
+    """One lambda for every row, where the rows' lambdas differ (adaptive lambda)."""
+    if batch.lam is not None or len(set(lambda_rows(batch).tolist())) < 2:
+        return []
+    return [
+        Choice(
+            "the lambda used",
+            "one lambda for every row: the first row's, not each row's own "
+            "(the per-row, length-adaptive lambda ignored)",
+            {"one_lam": "first"},
+        ),
+        Choice(
+            "the lambda used",
+            "one lambda for every row: the mean of the rows' lambdas, not each row's own",
+            {"one_lam": "mean"},
+        ),
+    ]
+
+
+def _step_choices(batch: Batch) -> list[Choice]:
+    """The step-reward pitfalls, where the batch has step rewards."""
+    if not bool((batch.steps != 0).any()):
+        return []
+    forms = [
+        ("the step rewards dropped (only the terminal reward enters)", "none"),
+        (
+            "each step reward put at the first token of the response that earned it, "
+            "not at its last token",
+            "first",
+        ),
+        (
+            "the step rewards discounted twice: turned into discounted rewards-to-go "
+            "(G_t = r_t + gamma G_t+1) before the GAE, which discounts them again",
+            "to-go",
+        ),
+        (
+            "the step rewards copied to every window: each segment gets all its rollout's "
+            "step rewards, summed onto its terminal reward, instead of each at its own token",
+            "every-window",
+        ),
+    ]
+    return [Choice("the step rewards", form, {"step_at": at}) for form, at in forms]
+
+
+def _trace_choices(batch: Batch, quantity: str) -> list[Choice]:
+    """gamma left out of the trace factor (visible only below gamma 1)."""
+    if batch.gamma == 1.0:
+        return []
+    choices = [
+        Choice(
+            "the trace",
+            "gamma left out of the trace: A_t = delta_t + lam A_t+1, not gamma lam A_t+1",
+            {"trace": "lam"},
+        )
+    ]
+    if quantity == "cross-segment-gae":
+        choices.append(
+            Choice(
+                "the trace",
+                "gamma left out of the trace and of the cross-segment correction: "
+                "lam A_t+1 and lam^N_after, not gamma lam",
+                {"trace": "lam-everywhere"},
+            )
+        )
+    return choices
+
+
 def _rejected_choice(batch: Batch, form: str) -> list[Choice]:
     if not bool(batch.rejected.any()):
         return []
@@ -153,7 +220,8 @@ def _gae_choices(batch: Batch, quantity: str) -> list[Choice]:
                 {"steps": "response"},
             ),
         ]
-    return choices + _lambda_choices(batch)
+    choices += _step_choices(batch) + _trace_choices(batch, quantity)
+    return choices + _lambda_choices(batch) + _one_lambda_choices(batch)
 
 
 # --------------------------------------------------------------------------- group broadcast

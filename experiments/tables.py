@@ -50,7 +50,7 @@ from cxsim.config import (
 )
 from cxsim.evaluation import evaluate_protocol
 from cxsim.experiments import run as run_entry
-from cxsim.experiments.presets import PUBLISHED_CRITIC, cli_with_budget
+from cxsim.experiments.presets import PUBLISHED_CRITIC, PUBLISHED_RECIPE, cli_with_budget
 from cxsim.experiments.tables_page import ONE_WINDOW, ROW_LABELS, ROWS, PageSetup, Seeds, render
 from cxsim.model_options import ChatOptions, Precision
 from cxsim.tables import cached_json, config_tag
@@ -185,12 +185,16 @@ BUDGETS: dict[str, Config] = {
     "full": Config(
         preset="full", seeds="5", jobs=2,
         sft=SFTConfig(episodes=512, epochs=12, bucket_by_length=False),
-        ppo=PPOConfig(iterations=24, micro_batch_rows=64, minibatches=2, **PUBLISHED_CRITIC),
+        ppo=PPOConfig(
+            iterations=24, micro_batch_rows=64, minibatches=2, **PUBLISHED_CRITIC,
+            **PUBLISHED_RECIPE,
+        ),
     ),
 }  # fmt: skip
 """``full``: the settings docs/results/tables.md was made with (the main job's env,
 compaction, model and evaluation; every SFT base from a fresh model, 12 shuffled epochs;
-2 + 24 PPO iterations, the critic the page was made with, ``PUBLISHED_CRITIC``), 5 seeds two
+2 + 24 PPO iterations, the critic and recipe the page was made with,
+``PUBLISHED_CRITIC`` and ``PUBLISHED_RECIPE``), 5 seeds two
 at a time; tables.md gives the runtime."""
 
 

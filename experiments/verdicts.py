@@ -47,7 +47,7 @@ import tyro
 
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
-from cxsim.experiments.presets import PUBLISHED_CRITIC, cli_with_budget
+from cxsim.experiments.presets import PUBLISHED_CRITIC, PUBLISHED_RECIPE, cli_with_budget
 from cxsim.experiments.tables import SMOKE_ENV
 from cxsim.experiments.verdicts_adopt import adopt_old_runs
 from cxsim.experiments.verdicts_claims import (
@@ -297,7 +297,10 @@ BUDGETS: dict[str, Config] = {
         preset="full", seeds="8", jobs=2,
         pretrain=SFTConfig(episodes=512, omission_rate=0.0, epochs=8, bucket_by_length=True),
         sft=SFTConfig(episodes=512, epochs=4, bucket_by_length=True),
-        ppo=PPOConfig(iterations=8, micro_batch_rows=16, minibatches=2, **PUBLISHED_CRITIC),
+        ppo=PPOConfig(
+            iterations=8, micro_batch_rows=16, minibatches=2, **PUBLISHED_CRITIC,
+            **PUBLISHED_RECIPE,
+        ),
         credit=(
             CreditSetting(
                 "credit", EnvConfig("cxsim/KeyRecallActive-v0", CREDIT_KWARGS), CREDIT_SFT
@@ -307,7 +310,7 @@ BUDGETS: dict[str, Config] = {
                 CREDIT_SFT,
                 ppo=PPOConfig(
                     iterations=8, micro_batch_rows=16, critic_warmup=12, minibatches=2,
-                    **PUBLISHED_CRITIC,
+                    **PUBLISHED_CRITIC, **PUBLISHED_RECIPE,
                 ),
                 arms=CREDIT_ARMS[:4], bases_from="credit",
                 about="12 value-only warm-up iterations, not 2: 48 critic steps before the "
@@ -321,7 +324,7 @@ BUDGETS: dict[str, Config] = {
 tasks per protocol, with budgets sized for 90 minutes on 2 cores: stage 0 (omission 0,
 8 epochs) shared, then per seed SFT 4 epochs at omission 0.5 from it, length-bucketed;
 PPO 2 + 8 iterations in 16-row micro-batches (why: docs/results/verdicts.md, "Setting"),
-the critic the page was made with (``PUBLISHED_CRITIC``).
+the critic and recipe the page was made with (``PUBLISHED_CRITIC``, ``PUBLISHED_RECIPE``).
 Then the credit setting (:class:`CreditSetting`) on the same seeds and budgets."""
 
 

@@ -540,7 +540,7 @@ def test_a_bad_check_fails_in_one_line(tmp_path: Path, old: str, new: str, messa
 def test_the_shipped_studies_keep_the_critic_their_pages_were_made_with(name: str):
     from cxsim.config import PPOConfig
     from cxsim.experiments import tables, verdicts
-    from cxsim.experiments.presets import PUBLISHED_CRITIC
+    from cxsim.experiments.presets import PUBLISHED_CRITIC, PUBLISHED_RECIPE
     from cxsim.studies.stages import arm_ppo
 
     study = load_study(EXAMPLES.parent / "studies" / f"{name}.toml")
@@ -551,7 +551,22 @@ def test_the_shipped_studies_keep_the_critic_their_pages_were_made_with(name: st
     # so are the pages' own full budgets; the default critic is another since
     for made in (verdicts.BUDGETS["full"].ppo, tables.BUDGETS["full"].ppo):
         assert (made.value_head, made.critic_lam) == tuple(PUBLISHED_CRITIC.values())
+        assert made.kl_coef == 0.0
     assert (PPOConfig().value_head, PPOConfig().critic_lam) == ("context-ridge", 1.0)
     # and their run folders keep their names: a record without the two stands for them
     recorded = to_jsonable(PPOConfig(**PUBLISHED_CRITIC))
     assert "value_head" not in recorded and "critic_lam" not in recorded
+    assert "kl_coef" not in to_jsonable(PPOConfig(**PUBLISHED_RECIPE))  # as recorded before it
+
+
+@pytest.mark.parametrize("name", ["verdicts", "table4-horizons", "table4-critic", "strategies"])
+def test_the_shipped_studies_keep_the_recipe_their_pages_were_made_with(name: str):
+    from cxsim.config import PPOConfig
+    from cxsim.studies.stages import arm_ppo
+
+    study = load_study(EXAMPLES.parent / "studies" / f"{name}.toml")
+    for setting in study.settings:
+        for arm in setting.arms:
+            ppo = arm_ppo(setting, study.arm(arm))
+            assert ppo.kl_coef == 0.0 and ppo.iterations in (8, 12), (setting.name, arm)
+    assert (PPOConfig().kl_coef, PPOConfig().iterations) == (0.1, 16)  # the default since

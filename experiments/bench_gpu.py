@@ -27,6 +27,7 @@ values on the CPU) and moved to the device for the critic and actor updates.
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 import traceback
@@ -214,11 +215,11 @@ def scored_to(scored: ScoredBatch, device: torch.device) -> ScoredBatch:
     """The scored batch with every tensor on ``device``."""
     from cxsim.ppo import ScoredBatch
 
-    tokens = scored.rollout_tokens
+    tokens, ref = scored.rollout_tokens, scored.ref_logprobs
     return ScoredBatch(
         scored.batch.to(device), scored.values.to(device), scored.advantages.to(device),
         scored.returns.to(device), scored.policy_mask.to(device), scored.lam.to(device),
-        None if tokens is None else tokens.to(device),
+        None if tokens is None else tokens.to(device), None if ref is None else ref.to(device),
     )  # fmt: skip
 
 
@@ -244,6 +245,8 @@ class Learner:
 
     policy: Any
     critic: Any
+    reference: Any
+    """The starting policy, frozen: the KL penalty's reference (``--ppo.kl-coef``)."""
     actor_opt: Any
     critic_opt: Any
     agent: Any
@@ -259,10 +262,12 @@ class Learner:
 
         policy = policy.to(device)
         critic = Critic.from_policy(policy).to(device)
+        reference = copy.deepcopy(policy).eval().requires_grad_(False)
         sampling = SamplingConfig(temperature=ppo.temperature, seed=seed)
         return cls(
             policy,
             critic,
+            reference,
             torch.optim.Adam(policy.parameters(), lr=ppo.actor_lr),
             torch.optim.Adam(critic.parameters(), lr=ppo.critic_lr),
             LMAgent(policy, chat, sampling, device=device),
@@ -276,7 +281,7 @@ def ppo_iteration(
     """One PPO iteration (collect, score, critic and actor updates) on ``learner.device``:
     seconds, tokens and rates of the rollouts and of the update, the first |log ratio|."""
     from cxsim.config import DEFAULT_ENV_KWARGS
-    from cxsim.ppo import actor_update, critic_update, score_batch
+    from cxsim.ppo import actor_update, critic_update, reference_logprobs, score_batch
     from cxsim.runtime import collect_rollouts
     from cxsim.segments import pack_segments
 
@@ -293,7 +298,10 @@ def ppo_iteration(
     batch = pack_segments(rollouts.segments, chat.pad_id, learner.agent.sampling.temperature)
     tick = time.perf_counter()
     critic = OnDevice(learner.critic, device)
-    scored, _ = score_batch(batch, critic, ppo, continuation=chat.assistant_prefix())
+    ref = reference_logprobs(learner.reference, batch.to(device), ppo).cpu()  # the KL penalty's
+    scored, _ = score_batch(
+        batch, critic, ppo, continuation=chat.assistant_prefix(), ref_logprobs=ref
+    )
     scored = scored_to(scored, device)
     passes = ppo.critic_ratio * ppo.epochs
     stats = critic_update(learner.critic, learner.critic_opt, scored, ppo, passes)

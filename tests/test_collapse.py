@@ -70,3 +70,15 @@ def test_the_tables_render_from_the_artefact_alone():
     # floor - compactionrl per seed: +0.05, +0.45, +0.05: mean +0.183
     assert "| floor | 3 | 0 | 0 | 3 | 0.883 [" in page and "+0.183 [" in page
     assert "| 2 | 0.500 | 0.400 (0.50)* | 0.850 (0.10) |" in page
+
+
+@pytest.mark.parametrize(
+    "name", ["stability-collapse", "stability-heldout-collapse", "stability-credit-collapse"]
+)
+def test_the_committed_tables_rebuild_from_their_artefacts(name):
+    import json
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parent.parent / "docs" / "results"
+    artefact = json.loads((results / f"{name}.json").read_text())
+    assert render(artefact) == (results / f"{name}.md").read_text()

@@ -379,7 +379,7 @@ def summary(study: Study, selection: Selection, runs: Runs) -> dict[str, Any]:
         for setting, by_arm in runs.items()
     }
     return {
-        "study": study.path,
+        "study": shown_path(study.path),
         "budget": study.budget,
         "seeds": list(study.seeds),
         "tuning_seeds": list(study.tuning_seeds),
@@ -387,6 +387,16 @@ def summary(study: Study, selection: Selection, runs: Runs) -> dict[str, Any]:
         "claims": claims,
         "arms": arms,
     }
+
+
+def shown_path(path: str) -> str:
+    """``path`` relative to the current folder when it lies inside it, else its name: no
+    machine's absolute path in a page or its data."""
+    full = Path(path).resolve()
+    try:
+        return str(full.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return full.name
 
 
 def render(

@@ -47,8 +47,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from cxsim.advantages import whiten_scale
 from cxsim.devices import resolve_device
+from cxsim.whitening import whiten_scale
 
 T = TypeVar("T")
 
@@ -295,7 +295,7 @@ def global_whiten(
     eps: float = 1e-8,
     std_floor: float = 0.0,
 ) -> torch.Tensor:
-    """``cxsim.advantages.whiten`` with the mean and variance of the global batch (and its
+    """``cxsim.whitening.whiten`` with the mean and variance of the global batch (and its
     ``std_floor``).
 
     ``(A - mean_M) / sqrt(var_M + eps)`` over the masked entries of all ranks

@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 import torch
 from transformers import PreTrainedModel
 
-from cxsim.advantages import adaptive_lambda, bootstrapped_rewards, critic_returns, whiten
+from cxsim.advantages import adaptive_lambda, bootstrapped_rewards, critic_returns
 from cxsim.agents.models import token_logprobs_at
 from cxsim.config import PPOConfig
 from cxsim.critics import VALUE_HEADS, VALUE_LOSSES, ValueLossInputs
@@ -66,7 +66,14 @@ from cxsim.minibatches import (
 )
 from cxsim.ratio_check import check_first_ratio, ratio_tolerance
 from cxsim.segments import OPENING_CONTEXT, SegmentBatch
-from cxsim.stabilisers import kl_penalty, kl_reward, outcome_spread, reference_kl
+from cxsim.stabilisers import (
+    beyond_target_kl,
+    kl_penalty,
+    kl_reward,
+    outcome_spread,
+    reference_kl,
+)
+from cxsim.whitening import whiten
 
 SyncGrads = Callable[[torch.nn.Module], None]
 """Sums a model's gradients over data-parallel ranks, in place (nothing on one process)."""
@@ -270,28 +277,6 @@ def score_batch(
     return scored, stats
 
 
-@torch.no_grad()
-def reference_logprobs(
-    reference: PreTrainedModel, batch: SegmentBatch, cfg: PPOConfig, precision: Precision = "fp32"
-) -> torch.Tensor:
-    """The reference policy's log-probs of the batch's trainable tokens at
-    ``cfg.temperature``, (S, T) float32 on the batch's device, 0 elsewhere; micro-batches as
-    the critic's (``micro_batch_rows``, ``micro_batch_tokens``)."""
-    device = batch.token_ids.device
-    out = torch.zeros(batch.token_ids.shape, dtype=torch.float32, device=device)
-    spans = micro_batch_spans(batch.lengths.tolist(), cfg.micro_batch_rows, cfg.micro_batch_tokens)
-    for start, stop in spans:
-        width = int(batch.lengths[start:stop].max())
-        rows = slice(start, stop), slice(0, width)
-        with autocast(precision, device):
-            logprobs = token_logprobs_at(
-                reference, batch.token_ids[rows], batch.attention[rows], batch.trainable[rows],
-                cfg.temperature,
-            )  # fmt: skip
-        out[rows] = logprobs.float()
-    return out
-
-
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
     """``1 - Var(G - V) / Var(G)`` over the masked tokens (nan when G is constant, rounding
     left out: every rollout of a batch succeeding gives Monte Carlo targets that differ from
@@ -428,13 +413,11 @@ def actor_update(
     Loss per step: ``aggregate(policy_loss, policy_mask, cfg.loss_mode)`` minus
     ``entropy_coef`` times the same reduction of the entropy, plus ``kl_coef`` times the
     same reduction of the KL estimate to the reference (``kl_in="loss"``), with the
-    minibatch's global denominator. The largest |log ratio| of the first minibatch,
-    before any optimiser step, is checked with :func:`check_first_ratio`
-    (``cfg.ratio_check_atol``), before any gradient is applied. With ``cfg.target_kl``,
-    a minibatch whose approximate KL to the sampling policy (over every rank) exceeds it
-    takes no step, and the iteration's remaining steps are dropped. Log-probs and entropy
-    are computed at the policy-mask positions only (``token_logprobs_at``); the forward
-    runs under ``precision``'s autocast.
+    minibatch's global denominator. The first minibatch's largest |log ratio| is checked
+    before any step (:func:`check_first_ratio`). With ``cfg.target_kl``, a minibatch whose
+    approximate KL to the sampling policy exceeds it takes no step, nor do the rest.
+    Log-probs and entropy at the policy-mask positions only (``token_logprobs_at``),
+    under ``precision``'s autocast.
     """
     mode = LOSS_MODES[cfg.loss_mode]
     with_kl = cfg.kl_coef > 0 and cfg.kl_in == "loss"
@@ -479,10 +462,8 @@ def actor_update(
                 sampled = scored.batch.temperature
                 atol = ratio_tolerance(cfg.ratio_check_atol, precision)
                 check_first_ratio(first_ratio, atol, sampled, cfg.temperature, global_sum)
-            if cfg.target_kl is not None:  # the same answer on every rank
-                kl_sum, kl_count = global_sum(step_kl).tolist()
-                if stopped := kl_sum / max(kl_count, 1.0) > cfg.target_kl:
-                    break
+            if stopped := beyond_target_kl(step_kl, cfg.target_kl, global_sum):
+                break
             sync_grads(policy)  # summed over ranks: with the global denominator, the full gradient
             norms.append(
                 float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))

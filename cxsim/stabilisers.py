@@ -24,10 +24,18 @@ Shapes: S segments (rows), T padded tokens.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from cxsim.agents.models import token_logprobs_at
+from cxsim.devices import Precision, autocast
+from cxsim.minibatches import micro_batch_spans
+from cxsim.segments import SegmentBatch
 from cxsim.stability_settings import KL_ESTIMATORS
+
+if TYPE_CHECKING:
+    from cxsim.config import PPOConfig
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
@@ -136,3 +144,36 @@ def uniform_outcomes(
     moments = torch.stack([outcomes.sum(), (outcomes**2).sum(), torch.tensor(len(outcomes))])
     total, squares, count = global_sum(moments.to(rewards.device)).tolist()
     return count > 0 and squares - total**2 / count <= 1e-9 * max(count, 1.0)
+
+
+def beyond_target_kl(
+    kl: torch.Tensor, target: float | None, global_sum: Callable[[torch.Tensor], torch.Tensor]
+) -> bool:
+    """``--ppo.target-kl``: the minibatch's mean approximate KL (``kl``: its sum and token
+    count, summed over ranks, so every rank answers alike) exceeds ``target``."""
+    if target is None:
+        return False
+    total, count = global_sum(kl).tolist()
+    return total / max(count, 1.0) > target
+
+
+@torch.no_grad()
+def reference_logprobs(
+    reference: Any, batch: SegmentBatch, cfg: PPOConfig, precision: Precision = "fp32"
+) -> torch.Tensor:
+    """The reference policy's log-probs of the batch's trainable tokens at
+    ``cfg.temperature``, (S, T) float32 on the batch's device, 0 elsewhere; micro-batches as
+    the critic's (``micro_batch_rows``, ``micro_batch_tokens``)."""
+    device = batch.token_ids.device
+    out = torch.zeros(batch.token_ids.shape, dtype=torch.float32, device=device)
+    spans = micro_batch_spans(batch.lengths.tolist(), cfg.micro_batch_rows, cfg.micro_batch_tokens)
+    for start, stop in spans:
+        width = int(batch.lengths[start:stop].max())
+        rows = slice(start, stop), slice(0, width)
+        with autocast(precision, device):
+            logprobs = token_logprobs_at(
+                reference, batch.token_ids[rows], batch.attention[rows], batch.trainable[rows],
+                cfg.temperature,
+            )  # fmt: skip
+        out[rows] = logprobs.float()
+    return out

@@ -281,9 +281,10 @@ def ppo_iteration(
     """One PPO iteration (collect, score, critic and actor updates) on ``learner.device``:
     seconds, tokens and rates of the rollouts and of the update, the first |log ratio|."""
     from cxsim.config import DEFAULT_ENV_KWARGS
-    from cxsim.ppo import actor_update, critic_update, reference_logprobs, score_batch
+    from cxsim.ppo import actor_update, critic_update, score_batch
     from cxsim.runtime import collect_rollouts
     from cxsim.segments import pack_segments
+    from cxsim.stabilisers import reference_logprobs
 
     device = learner.device
     seeds = list(range(first, first + ppo.rollouts_per_batch))

@@ -7,7 +7,7 @@ drop and largest one-iteration fall, and the logged figures around that fall
 no machine path in it) and rendered as Markdown tables (``<stem>-collapse.md``) from that
 artefact alone, so a committed page can be rebuilt without the cache:
 
-    cxsim stability studies/stability.toml --seeds 40:46 --runs-dir runs/studies/stability/runs
+    cxsim stability studies/stability.toml --seeds 0:4,40:46 --runs-dir runs/studies/stability/runs
     cxsim stability --render docs/results/stability-tuning-collapse.json   # no cache needed
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -34,10 +34,12 @@ class Config:
 
     study: Annotated[str | None, tyro.conf.Positional, tyro.conf.arg(metavar="FILE.toml")] = None
     """The study file (``studies/stability.toml``); not needed with ``--render``."""
-    runs_dir: str | None = None
-    """The study's run cache (None: ``runs/studies/<stem>/runs``)."""
+    runs_dir: tuple[str, ...] = ()
+    """The study's run caches, searched in turn for each seed's runs (none given:
+    ``runs/studies/<stem>/runs``)."""
     seeds: str | None = None
-    """``a:b`` or one seed, instead of the file's ``seeds``."""
+    """Seeds instead of the file's: ``a:b``, one seed, or several of these joined by commas
+    (``0:4,40:46``)."""
     out: str = "runs/stability"
     """Where ``<stem>-collapse.json`` and ``<stem>-collapse.md`` go."""
     reference: str = "compactionrl"
@@ -51,17 +53,23 @@ def collect(cfg: Config) -> dict[str, Any]:
     from cxsim.diagnostics.collapse import collapsed, run_collapse
     from cxsim.studies.load import load_study
     from cxsim.studies.runner import seed_folder, train_folder, unit_eval_file
+    from cxsim.studies.spec import parse_seeds
 
     if cfg.study is None:
         raise ValueError("name the study file (or --render an artefact)")
-    study = load_study(cfg.study, seeds=cfg.seeds)
-    runs_dir = cfg.runs_dir or f"runs/studies/{Path(cfg.study).stem}/runs"
+    study = load_study(cfg.study)
+    if cfg.seeds is not None:
+        parts = [parse_seeds(part, "--seeds") for part in cfg.seeds.split(",")]
+        study = replace(study, seeds=tuple(dict.fromkeys(s for part in parts for s in part)))
+    caches = cfg.runs_dir or (f"runs/studies/{Path(cfg.study).stem}/runs",)
     out: dict[str, Any] = {"study": Path(cfg.study).name, "seeds": list(study.seeds), "runs": []}
     for setting in study.settings:
         for seed in study.seeds:
-            base_eval = unit_eval_file(runs_dir, setting, None, seed, "cpu")
-            if not base_eval.is_file():
+            held = [d for d in caches if unit_eval_file(d, setting, None, seed, "cpu").is_file()]
+            if not held:
                 continue
+            runs_dir = held[0]
+            base_eval = unit_eval_file(runs_dir, setting, None, seed, "cpu")
             base = pass_at_1(base_eval)
             for name in setting.arms:
                 arm = study.arm(name)

@@ -52,11 +52,11 @@ from cxsim.distributed import (
     shard_seeds,
 )
 from cxsim.evaluation import rollout_metrics
-from cxsim.ppo import reference_logprobs
 from cxsim.preflight import preflight
 from cxsim.rollout_records import RolloutRecord
 from cxsim.runtime import RolloutBatch, collect_rollouts
 from cxsim.segments import SegmentBatch
+from cxsim.stabilisers import reference_logprobs
 from cxsim.tracking import (
     advance,
     log_config,

@@ -18,9 +18,9 @@ from cxsim.advantages import (
     segment_gae,
     stitched_gae,
     tokens_after,
-    whiten,
 )
 from cxsim.scans import per_group_sum
+from cxsim.whitening import whiten
 
 F64 = torch.float64
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -61,7 +61,7 @@ def test_the_study_file_holds_the_recorded_thresholds() -> None:
     assert (checks["mean-gain"].at_least, checks["every-seed-gains"].each_at_least) == (0.2, 0.1)
     assert checks["first-step-log-ratio"].range == (0.0, 1e-4)
     assert checks["first-step-log-ratio"].over == "max"
-    assert STUDY.seeds == (0, 1) and STUDY.settings[0].eval.episodes == 128
+    assert STUDY.seeds == (0, 100) and STUDY.settings[0].eval.episodes == 128
     reduced = load_study(bl.STUDY_FILE, budget="reduced")
     assert [c.name for c in reduced.checks] == ["first-step-log-ratio", "summaries-in-the-loss"]
 
@@ -114,7 +114,7 @@ def test_bad_seed_and_job_counts_fail_before_any_work() -> None:
         bl.Config(seeds=(1, 1))
     with pytest.raises(ValueError, match="--jobs 0"):
         bl.Config(jobs=0)
-    assert bl.Config().seed_list == (0, 1)
+    assert bl.Config().seed_list == (0, 100)
     assert bl.Config(mode="reduced").seed_list == (0,)
 
 

@@ -97,7 +97,9 @@ def test_chain_split_estimator_trains_one_iteration():
 
     policy = build_policy("tiny", default_tokenizer(), seed=0)
     batch = sampled_batch(policy, 1.0)
-    cfg = PPOConfig(estimator="chain-split", rollouts_per_batch=4, minibatches=1, whiten=False)
+    cfg = PPOConfig(
+        estimator="chain-split", rollouts_per_batch=4, minibatches=1, whiten=False, kl_coef=0.0
+    )
     assert not cfg.uses_critic
     scored, _ = score_batch(batch, None, cfg)
     chains = per_group_sum(scored.policy_mask.any(dim=1).double(), batch.rollout_id)

@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from cxsim.advantages import adaptive_lambda, cross_segment_gae, whiten
+from cxsim.advantages import adaptive_lambda, cross_segment_gae
 from cxsim.agents.chat import WordChatFormat
 from cxsim.agents.models import build_policy, sequence_logprobs
 from cxsim.agents.scripted import ScriptedAgent
@@ -42,6 +42,7 @@ from cxsim.distributed import (
 from cxsim.losses import aggregate, policy_loss
 from cxsim.runtime import CompactionConfig, collect_rollouts
 from cxsim.segments import SegmentBatch, pack_segments
+from cxsim.whitening import whiten
 
 pytestmark = pytest.mark.skipif(
     not (dist.is_available() and dist.is_gloo_available()),

@@ -152,7 +152,7 @@ def test_results_do_not_depend_on_the_micro_batch_token_budget(tokenizer):
     """Micro-batches of 1 row (budget below any row), a few rows, or the whole minibatch give
     the same losses and the same weights: the token-mean denominator is the minibatch's."""
     batch = make_batch(num_rollouts=4, seed=3)
-    cfg = PPOConfig(lambda_scope="fixed", minibatches=2, ratio_check_atol=None)
+    cfg = PPOConfig(lambda_scope="fixed", minibatches=2, ratio_check_atol=None, kl_coef=0.0)
     policy = build_policy("tiny", tokenizer, seed=0)
     scored, _ = score_batch(batch, Critic.from_policy(policy), cfg)
     runs = {n: updated_models(scored, replace(cfg, micro_batch_tokens=n), tokenizer)
@@ -181,7 +181,7 @@ def test_the_first_ratio_tolerance_widens_under_bf16_only():
 def test_a_ppo_step_on_cuda_matches_the_cpu_step(tokenizer):
     """Scoring, a critic pass and an actor step on the GPU (batch, models and estimator
     inputs there) agree with the same step on CPU."""
-    cfg = PPOConfig(lambda_scope="fixed", minibatches=1, ratio_check_atol=None)
+    cfg = PPOConfig(lambda_scope="fixed", minibatches=1, ratio_check_atol=None, kl_coef=0.0)
     out = {}
     for device in ("cpu", "cuda"):
         batch = make_batch(num_rollouts=3).to(device)
@@ -207,7 +207,7 @@ def test_every_loss_mode_is_exact_across_micro_batches(tokenizer, mode):
     batch = make_batch(num_rollouts=3)
     cfg = PPOConfig(
         lambda_scope="fixed", whiten=False, minibatches=1, epochs=1, loss_mode=mode,
-        ratio_check_atol=None,  # made-up behaviour log-probs
+        ratio_check_atol=None, kl_coef=0.0,  # made-up behaviour log-probs; no reference
     )  # fmt: skip
     scored, _ = score_batch(batch, None, cfg)
     results = []
@@ -222,7 +222,7 @@ def test_every_loss_mode_is_exact_across_micro_batches(tokenizer, mode):
 
 def test_actor_update_raises_logprob_of_advantaged_tokens(tokenizer):
     batch = make_batch(num_rollouts=2, reward_of=lambda r: 1.0)
-    cfg = PPOConfig(lambda_scope="fixed", whiten=False, minibatches=1, epochs=4)
+    cfg = PPOConfig(lambda_scope="fixed", whiten=False, minibatches=1, epochs=4, kl_coef=0.0)
     scored, _ = score_batch(batch, None, cfg)
     policy = build_policy("tiny", tokenizer, seed=0)
     from cxsim.agents import sequence_logprobs

@@ -66,7 +66,7 @@ def test_a_new_estimator_and_loss_mode_train_one_iteration(policy, monkeypatch):
     monkeypatch.setitem(ESTIMATORS, "reward-to-token", Estimator(reward_everywhere, False, "R"))
     monkeypatch.setitem(LOSS_MODES, "token-sum", LossModeSpec(token_sum, one, unit_weights, "sum"))
     batch = sampled_batch(policy, 1.0)
-    base = dict(rollouts_per_batch=4, minibatches=1, whiten=False)
+    base = dict(rollouts_per_batch=4, minibatches=1, whiten=False, kl_coef=0.0)
     cfg = PPOConfig(estimator="reward-to-token", **base)
     assert not cfg.uses_critic  # read from the registry entry
     scored, _ = score_batch(batch, None, cfg)
@@ -96,7 +96,7 @@ def test_an_unknown_name_fails_at_config_time_with_the_choices(field, name, list
 
 def test_sampling_and_scoring_at_other_temperatures_stops_the_update(policy):
     batch = sampled_batch(policy, 0.5)
-    cfg = PPOConfig(rollouts_per_batch=4, minibatches=1, temperature=1.0)
+    cfg = PPOConfig(rollouts_per_batch=4, minibatches=1, temperature=1.0, kl_coef=0.0)
     before = [p.detach().clone() for p in policy.parameters()]
     with pytest.raises(RatioCheckError, match=r"sampled at temperature 0\.5 .* temperature 1 "):
         one_iteration(policy, batch, cfg)

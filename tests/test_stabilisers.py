@@ -10,11 +10,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from cxsim.advantages import whiten
 from cxsim.agents import build_policy, build_tokenizer, sequence_logprobs
 from cxsim.config import PPOConfig
 from cxsim.distributed import DistContext, global_whiten
-from cxsim.ppo import actor_update, reference_logprobs, score_batch
+from cxsim.ppo import actor_update, score_batch
 from cxsim.segments import Segment, pack_segments
 from cxsim.stabilisers import (
     kl_penalty,
@@ -22,8 +21,10 @@ from cxsim.stabilisers import (
     linear_lr,
     outcome_spread,
     reference_kl,
+    reference_logprobs,
     uniform_outcomes,
 )
+from cxsim.whitening import whiten
 
 WORDS = ["a", "b", "c", "d", "e"]
 
@@ -95,7 +96,7 @@ def test_kl_reward_takes_k1_off_the_masked_tokens_only():
 def test_kl_in_the_reward_changes_the_advantages_by_the_penalty_to_go():
     batch = batch_of([1.0, 0.0])
     cfg = PPOConfig(estimator="local", lambda_scope="fixed", lam=1.0, gamma=1.0, whiten=False,
-                    critic_lam=None, kl_in="reward", kl_estimator="k1")  # fmt: skip
+                    critic_lam=None, kl_in="reward", kl_estimator="k1", kl_coef=0.0)  # fmt: skip
     ref = torch.where(batch.trainable, batch.logprobs - 0.2, torch.zeros(()))  # k1 = 0.2 each
     plain, _ = score_batch(batch, None, cfg, ref_logprobs=ref)
     penalised, _ = score_batch(batch, None, replace(cfg, kl_coef=0.5), ref_logprobs=ref)
@@ -129,7 +130,7 @@ def test_kl_in_the_loss_pulls_the_policy_back_to_the_reference(tokenizer):
 def test_target_kl_stops_the_iteration_before_the_step_that_exceeds_it(tokenizer):
     batch = batch_of([1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0])
     policy = build_policy("tiny", tokenizer, seed=0)
-    cfg = PPOConfig(lambda_scope="fixed", minibatches=4, epochs=2)
+    cfg = PPOConfig(lambda_scope="fixed", minibatches=4, epochs=2, kl_coef=0.0)
     scored, _ = score_batch(on_policy(batch, policy), None, cfg)
     torch.manual_seed(0)
     full = actor_update(policy, torch.optim.Adam(policy.parameters(), lr=3e-2), scored, cfg)

@@ -99,7 +99,11 @@ def render(artefact: dict[str, Any], reference: str = "compactionrl") -> str:
     """Markdown tables from an artefact alone: per arm, then per seed."""
     from cxsim.evaluation import t_interval
 
-    runs = artefact["runs"]
+    settings = list(dict.fromkeys(r["setting"] for r in artefact["runs"]))
+    if len(settings) > 1:  # one row per setting and arm, each paired within its setting
+        runs = [{**r, "arm": f"{r['setting']}:{r['arm']}"} for r in artefact["runs"]]
+    else:
+        runs = artefact["runs"]
     arms = list(dict.fromkeys(r["arm"] for r in runs))
     by = {(r["arm"], r["seed"]): r for r in runs}
     seeds = sorted({r["seed"] for r in runs})
@@ -116,10 +120,11 @@ def render(artefact: dict[str, Any], reference: str = "compactionrl") -> str:
         own = [by[(arm, s)] for s in seeds if (arm, s) in by]
         finals = [r["final"] for r in own]
         low, high = t_interval(finals, (0.0, 1.0))
-        pairs = [by[(arm, s)]["final"] - by[(reference, s)]["final"]
-                 for s in seeds if (arm, s) in by and (reference, s) in by]  # fmt: skip
+        ref = f"{arm.split(':')[0]}:{reference}" if len(settings) > 1 else reference
+        pairs = [by[(arm, s)]["final"] - by[(ref, s)]["final"]
+                 for s in seeds if (arm, s) in by and (ref, s) in by]  # fmt: skip
         paired = "-"
-        if arm != reference and len(pairs) >= 2:
+        if arm != ref and len(pairs) >= 2:
             d_low, d_high = t_interval(pairs, (-1.0, 1.0))
             paired = f"{mean(pairs):+.3f} [{d_low:+.3f}, {d_high:+.3f}] ({len(pairs)} seeds)"
         lines.append(
@@ -134,13 +139,14 @@ def render(artefact: dict[str, Any], reference: str = "compactionrl") -> str:
     lines.append("| seed | base | " + " | ".join(arms) + " |")
     lines.append("|---|---|" + "---|" * len(arms))
     for s in seeds:
-        base = next(r["base"] for r in runs if r["seed"] == s)
+        bases = dict.fromkeys(f"{r['base']:.3f}" for r in runs if r["seed"] == s)
+        base = " / ".join(bases)  # one per setting, in order, when they differ
         cells = []
         for arm in arms:
             r = by.get((arm, s))
             star = "*" if r and r["collapsed"] else ""
             cells.append(f"{r['final']:.3f} ({r['drop']:.2f}){star}" if r else "-")
-        lines.append(f"| {s} | {base:.3f} | " + " | ".join(cells) + " |")
+        lines.append(f"| {s} | {base} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

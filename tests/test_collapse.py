@@ -73,7 +73,13 @@ def test_the_tables_render_from_the_artefact_alone():
 
 
 @pytest.mark.parametrize(
-    "name", ["stability-collapse", "stability-heldout-collapse", "stability-credit-collapse"]
+    "name",
+    [
+        "stability-collapse",
+        "stability-heldout-collapse",
+        "stability-credit-collapse",
+        "stability-solved-collapse",
+    ],
 )
 def test_the_committed_tables_rebuild_from_their_artefacts(name):
     import json

@@ -54,7 +54,7 @@ def test_a_history_without_actor_iterations_is_refused():
 
 def test_the_tables_render_from_the_artefact_alone():
     def run(arm, seed, final, drop, is_collapsed=False):
-        return {"arm": arm, "seed": seed, "base": 0.5, "final": final, "drop": drop,
+        return {"setting": "main", "arm": arm, "seed": seed, "base": 0.5, "final": final, "drop": drop,
                 "collapsed": is_collapsed, "train_s": 60.0}  # fmt: skip
 
     artefact = {

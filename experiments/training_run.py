@@ -347,7 +347,9 @@ def load_reference(cfg: Config, device: torch.device) -> Any:
     is still the policy training started from."""
     if not cfg.ppo.uses_reference:
         return None
-    reference, _, _ = load_policy(Path(cfg.policy), device, chat_options(cfg))
+    cuda = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):  # loading draws nothing from the run's streams
+        reference, _, _ = load_policy(Path(cfg.policy), device, chat_options(cfg))
     reference.eval()
     reference.requires_grad_(False)
     return reference

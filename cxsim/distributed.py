@@ -48,7 +48,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from cxsim.devices import resolve_device
-from cxsim.whitening import whiten_scale
+from cxsim.whitening import whiten
 
 T = TypeVar("T")
 
@@ -302,19 +302,7 @@ def global_whiten(
     (Bessel-corrected), 0 outside the mask: equal to ``whiten`` on the
     concatenated batch. Two scalar all-reduces. Shapes: (S, T) -> (S, T).
     """
-    if advantages.shape != mask.shape:
-        raise ValueError(f"mask must have shape {tuple(advantages.shape)}, got {tuple(mask.shape)}")
-    if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be a bool tensor, got dtype {mask.dtype}")
-    zero = torch.zeros((), dtype=advantages.dtype, device=advantages.device)
-    x = torch.where(mask, advantages, zero)
-    moments = global_count(torch.stack([x.sum(), mask.sum().to(advantages.dtype)]), ctx)
-    total, count = moments[0], moments[1]
-    mean = total / count.clamp(min=1)
-    centred = torch.where(mask, advantages - mean, zero)
-    squares = global_count((centred**2).sum(), ctx)
-    var = squares / (count - 1).clamp(min=1)
-    return centred * whiten_scale(var, eps, std_floor)
+    return whiten(advantages, mask, eps, std_floor, lambda t: global_count(t, ctx))
 
 
 def mean_metrics(metrics: dict[str, float], ctx: DistContext) -> dict[str, float]:

@@ -240,6 +240,10 @@ class PPOConfig:
     """Policy-loss reduction (cxsim/loss_modes.py): ``token-mean`` (paper; global token count),
     ``segment-mean``, ``rollout-mean``, ``seq-mean-token-sum``, any name registered there or by
     an installed plug-in, or ``my_module:my_mode`` for a ``LossModeSpec`` of your own."""
+    critic_loss_mode: LossMode = when_set("token-mean")
+    """Value-loss reduction, a loss mode of the same registry: ``token-mean`` (every token the
+    same weight), or ``thread-mean``: each compaction thread (a rollout's chain of windows) the
+    same total critic weight, however many windows and tokens it has."""
     train_summaries: bool = True
     """Train the summary tokens too (False: the "w/o summary training" ablation)."""
     bootstrap_truncated: bool = False
@@ -319,8 +323,11 @@ class PPOConfig:
     whiten_std_floor: float = when_set(0.0)
     """Whitening divides by max(std, this): advantages that barely differ (an all-success
     batch: the critic's errors) are centred, not scaled up to unit variance. 0: no floor."""
-    skip_uniform_batches: bool = when_set(False)
-    """No actor step from a batch whose rollouts all ended alike (nothing to learn)."""
+    skip_uniform_batches: bool = when_set(True, recorded_default=False)
+    """No actor step from a batch whose rollouts all ended alike: nothing to learn, and
+    whitening would scale the critic's errors up to unit-variance advantages (from solved
+    bases such steps broke 7 of 32 runs; docs/results/stability.md). False: a step from
+    every batch, the default until then."""
     track_reference: bool = when_set(True)
     """Keep a frozen copy of the starting policy to log the KL to it every iteration
     (stability/kl_to_reference); False saves its memory (a --ppo.kl-coef above 0 keeps it)."""
@@ -371,6 +378,7 @@ class PPOConfig:
     def __post_init__(self) -> None:
         ESTIMATORS.check("estimator", self.estimator)  # plug-ins: imported and validated
         LOSS_MODES.check("loss_mode", self.loss_mode)
+        LOSS_MODES.check("critic_loss_mode", self.critic_loss_mode)
         VALUE_HEADS.check("value_head", self.value_head)
         VALUE_LOSSES.check("value_loss", self.value_loss)
         check_critic_settings(self)  # cxsim/critics.py: the critic variants' settings

@@ -20,6 +20,13 @@ rollout tau, and only segments/rollouts with a masked token voting (``S'``, ``R'
 - ``segment-mean``: ``1/S' sum_s mean_{M_s} l``: each segment one vote.
 - ``rollout-mean``: ``1/R' sum_tau mean_{M_tau} l``: each rollout one vote.
 - ``seq-mean-token-sum``: ``1/S' sum_s sum_{M_s} l``: per-segment token sums, averaged.
+- ``session-equal``, ``partition-preserving``, ``thread-mean``: weighting per logical rollout,
+  and ``summary-loss``: the summary tokens normalised on their own (``cxsim.loss_weighting``).
+
+A mode that reads each row's role declares ``reads_summary`` (its ``reduce``, ``count`` and
+``weights`` then take ``is_summary=`` (S,) bool; None: no summary rows); one that divides by
+a per-rollout figure counted over the whole minibatch declares ``rollout_stat`` (the trainer
+passes it as ``rollout_tokens``).
 """
 
 from __future__ import annotations
@@ -28,6 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cxsim.loss_weighting import (
+    rollout_row_counts,
+    session_equal,
+    session_equal_weights,
+    summary_loss_mode,
+)
 from cxsim.plugins import Registry
 
 if TYPE_CHECKING:
@@ -52,6 +65,30 @@ class LossModeSpec:
     needs_rollout_tokens: bool = False
     """Also divides by each rollout's token count: micro-batches that split a rollout must
     pass ``rollout_tokens`` counted over the whole minibatch."""
+    rollout_stat: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    """``(mask, rollout_id) -> (S,)``: the per-rollout figure it divides by, counted over the
+    whole minibatch and passed as ``rollout_tokens`` (None: each rollout's tokens when
+    ``needs_rollout_tokens``)."""
+    reads_summary: bool = False
+    """Its ``reduce``, ``count`` and ``weights`` take ``is_summary=`` (S,) bool."""
+
+    @property
+    def divides_by_rollout(self) -> bool:
+        """It needs a per-rollout figure counted over the whole minibatch."""
+        return self.needs_rollout_tokens or self.rollout_stat is not None
+
+    def rollout_figures(self, mask: torch.Tensor, rollout_id: torch.Tensor) -> torch.Tensor:
+        """(S,) the per-rollout figure ``reduce`` takes as ``rollout_tokens``."""
+        if self.rollout_stat is not None:
+            return self.rollout_stat(mask, rollout_id)
+        from cxsim.losses import rollout_token_counts
+
+        return rollout_token_counts(mask, rollout_id)
+
+
+def role_keywords(spec: LossModeSpec, is_summary: torch.Tensor | None) -> dict:
+    """``{"is_summary": is_summary}`` for a mode that reads each row's role, else nothing."""
+    return {"is_summary": is_summary} if spec.reads_summary else {}
 
 
 def _row_sums(loss: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -191,6 +228,27 @@ LOSS_MODES: Registry[LossModeSpec] = Registry(
         "seq-mean-token-sum": LossModeSpec(
             _seq_mean_token_sum, _segment_count, _seq_weights, "per-segment token sums, averaged"
         ),
+        "session-equal": LossModeSpec(
+            session_equal,
+            _rollout_count,
+            session_equal_weights,
+            "each session one vote, shared equally by its rows (weights 1/N)",
+            rollout_stat=rollout_row_counts,
+        ),
+        "partition-preserving": LossModeSpec(
+            _token_mean,
+            _token_count,
+            _token_weights,
+            "each row weighted by its tokens over the mean row's (= token-mean)",
+        ),
+        "thread-mean": LossModeSpec(
+            _rollout_mean,
+            _rollout_count,
+            _rollout_weights,
+            "each compaction thread the same total weight (the critic's per-thread weight)",
+            True,
+        ),
+        "summary-loss": summary_loss_mode(1.0),
     },
     entry_type=LossModeSpec,
     kind="loss mode",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from cxsim.loss_modes import LOSS_MODES
+from cxsim.loss_modes import LOSS_MODES, role_keywords
 from cxsim.scans import per_group_sum
 
 __all__ = [
@@ -178,6 +178,7 @@ def aggregate(
     rollout_id: torch.Tensor | None = None,
     denominator: float | torch.Tensor | None = None,
     rollout_tokens: torch.Tensor | None = None,
+    is_summary: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reduces a per-token loss (S, T) over ``mask`` (S, T) bool to a scalar, as the loss
     mode ``mode`` of :data:`cxsim.loss_modes.LOSS_MODES` defines (its docstring lists them).
@@ -188,8 +189,10 @@ def aggregate(
     count then equals the aggregate over the whole batch. ``rollout-mean`` also
     divides by each rollout's token count ``|M_tau|``: a micro-batch holding part
     of a rollout passes ``rollout_tokens`` (S,), each row's ``|M_tau|`` counted over
-    the whole batch (:func:`rollout_token_counts`); without it every rollout must
-    lie whole in ``loss``. A batch with an empty mask gives 0 (never NaN).
+    the whole batch (:func:`rollout_token_counts`; a mode's own per-rollout figure,
+    ``LossModeSpec.rollout_figures``); without it every rollout must lie whole in ``loss``.
+    ``is_summary`` (S,) bool: each row's role, for the modes that read it (``summary-loss``;
+    None: no summary rows). A batch with an empty mask gives 0 (never NaN).
     """
     _same_shape(loss=loss, mask=mask)
     if loss.dim() != 2:
@@ -198,7 +201,9 @@ def aggregate(
         raise ValueError(f"mask must be a bool tensor, got dtype {mask.dtype}")
     if mode not in LOSS_MODES:
         raise ValueError(f"mode must be one of {tuple(LOSS_MODES)}, got {mode!r}")
-    return LOSS_MODES[mode].reduce(loss, mask, rollout_id, denominator, rollout_tokens)
+    spec = LOSS_MODES[mode]
+    role = role_keywords(spec, is_summary)
+    return spec.reduce(loss, mask, rollout_id, denominator, rollout_tokens, **role)
 
 
 def rollout_token_counts(mask: torch.Tensor, rollout_id: torch.Tensor) -> torch.Tensor:

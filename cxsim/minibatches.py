@@ -15,7 +15,7 @@ from typing import Protocol, TypeVar
 
 import torch
 
-from cxsim.loss_modes import LOSS_MODES
+from cxsim.loss_modes import LOSS_MODES, role_keywords
 from cxsim.segments import SegmentBatch
 
 GlobalSum = Callable[[torch.Tensor], torch.Tensor]
@@ -83,12 +83,18 @@ def minibatch_rows(batch: SegmentBatch, minibatches: int) -> list[torch.Tensor]:
 
 
 def loss_denominator(
-    mask: torch.Tensor, mode: str, rollout_id: torch.Tensor, global_sum: GlobalSum = _identity
+    mask: torch.Tensor,
+    mode: str,
+    rollout_id: torch.Tensor,
+    global_sum: GlobalSum = _identity,
+    is_summary: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The count a minibatch's loss is divided by: the mode's ``count``
     (``cxsim.loss_modes.LOSS_MODES``) over the whole minibatch, summed over ranks by
-    ``global_sum``; at least 1."""
+    ``global_sum``; at least 1 (each entry, for a mode that counts several things);
+    ``is_summary`` for the modes that read each row's role."""
     if mode not in LOSS_MODES:
         raise ValueError(f"unknown loss mode {mode!r}; choose one of: {', '.join(LOSS_MODES)}")
-    count = LOSS_MODES[mode].count(mask, rollout_id)
+    spec = LOSS_MODES[mode]
+    count = spec.count(mask, rollout_id, **role_keywords(spec, is_summary))
     return global_sum(count.to(torch.float32)).clamp(min=1.0)

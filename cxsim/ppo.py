@@ -55,7 +55,7 @@ from cxsim.devices import Precision, autocast
 from cxsim.diagnostics._common import explained_variance as explained_variance_of
 from cxsim.estimators import ESTIMATORS, EstimatorInputs
 from cxsim.loss_modes import LOSS_MODES
-from cxsim.losses import aggregate, masked_mean, policy_loss, rollout_token_counts
+from cxsim.losses import aggregate, masked_mean, policy_loss
 from cxsim.minibatches import (
     GlobalSum,
     _identity,
@@ -288,6 +288,18 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 # --------------------------------------------------------------------------- updates
 
 
+def _with_denominator(
+    minibatch: ScoredBatch, mode: str, global_sum: GlobalSum
+) -> tuple[ScoredBatch, torch.Tensor]:
+    """The minibatch (with each row's per-rollout figure, for a mode that divides by one:
+    micro-batches may split a rollout) and its global denominator under loss mode ``mode``."""
+    spec, mask, b = LOSS_MODES[mode], minibatch.policy_mask, minibatch.batch
+    denom = loss_denominator(mask, mode, b.rollout_id, global_sum, b.is_summary)
+    if spec.divides_by_rollout:
+        minibatch = replace(minibatch, rollout_tokens=spec.rollout_figures(mask, b.rollout_id))
+    return minibatch, denom
+
+
 def critic_update(
     critic: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -298,8 +310,9 @@ def critic_update(
     sync_grads: SyncGrads = _no_sync,
     precision: Precision = "fp32",
 ) -> dict[str, float]:
-    """``passes`` passes of ``cfg.minibatches`` steps on the token-mean value loss
-    (``VALUE_LOSSES[cfg.value_loss]``, cxsim/critics.py)."""
+    """``passes`` passes of ``cfg.minibatches`` steps on the value loss
+    (``VALUE_LOSSES[cfg.value_loss]``, cxsim/critics.py), reduced by ``cfg.critic_loss_mode``
+    (token-mean by default; ``thread-mean``: each compaction thread the same total weight)."""
     losses, norms = [], []
     device = scored.batch.token_ids.device
     value_loss = VALUE_LOSSES[cfg.value_loss]
@@ -310,9 +323,8 @@ def critic_update(
         refit(critic.pool, scored, global_sum)
     for _ in range(passes):
         for rows in minibatch_rows(scored.batch, cfg.minibatches):
-            minibatch = scored.select(rows)
-            denom = loss_denominator(
-                minibatch.policy_mask, "token-mean", minibatch.batch.rollout_id, global_sum
+            minibatch, denom = _with_denominator(
+                scored.select(rows), cfg.critic_loss_mode, global_sum
             )
             optimizer.zero_grad(set_to_none=True)
             total = 0.0
@@ -335,7 +347,11 @@ def critic_update(
                 per_token = value_loss.loss(
                     ValueLossInputs(values, logits, micro.values, micro.returns, cfg)
                 )
-                loss = aggregate(per_token, micro.policy_mask, "token-mean", None, denom)
+                b = micro.batch
+                loss = aggregate(
+                    per_token, micro.policy_mask, cfg.critic_loss_mode, b.rollout_id, denom,
+                    micro.rollout_tokens, b.is_summary,
+                )  # fmt: skip
                 loss.backward()
                 total += float(loss.detach())
             sync_grads(critic)  # summed over ranks: with the global denominator, the full gradient
@@ -419,7 +435,6 @@ def actor_update(
     Log-probs and entropy at the policy-mask positions only (``token_logprobs_at``),
     under ``precision``'s autocast.
     """
-    mode = LOSS_MODES[cfg.loss_mode]
     with_kl = cfg.kl_coef > 0 and cfg.kl_in == "loss"
     if with_kl and scored.ref_logprobs is None:
         raise ValueError("--ppo.kl-coef in the loss needs the reference's log-probs: score the "
@@ -429,11 +444,7 @@ def actor_update(
     for _ in range(cfg.epochs):
         for rows in minibatch_rows(scored.batch, cfg.minibatches):
             minibatch = scored.select(rows)
-            rid = minibatch.batch.rollout_id
-            denom = loss_denominator(minibatch.policy_mask, cfg.loss_mode, rid, global_sum)
-            if mode.needs_rollout_tokens:  # micro-batches may split a rollout
-                counts = rollout_token_counts(minibatch.policy_mask, rid)
-                minibatch = replace(minibatch, rollout_tokens=counts)
+            minibatch, denom = _with_denominator(minibatch, cfg.loss_mode, global_sum)
             optimizer.zero_grad(set_to_none=True)
             step_kl = torch.zeros(2, dtype=torch.float64, device=device)  # sum, count
             for micro in micro_batches(minibatch, cfg.micro_batch_rows, cfg.micro_batch_tokens):
@@ -447,7 +458,7 @@ def actor_update(
                 if steps == 0 and mask.any():  # nothing has moved the policy since it sampled
                     log_ratio = (logprobs.detach() - b.logprobs)[mask]
                     first_ratio = max(first_ratio, float(log_ratio.abs().max()))
-                args = (b.rollout_id, denom, micro.rollout_tokens)
+                args = (b.rollout_id, denom, micro.rollout_tokens, b.is_summary)
                 loss = aggregate(per_token, mask, cfg.loss_mode, *args)
                 if cfg.entropy_coef:
                     loss = loss - cfg.entropy_coef * aggregate(entropy, mask, cfg.loss_mode, *args)

@@ -57,8 +57,19 @@ Quantity = Literal[
     "chain-split",
     "adaptive-lambda",
     "loss-reduction",
+    "row-weights",
 ]
-LayoutName = Literal["segment-rows", "rollout-rows", "samples", "loss-matrix", "estimator"]
+LayoutName = Literal[
+    "segment-rows", "rollout-rows", "samples", "loss-matrix", "row-weights", "estimator"
+]
+WEIGHTING_RULES: tuple[str, ...] = (
+    "session-equal",
+    "partition-preserving",
+    "one-reward-per-rollout",
+    "thread-mean",
+)
+"""The rules of ``--quantity row-weights`` (cxsim/conformance/weighting.py; kept here so that
+--help never imports torch, tests check they match)."""
 Mode = str
 """A loss mode of the trainer's registry (cxsim/loss_modes.py), plug-ins included."""
 
@@ -90,6 +101,7 @@ LAYOUT_QUANTITIES: dict[str, tuple[str, ...]] = {
         "adaptive-lambda",
     ),
     "loss-matrix": ("loss-reduction",),
+    "row-weights": ("row-weights",),
     "estimator": (
         "local-gae",
         "cross-segment-gae",
@@ -133,8 +145,9 @@ class Config:
             help_behavior_hint="(default: none)",
         ),
     ] = None
-    """The reduction mode (loss-reduction only; required there): a loss mode of
-    cxsim/loss_modes.py, a plug-in's name or package.module:name."""
+    """The reduction mode (loss-reduction: a loss mode of cxsim/loss_modes.py, a plug-in's
+    name or package.module:name) or the weighting rule (row-weights: session-equal,
+    partition-preserving, one-reward-per-rollout, thread-mean); required for those two."""
     examples: int = 25
     """Random batches per case (each failing case is then shrunk)."""
     seed: int = 0
@@ -165,6 +178,15 @@ class Config:
     shrink_seconds: float = 10.0
     """Time each failing case may spend shrinking its example; the report says where it ran
     out (the example is then not minimal)."""
+    gradient: bool = False
+    """The expected-gradient check instead (FUNCTION an estimator, --mode a loss mode): the
+    estimator and the reduction together against the true policy gradient of the lab's small
+    process, beside cxsim's pair (docs/conformance.md)."""
+    reduction: str | None = None
+    """With --gradient: the reduction, package.module:function in the loss-matrix layout
+    (default: cxsim's own for --mode)."""
+    gradient_tolerance: float = 0.02
+    """With --gradient: the largest difference of cosine and relative norm from cxsim's pair."""
 
     def __post_init__(self) -> None:
         if ":" not in self.function and self.function not in ESTIMATORS:
@@ -181,12 +203,23 @@ class Config:
                 f"layout {self.layout} does not serve {self.quantity}; it serves "
                 f"{', '.join(LAYOUT_QUANTITIES[self.layout])}"
             )
-        if self.mode is not None:
-            if self.quantity != "loss-reduction":
-                raise ValueError("--mode is required for loss-reduction and only there")
+        if self.gradient or self.reduction is not None:
+            if not self.gradient or self.mode is None:
+                raise ValueError("--gradient needs --mode (a loss mode); --reduction only with it")
             LOSS_MODES.check("--mode", self.mode)
-        elif self.quantity == "loss-reduction":
-            raise ValueError("--mode is required for loss-reduction and only there")
+            return
+        moded = ("loss-reduction", "row-weights")
+        if (self.mode is None) == (self.quantity in moded):
+            raise ValueError(
+                "--mode is required for loss-reduction and row-weights, and only there"
+            )
+        if self.quantity == "loss-reduction":
+            LOSS_MODES.check("--mode", self.mode)
+        if self.quantity == "row-weights" and self.mode not in WEIGHTING_RULES:
+            raise ValueError(
+                f"--mode for row-weights must be one of {', '.join(WEIGHTING_RULES)}, "
+                f"got {self.mode!r}"
+            )
         if self.examples < 1:
             raise ValueError(f"examples must be >= 1, got {self.examples}")
         if self.atol < 0 or (self.rtol is not None and self.rtol < 0):
@@ -283,6 +316,27 @@ def check_estimator(estimator, config: Config, quantity: str, claims) -> tuple[b
     return all(r.passed for r in results), report + f"\n({seconds:.1f} s)"
 
 
+def gradient_check(config: Config, estimator) -> tuple[bool, str]:
+    """``--gradient``: (passed, report) of ``experiments/conform_gradient.py``."""
+    from cxsim.conformance.reference import ESTIMATOR_QUANTITIES
+    from cxsim.experiments.conform_gradient import GradientRequest, check
+
+    if estimator is None:
+        raise ValueError(f"--gradient checks an estimator; {config.function} is not one")
+    quantity = config.quantity or ESTIMATOR_QUANTITIES.get(config.function)
+    references = {q: name for name, q in ESTIMATOR_QUANTITIES.items()}
+    if quantity not in references:
+        raise ValueError(
+            f"say which of cxsim's estimators {config.function} computes with --quantity "
+            f"(one of: {', '.join(references)})"
+        )
+    request = GradientRequest(
+        config.function, config.reduction, config.mode, references[quantity],
+        config.gradient_tolerance, config.seed,
+    )  # fmt: skip
+    return check(request)
+
+
 def main(argv: list[str] | None = None) -> None:
     config = _parse(argv)
     from cxsim.conformance import Claims, conform
@@ -292,6 +346,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     try:
         estimator = estimator_under_test(config.function)
+        if config.gradient:
+            passed, report = gradient_check(config, estimator)
+            print(report)
+            sys.exit(0 if passed else 1)
         quantity, layout = settle(config, estimator)
         if estimator is not None:
             passed, report = check_estimator(estimator, config, quantity, claims)

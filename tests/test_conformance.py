@@ -222,7 +222,7 @@ def test_command_passes_cxsim(capsys):
         ]
     )
     out = capsys.readouterr().out
-    assert "all 7 cases run agree with the reference" in out
+    assert "all 8 cases run agree with the reference" in out  # pinned/sessions among them
 
 
 @pytest.mark.parametrize(

@@ -192,9 +192,16 @@ def ref_aggregate(loss, mask, mode, rid):
         loss[s, t].item() for s in rows for t in range(loss.shape[1]) if mask[s, t]
     ]
     everything = cells(range(loss.shape[0]))
-    if mode == "token-mean":
+    if mode in ("token-mean", "partition-preserving", "summary-loss"):  # no summary rows here
         return sum(everything) / len(everything) if everything else 0.0
-    if mode == "rollout-mean":
+    if mode == "session-equal":  # each rollout one vote, shared by its rows' token means
+        groups = {}
+        for s in range(loss.shape[0]):
+            if cells([s]):
+                groups.setdefault(int(rid[s]), []).append(sum(cells([s])) / len(cells([s])))
+        votes = [sum(means) / len(means) for means in groups.values()]
+        return sum(votes) / len(votes) if votes else 0.0
+    if mode in ("rollout-mean", "thread-mean"):
         groups = {}
         for s in range(loss.shape[0]):
             groups.setdefault(int(rid[s]), []).append(s)

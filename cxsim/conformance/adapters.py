@@ -23,7 +23,9 @@ from cxsim.advantages import (
     stitched_gae,
 )
 from cxsim.estimators import split_over_chains
-from cxsim.losses import aggregate, rollout_token_counts
+from cxsim.loss_modes import LOSS_MODES
+from cxsim.loss_weighting import row_weights
+from cxsim.losses import aggregate
 
 Lam = float | torch.Tensor
 
@@ -195,23 +197,28 @@ def adaptive_lambda_samples(
 
 
 def reduce_micro_batches(losses, masks, rollout_ids, mode) -> torch.Tensor:
-    """Sum over micro-batches of ``aggregate`` with global denominators (what the update does)."""
+    """Sum over micro-batches of ``aggregate`` with global denominators (what the update does):
+    the mode's count and per-rollout figure over the whole batch (``LOSS_MODES[mode]``)."""
     whole_mask = torch.cat(masks)
     whole_ids = torch.cat(rollout_ids)
-    tokens = rollout_token_counts(whole_mask, whole_ids)
-    denominator = {
-        "token-mean": whole_mask.sum(),
-        "segment-mean": (whole_mask.sum(dim=1) > 0).sum(),
-        "seq-mean-token-sum": (whole_mask.sum(dim=1) > 0).sum(),
-        "rollout-mean": whole_ids[whole_mask.any(dim=1)].unique().numel(),
-    }[mode]
-    denominator = max(float(denominator), 1.0)
+    spec = LOSS_MODES[mode]
+    denominator = spec.count(whole_mask, whole_ids).to(torch.float64).clamp(min=1.0)
+    figures = spec.rollout_figures(whole_mask, whole_ids) if spec.divides_by_rollout else None
     total = torch.zeros((), dtype=torch.float64)
     start = 0
     for loss, mask, rid in zip(losses, masks, rollout_ids, strict=True):
         rows = slice(start, start + len(loss))
-        total = total + aggregate(
-            loss, mask, mode, rid, denominator=denominator, rollout_tokens=tokens[rows]
-        )
+        part = None if figures is None else figures[rows]
+        total = total + aggregate(loss, mask, mode, rid, denominator, part)
         start += len(loss)
     return total
+
+
+# --------------------------------------------------------------------------- row weights
+
+
+def row_weights_micro_batches(masks, attention_masks, rollout_ids, rule) -> list[torch.Tensor]:
+    """cxsim's per-row weight column (``cxsim.loss_weighting.row_weights``) over the whole
+    batch, handed back cut into its micro-batches."""
+    whole = row_weights(torch.cat(masks), torch.cat(rollout_ids), rule)
+    return list(whole.split([len(m) for m in masks]))

@@ -35,6 +35,9 @@ REDUCTION_MODES: tuple[str, ...] = (
     "segment-mean",
     "rollout-mean",
     "seq-mean-token-sum",
+    "session-equal",
+    "partition-preserving",
+    "thread-mean",
 )
 
 

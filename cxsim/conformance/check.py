@@ -57,6 +57,7 @@ DEFAULT_RTOL: dict[str, float] = {
     "chain-split": 1e-6,
     "adaptive-lambda": 1e-6,
     "loss-reduction": 1e-6,
+    "row-weights": 1e-6,
 }
 """Relative tolerance per quantity. GAE allows 1e-3: a float32 lambda (cxsim's own
 ``adaptive_lambda``, most frameworks) is off by up to 3e-8, which an exponent of
@@ -115,7 +116,12 @@ _PINS: dict[str, tuple[str, ...]] = {
     "group-broadcast": ("pinned/traces",),
     "chain-split": ("pinned/three-chains",),
     "adaptive-lambda": ("pinned/4+4", "pinned/1000+2000", "pinned/one-token-alpha-0.5"),
-    "loss-reduction": ("pinned/two-micro-batches", "pinned/rollout-denominators"),
+    "loss-reduction": (
+        "pinned/two-micro-batches",
+        "pinned/rollout-denominators",
+        "pinned/sessions",
+    ),
+    "row-weights": ("pinned/sessions",),
 }
 _PINS["cross-segment-gae"] = (*_PINS["local-gae"], "pinned/rejected-summary")
 _PINS["stitched-gae"] = _PINS["cross-segment-gae"]
@@ -128,6 +134,8 @@ def cases_for(quantity: str, min_group: int = 1, trees: bool = False) -> list[Ca
     if quantity == "loss-reduction":
         skip = ("long", "rejected-summaries")
         randoms = [c for c in random_cases(("none",)) if c.name not in skip]
+    elif quantity == "row-weights":
+        randoms = [c for c in random_cases(("none",)) if c.name != "long"]
     elif quantity == "group-broadcast":
         randoms = random_cases(("none",), min_group=min_group)
     elif quantity == "chain-split":

@@ -38,6 +38,7 @@ REJECTED_QUANTITIES: tuple[str, ...] = (
     "group-broadcast",
     "chain-split",
     "adaptive-lambda",
+    "row-weights",
 )
 """Quantities checked on rejected summary attempts (the ``rejected-summaries`` cases)."""
 

@@ -276,6 +276,33 @@ def _loss_matrix_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
     return _shaped(out, (), "the loss").reshape(1)
 
 
+# --------------------------------------------------------------------------- row weights
+
+
+def _row_weights_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, Any]:
+    """Per micro-batch: the trainable-token masks, the response masks (observation tokens
+    too), the rollout ids; and the rule."""
+    masks, responses, rollout_ids, start = [], [], [], 0
+    for size in batch.micro_batches:
+        rows = slice(start, start + size)
+        masks.append(batch.trainable[rows].clone())
+        responses.append(batch.response[rows].clone())
+        rollout_ids.append(batch.rollout_id[rows].clone())
+        start += size
+    return {"masks": masks, "attention_masks": responses, "rollout_ids": rollout_ids, "rule": mode}
+
+
+def _row_weights_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
+    if not isinstance(out, list | tuple) or len(out) != len(batch.micro_batches):
+        raise TypeError(
+            f"the function must return a list of {len(batch.micro_batches)} per-row weight "
+            "columns, one per micro-batch"
+        )
+    parts = [_shaped(w, (n,), f"micro-batch {k}'s weights") for k, (w, n) in
+             enumerate(zip(out, batch.micro_batches, strict=True))]  # fmt: skip
+    return torch.cat(parts)
+
+
 # --------------------------------------------------------------------------- estimator
 
 
@@ -331,6 +358,13 @@ LAYOUTS: dict[str, Layout] = {
         ("loss-reduction",),
         _loss_matrix_inputs,
         _loss_matrix_output,
+    ),
+    "row-weights": Layout(
+        "row-weights",
+        "per-row weight columns, one per micro-batch, from masks and rollout ids",
+        ("row-weights",),
+        _row_weights_inputs,
+        _row_weights_output,
     ),
     "estimator": Layout(
         "estimator",

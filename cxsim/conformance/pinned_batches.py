@@ -125,6 +125,19 @@ def _rule_examples() -> list[tuple[str, str, Batch]]:
             ),
         ),
         (
+            "pinned/sessions",
+            "session A: one row of 2 tokens, loss (1, 3); session B cut into 3 rows of 1, 3 "
+            "(+2 observation) and 2 tokens, loss (7), (1, 1, 1), (0, 4), its rows split over "
+            "two micro-batches: session-equal weights (2, 2/3, 2/3, 2/3), loss 8/3",
+            build_batch(
+                [[Segment((2,))], [Segment((1,)), Segment((3, 2)), Segment((2,))]],
+                gamma=1.0,
+                lam=0.9,
+                losses=[[1.0, 3.0], [7.0], [1.0, 1.0, 1.0, 0.0, 0.0], [0.0, 4.0]],
+                micro_batches=(2, 2),
+            ),
+        ),
+        (
             "pinned/rollout-denominators",
             "rollout 0: segments of loss (1) and (0, 0, 0) split over two micro-batches; "
             "rollout 1: loss (2, 4): rollout-mean (1/4 + 3) / 2 = 1.625",

@@ -38,6 +38,7 @@ QUANTITIES: tuple[str, ...] = (
     "chain-split",
     "adaptive-lambda",
     "loss-reduction",
+    "row-weights",
 )
 ESTIMATOR_QUANTITIES: dict[str, str] = {
     "local": "local-gae",
@@ -140,12 +141,18 @@ def reference(batch: Batch, quantity: str, mode: str | None = None) -> torch.Ten
         if mode is None:
             raise ValueError("loss-reduction needs a mode")
         return aggregate(batch.loss, batch.trainable, mode, batch.rollout_id).reshape(1)
+    if quantity == "row-weights":
+        from cxsim.conformance.weighting import WEIGHTING_RULES
+
+        if mode not in WEIGHTING_RULES:
+            raise ValueError(f"row-weights needs a rule, one of {', '.join(WEIGHTING_RULES)}")
+        return WEIGHTING_RULES[mode].weights(batch.trainable, batch.rollout_id)
     return _REFERENCES[quantity](batch)
 
 
 def compared_positions(batch: Batch, quantity: str) -> torch.Tensor:
     """Bool mask of the output entries that are compared (the ones a loss ever reads)."""
-    if quantity == "adaptive-lambda":  # a row without a trainable token has no lambda to use
+    if quantity in ("adaptive-lambda", "row-weights"):  # rows with a trainable token
         return batch.trainable.any(dim=1)
     if quantity == "loss-reduction":
         return torch.ones(1, dtype=torch.bool)

@@ -90,6 +90,7 @@ def format_batch(failure: Failure, quantity: str, mode: str | None) -> list[str]
         "adaptive-lambda": f"alpha={b.alpha} scope={b.scope}",
         "group-broadcast": "eps=1e-06",
         "chain-split": "each rollout's reward over its chains",
+        "row-weights": f"rule={mode}, micro-batch sizes (rows) {list(b.micro_batches)}",
     }
     lines = ["    " + header.get(quantity, f"gamma={b.gamma} {lam}")]
     legend = "    mask: T trainable, o observation inside the response"
@@ -97,7 +98,7 @@ def format_batch(failure: Failure, quantity: str, mode: str | None) -> list[str]
     if bool(rejected.any()):
         legend += ", x token of a rejected summary attempt (untrained)"
     lines.append(legend)
-    per_row = quantity not in ("adaptive-lambda", "loss-reduction")
+    per_row = quantity not in ("adaptive-lambda", "loss-reduction", "row-weights")
     for r in range(b.num_rows):
         n = int(b.response[r].sum())
         flags = [

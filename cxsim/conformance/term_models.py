@@ -19,6 +19,7 @@ import torch
 
 from cxsim.conformance.batches import Batch, select_rows
 from cxsim.conformance.reference import GAE_QUANTITIES, GROUP_EPS, lambda_rows
+from cxsim.conformance.weighting_models import row_weights_model, weighted_reduction_model
 from cxsim.losses import aggregate
 from cxsim.segment_trees import segment_chains
 
@@ -367,7 +368,7 @@ def reduction_model(
         ]
         total = torch.stack(parts)
         return (total.mean() if chunks == "mean" else total.sum()).reshape(1)
-    if used != "rollout-mean":
+    if used not in ("rollout-mean", "thread-mean"):
         return aggregate(batch.loss, batch.trainable, used, batch.rollout_id).reshape(1)
     masked = torch.where(batch.trainable, batch.loss, 0.0)
     row_sum, row_tokens = masked.sum(dim=1), batch.trainable.sum(dim=1)
@@ -409,6 +410,10 @@ def model(batch: Batch, quantity: str, mode: str | None, settings: dict[str, Any
         return chain_model(batch, **settings)
     if quantity == "adaptive-lambda":
         return lambda_model(batch, **settings)
+    if quantity == "loss-reduction" and "row_form" in settings:
+        return weighted_reduction_model(batch, mode or "session-equal", settings["row_form"])
     if quantity == "loss-reduction":
         return reduction_model(batch, mode or "token-mean", **settings)
+    if quantity == "row-weights":
+        return row_weights_model(batch, mode or "session-equal", **settings)
     raise ValueError(f"no model for quantity {quantity!r}")

@@ -27,6 +27,11 @@ import torch
 from cxsim.conformance.batches import Batch
 from cxsim.conformance.reference import GAE_QUANTITIES, lambda_rows
 from cxsim.conformance.term_models import model
+from cxsim.conformance.weighting_models import (
+    LOSS_MODE_RULES,
+    row_weight_choices,
+    weighted_reduction_choices,
+)
 
 MAX_TERMS = 3
 """The most wrong terms tried together."""
@@ -293,7 +298,9 @@ def _reduction_choices(batch: Batch, mode: str) -> list[Choice]:
             {"chunks": "sum"},
         ),
     ]
-    if mode == "rollout-mean":
+    if mode in LOSS_MODE_RULES:
+        choices += [Choice(t, f, s) for t, f, s in weighted_reduction_choices(batch, mode)]
+    if mode in ("rollout-mean", "thread-mean"):
         choices += [
             Choice(
                 "the denominator",
@@ -338,6 +345,9 @@ _CHOICES: dict[str, Callable[[Batch, str, str | None], list[Choice]]] = {
     "chain-split": lambda b, q, m: _chain_choices(b),
     "adaptive-lambda": lambda b, q, m: _adaptive_choices(b),
     "loss-reduction": lambda b, q, m: _reduction_choices(b, m or "token-mean"),
+    "row-weights": lambda b, q, m: [
+        Choice(t, f, s) for t, f, s in row_weight_choices(b, m or "session-equal")
+    ],
 }
 
 
@@ -397,7 +407,7 @@ def _locate(
     batch: Batch, quantity: str, got: torch.Tensor, expected: torch.Tensor, where: torch.Tensor
 ) -> str:
     diff = torch.where(where, (got - expected).abs(), 0.0)
-    if quantity in ("adaptive-lambda", "loss-reduction"):
+    if quantity in ("adaptive-lambda", "loss-reduction", "row-weights"):
         return "no known pitfall reproduces the output"
     row, col = divmod(int(diff.argmax()), diff.shape[1])
     last = max(i for i, f in enumerate(batch.trainable[row].tolist()) if f)

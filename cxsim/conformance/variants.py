@@ -314,3 +314,12 @@ def rollout_mean_segments_counted(losses, masks, rollout_ids, mode) -> torch.Ten
         if tokens:
             means.append((loss[rows] * mask[rows]).sum() / tokens)
     return torch.stack(means).sum() / mask.any(dim=1).sum()
+
+
+def token_mean_over_every_token(losses, masks, rollout_ids, mode) -> torch.Tensor:
+    """loss-matrix, loss-reduction (token-mean): the masked sum divided by every token of the
+    rows (padding and untrained tokens too), not by the trainable ones: 16 over 4 trainable of
+    6 tokens gives 16/6 instead of 16/4. The gradient keeps its direction and loses a third of
+    its length; ``cxsim conform --gradient`` measures the relative norm 4/6."""
+    total = sum((loss * mask).sum() for loss, mask in zip(losses, masks, strict=True))
+    return total / sum(mask.numel() for mask in masks)

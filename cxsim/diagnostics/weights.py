@@ -24,7 +24,7 @@ from cxsim.diagnostics._common import (
     segment_counts,
     to_floats,
 )
-from cxsim.loss_modes import LOSS_MODES
+from cxsim.loss_modes import LOSS_MODES, role_keywords
 from cxsim.losses import aggregate
 
 # Histogram of share relative to uniform (share * S'): bins centred on powers of
@@ -33,16 +33,23 @@ SHARE_BIN_CENTRES: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 SHARE_BIN_LABELS: tuple[str, ...] = ("0.125x", "0.25x", "0.5x", "1x", "2x", "4x", "8x")
 
 
-def token_weights(mask: torch.Tensor, mode: str, rollout_id: torch.Tensor) -> torch.Tensor:
+def token_weights(
+    mask: torch.Tensor,
+    mode: str,
+    rollout_id: torch.Tensor,
+    is_summary: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Closed-form gradient weight of every token under ``mode`` (S, T), float64: the
     mode's own ``weights`` in :data:`cxsim.loss_modes.LOSS_MODES` (token-mean ``1/|M|``;
     segment-mean ``1/(S' n_s)``; rollout-mean ``1/(R' N_tau)``; seq-mean-token-sum
     ``1/S'``). Zero off the mask. Equals :func:`token_weights_autograd` (tested).
+    ``is_summary`` (S,): each row's role, for the modes that read it (``summary-loss``).
     """
     check_per_row("rollout_id", rollout_id, mask)
     if mode not in LOSS_MODES:
         raise ValueError(f"mode must be one of {tuple(LOSS_MODES)}, got {mode!r}")
-    return LOSS_MODES[mode].weights(mask, rollout_id)
+    spec = LOSS_MODES[mode]
+    return spec.weights(mask, rollout_id, **role_keywords(spec, is_summary))
 
 
 def token_weights_autograd(mask: torch.Tensor, mode: str, rollout_id: torch.Tensor) -> torch.Tensor:

@@ -53,7 +53,9 @@ def first_run(example: Path) -> dict:
     argv = ["study", str(example), "--budget", "test", "--seeds", "0:2", "--runs-dir", str(runs),
             "--out", str(out), "--only", "small:beats-base"]  # fmt: skip
     cxsim(argv)
-    return {"runs": runs, "out": out, "results": json.loads((out / "my_study.json").read_text())}
+    page = "my_study.budget-test.seeds-0-1.only-small_beats-base"  # a narrowed run's own page
+    return {"runs": runs, "out": out, "page": page,
+            "results": json.loads((out / f"{page}.json").read_text())}  # fmt: skip
 
 
 def results_files(runs: Path) -> dict[Path, float]:
@@ -270,7 +272,7 @@ def test_example_study_page_and_results(first_run: dict):
         assert config["seed"] == seed and config["policy"].endswith(f"s{seed}/sft/policy")
         (base_eval,) = runs.glob(f"small-*/s{seed}/eval/base-*.json")
         assert json.loads(base_eval.read_text())["config"]["eval"]["seed"] == seed
-    page = (first_run["out"] / "my_study.md").read_text()
+    page = (first_run["out"] / f"{first_run['page']}.md").read_text()
     assert "# A floor on the cross-segment correction" in page
     assert "**beats-base** (small)" in page and "floor-helps" not in page.split("## Arms")[0]
     for needed in ("sft.episodes 4", "ppo.rollouts-per-batch 2", "eval.episodes 2",
@@ -292,14 +294,14 @@ def test_a_rerun_with_another_arm_trains_only_that_arm(example: Path, first_run:
     common = ["study", str(example), "--budget", "test", "--runs-dir", str(runs), "--out",
               str(out), "--quiet"]  # fmt: skip
     cxsim([*common, "--seeds", "0:2", "--only", "arm:floored"])
-    results = json.loads((out / "my_study.json").read_text())
+    results = json.loads((out / "my_study.budget-test.seeds-0-1.only-arm_floored.json").read_text())
     assert results["made_now"] == {"sft": 0, "train": 2, "eval": 2}
     assert results["claims"] == []  # one arm alone decides no claim
     assert all(path.stat().st_mtime_ns == mtime for path, mtime in before.items())
     # the whole study, a narrower seed range: every unit is in the cache
     after = results_files(runs)
     cxsim([*common, "--seeds", "1"])
-    results = json.loads((out / "my_study.json").read_text())
+    results = json.loads((out / "my_study.budget-test.seeds-1.json").read_text())
     assert results["made_now"] == {"sft": 0, "train": 0, "eval": 0}
     assert [c["name"] for c in results["claims"]] == ["beats-base", "floor-helps"]
     assert results["arms"]["small"]["floored"]["seeds"] == [1]
@@ -371,12 +373,12 @@ def test_example_study_at_its_smoke_budget(tmp_path: Path):
     runs, out = tmp_path / "runs", tmp_path / "page"
     cxsim(["study", str(EXAMPLES / "my_study.toml"), "--budget", "smoke", "--seeds", "0:2",
            "--runs-dir", str(runs), "--out", str(out), "--quiet"])  # fmt: skip
-    results = json.loads((out / "my_study.json").read_text())
+    results = json.loads((out / "my_study.budget-smoke.seeds-0-1.json").read_text())
     assert results["made_now"] == {"sft": 2, "train": 4, "eval": 6}
     assert [c["name"] for c in results["claims"]] == ["beats-base", "floor-helps"]
     for claim in results["claims"]:
         assert len(claim["per_seed_difference"]) == 2
-    page = (out / "my_study.md").read_text()
+    page = (out / "my_study.budget-smoke.seeds-0-1.md").read_text()
     assert "**floor-helps** (small)" in page and "ppo.estimator my_estimator:floored" in page
 
 
@@ -551,12 +553,13 @@ def test_the_shipped_studies_keep_the_critic_their_pages_were_made_with(name: st
     # so are the pages' own full budgets; the default critic is another since
     for made in (verdicts.BUDGETS["full"].ppo, tables.BUDGETS["full"].ppo):
         assert (made.value_head, made.critic_lam) == tuple(PUBLISHED_CRITIC.values())
-        assert made.kl_coef == 0.0
+        assert made.kl_coef == 0.0 and not made.skip_uniform_batches
     assert (PPOConfig().value_head, PPOConfig().critic_lam) == ("context-ridge", 1.0)
     # and their run folders keep their names: a record without the two stands for them
     recorded = to_jsonable(PPOConfig(**PUBLISHED_CRITIC))
     assert "value_head" not in recorded and "critic_lam" not in recorded
-    assert "kl_coef" not in to_jsonable(PPOConfig(**PUBLISHED_RECIPE))  # as recorded before it
+    recorded = to_jsonable(PPOConfig(**PUBLISHED_RECIPE))  # as recorded before the two
+    assert "kl_coef" not in recorded and "skip_uniform_batches" not in recorded
 
 
 @pytest.mark.parametrize("name", ["verdicts", "table4-horizons", "table4-critic", "strategies"])
@@ -569,4 +572,6 @@ def test_the_shipped_studies_keep_the_recipe_their_pages_were_made_with(name: st
         for arm in setting.arms:
             ppo = arm_ppo(setting, study.arm(arm))
             assert ppo.kl_coef == 0.0 and ppo.iterations in (8, 12), (setting.name, arm)
-    assert (PPOConfig().kl_coef, PPOConfig().iterations) == (0.1, 16)  # the default since
+            assert not ppo.skip_uniform_batches, (setting.name, arm)
+    default = PPOConfig()  # the defaults since
+    assert (default.kl_coef, default.iterations, default.skip_uniform_batches) == (0.1, 16, True)

@@ -48,7 +48,8 @@ def run_study(example: Path, name: str, *flags: str) -> dict:
     cxsim(["study", str(example), "--budget", "test", "--seeds", "0:2", "--only",
            "small:beats-base", "--runs-dir", str(runs), "--out", str(out), "--quiet",
            *flags])  # fmt: skip
-    return {"runs": runs, **json.loads((out / "my_study.json").read_text())}
+    page = out / "my_study.budget-test.seeds-0-1.only-small_beats-base.json"  # a narrowed run's
+    return {"runs": runs, **json.loads(page.read_text())}
 
 
 def timing(key: str) -> bool:

@@ -29,6 +29,9 @@ One topic per module:
   success curve, the bounds of its keys); :mod:`cxsim.studies.correction`: Holm-Bonferroni
   over a page's claims; :mod:`cxsim.studies.outcomes`: each claim's comparison from the
   units' results, with the correction applied;
+- :mod:`cxsim.studies.where`: a study's folder (keyed by its file) and its page's name (a
+  narrowed run's beside the full one); :mod:`cxsim.studies.artefact`: what a page is
+  computed from, kept in its JSON, and the page rebuilt from that alone (``--render``);
 - :mod:`cxsim.studies.page`: the Markdown page from plain results;
   :mod:`cxsim.studies.page_claims`: its claims and predictions;
   :mod:`cxsim.studies.page_settings`: its tables of every setting that decides a number;

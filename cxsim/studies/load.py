@@ -50,8 +50,9 @@ TOP_KEYS = (
 )
 
 
-def read_toml(path: Path) -> dict[str, Any]:
-    """The file's table; a missing file or bad TOML is one line."""
+def read_toml(path: Path, text: str | None = None) -> dict[str, Any]:
+    """The file's table (``text``: the file's text as recorded, instead of reading it); a
+    missing file or bad TOML is one line."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - Python 3.10
@@ -62,23 +63,27 @@ def read_toml(path: Path) -> dict[str, Any]:
                 "reading a study file needs Python 3.11 or later (tomllib), or "
                 "`pip install tomli` on Python 3.10"
             ) from error
-    if not path.is_file():
+    if text is None and not path.is_file():
         raise FileNotFoundError(f"no study file at {path}; pass the path of a .toml file")
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text() if text is None else text)
     except tomllib.TOMLDecodeError as error:
         raise StudyError(f"{path.name} is not valid TOML: {error}") from error
 
 
-def load_study(path: str | Path, seeds: str | None = None, budget: str | None = None) -> Study:
+def load_study(
+    path: str | Path, seeds: str | None = None, budget: str | None = None, text: str | None = None
+) -> Study:
     """Parse and validate the study file at ``path``: every key, every name, every config
     and every (setting, arm) PPO config, before any run. ``seeds`` (``a:b``) replaces the
-    file's seeds; ``budget`` names a ``[budgets.NAME]`` table set over every setting.
+    file's seeds; ``budget`` names a ``[budgets.NAME]`` table set over every setting;
+    ``text``: the file's text as a page's artefact recorded it (the path still names it and
+    the folder its relative paths start from).
 
     The file's folder goes on the import path (after the current folder), so that an arm's
     ``ppo.estimator = "my_module:name"`` finds a module kept next to the file."""
     path = Path(path).absolute()
-    raw = read_toml(path)
+    raw = read_toml(path, text)
     where = path.name
     folder = str(path.parent)
     if folder not in sys.path:

@@ -3,8 +3,8 @@ setting that decides a number, from plain results.
 
 :func:`write_page` takes the parsed study (:mod:`cxsim.studies.spec`), the units' results
 (:func:`cxsim.studies.runner.run_study`: plain dicts read from the cache) and a few words on
-how the results were made; it writes ``<stem>.md`` and ``<stem>.json`` (the same numbers
-as data). Intervals, verdicts and power: :mod:`cxsim.studies.stats`; each claim's numbers
+how the results were made; it writes ``<page>.md`` and ``<page>.json`` (the same numbers
+as data, and the inputs the page is computed from: :mod:`cxsim.studies.artefact`). Intervals, verdicts and power: :mod:`cxsim.studies.stats`; each claim's numbers
 and the page-level correction: :mod:`cxsim.studies.outcomes`; the claims and predictions
 sections: :mod:`cxsim.studies.page_claims`; the settings tables:
 :mod:`cxsim.studies.page_settings`.
@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from cxsim.studies.artefact import compact_stage0, dumps, write_text
 from cxsim.studies.checks import check_lines, run_checks
 from cxsim.studies.outcomes import Runs, claim_comparisons, comparison, side_value
 from cxsim.studies.page_claims import FINAL_ITERATIONS, claim_lines, metric_label, prediction_lines
@@ -23,8 +24,8 @@ from cxsim.studies.page_settings import group_text, how_it_trains, setting_lines
 from cxsim.studies.selection import Selection
 from cxsim.studies.spec import BASE, Side, Study
 from cxsim.studies.stats import METRICS, diagnostic, interval
+from cxsim.studies.where import shown_path
 from cxsim.tables import Interval, fmt, markdown_table
-from cxsim.tracking import write_json
 
 # -- sections -------------------------------------------------------------------------------
 
@@ -46,8 +47,8 @@ def header_lines(
         f" --budget {study.budget}" if study.budget else ""
     )
     lines += [
-        f"Study file `{Path(study.path).name}`{budget}, written by `{made_by['command']}` at "
-        f"commit {made_by['commit']} in {made_by['wall_time_s']:.0f}s; the runs it read (cache "
+        f"Study file `{Path(study.path).name}`{budget}, written by `{made_by['command']}` "
+        f"{made_at(made_by)} in {made_by['wall_time_s']:.0f}s; the runs it read (cache "
         f"`{made_by['runs_dir']}`) took {stage_s / 60:.1f} process-minutes when made, on "
         f"`{made_by['device']}`. A rerun that finds them in the cache rewrites this page in "
         "seconds.",
@@ -66,6 +67,15 @@ def header_lines(
             "",
         ]
     return lines
+
+
+def made_at(made_by: dict[str, Any]) -> str:
+    """``at commit abc1234``, or, for a run outside a git checkout, the package's version."""
+    commit = made_by.get("commit") or "unknown"
+    if commit != "unknown":
+        return f"at commit {commit}"
+    version = made_by.get("version")
+    return "outside a git checkout" + (f" (cxsim {version})" if version else "")
 
 
 def stage_seconds(result: dict[str, Any]) -> float:
@@ -389,16 +399,6 @@ def summary(study: Study, selection: Selection, runs: Runs) -> dict[str, Any]:
     }
 
 
-def shown_path(path: str) -> str:
-    """``path`` relative to the current folder when it lies inside it, else its name: no
-    machine's absolute path in a page or its data."""
-    full = Path(path).resolve()
-    try:
-        return str(full.relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return full.name
-
-
 def render(
     study: Study,
     selection: Selection,
@@ -417,10 +417,29 @@ def render(
         *checks_section(study, selection, runs),
         *metric_lines(study, selection, runs, figure),
         *arm_lines(study, selection, runs),
-        *setting_lines(study, selection, runs),
+        *setting_lines(study, selection, runs, outcome.get("settings")),
         *per_seed_lines(study, selection, runs),
     ]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def page_data(
+    study: Study,
+    selection: Selection,
+    outcome: dict[str, Any],
+    made_by: dict[str, Any],
+    inputs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The page's JSON: its numbers as data, its checks, how it was made and, when given,
+    the ``inputs`` it is computed from (:mod:`cxsim.studies.artefact`)."""
+    return {
+        **summary(study, selection, outcome["runs"]),
+        "checks": run_checks(study, selection, outcome["runs"]),
+        "made_by": made_by,
+        "made_now": outcome["made"],
+        "stage0": {n: compact_stage0(c) for n, c in outcome.get("stage0", {}).items()},
+        **({"inputs": inputs} if inputs is not None else {}),
+    }
 
 
 def write_page(
@@ -429,24 +448,22 @@ def write_page(
     selection: Selection,
     outcome: dict[str, Any],
     made_by: dict[str, Any],
+    name: str | None = None,
+    inputs: dict[str, Any] | None = None,
 ) -> dict[str, Path]:
-    """``<stem>.md`` and ``<stem>.json`` in ``out_dir`` (and ``<stem>.png``, the study's
+    """``<name>.md`` and ``<name>.json`` in ``out_dir`` (and ``<name>.png``, the study's
     ``[figure]``); returns their paths. ``outcome``: :func:`cxsim.studies.runner.run_study`'s
-    result; ``made_by``: ``command``, ``commit``, ``wall_time_s``, ``runs_dir``, ``device``."""
+    result; ``made_by``: ``command``, ``commit``, ``wall_time_s``, ``runs_dir``, ``device``;
+    ``name``: the page's file stem (None: the study file's); ``inputs``: the artefact
+    (:func:`cxsim.studies.artefact.inputs`), kept in the JSON with the page's name and figure."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    page, data = out / f"{study.stem}.md", out / f"{study.stem}.json"
-    drawn = out / f"{study.stem}.png"
+    name = name or study.stem
+    page, data = out / f"{name}.md", out / f"{name}.json"
+    drawn = out / f"{name}.png"
     figure = drawn.name if draw_figure(study, selection, outcome["runs"], drawn) else ""
     page.write_text(render(study, selection, outcome, made_by, figure))
-    write_json(
-        data,
-        {
-            **summary(study, selection, outcome["runs"]),
-            "checks": run_checks(study, selection, outcome["runs"]),
-            "made_by": made_by,
-            "made_now": outcome["made"],
-            "stage0": outcome.get("stage0", {}),
-        },
-    )
+    if inputs is not None:
+        inputs = {**inputs, "name": name, "figure": figure}
+    write_text(data, dumps(page_data(study, selection, outcome, made_by, inputs)))
     return {"page": page, "results": data, **({"figure": drawn} if figure else {})}

@@ -54,7 +54,42 @@ def group_text(config: Any, group: str) -> str:
     )
 
 
-def setting_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
+GROUPS = ("compaction", "sft", "ppo", "eval")
+
+
+def setting_groups(study: Study) -> dict[str, dict[str, Any]]:
+    """Each setting's config groups as run, every field as data (:data:`GROUPS`), and
+    ``ppo_start``: its PPO as a run records it, for the arms' rows; a page's artefact keeps
+    them, so that a page rebuilt after a default or a field changed still says what ran."""
+    return {
+        s.name: {
+            **{
+                g: {
+                    f.name: to_jsonable(getattr(getattr(s, g), f.name))
+                    for f in fields(getattr(s, g))
+                }
+                for g in GROUPS
+            },
+            "ppo_start": with_unrecorded(to_jsonable(s.ppo), PPOConfig),
+        }
+        for s in study.settings
+    }
+
+
+def values_text(values: dict[str, Any], group: str) -> str:
+    """A config group's fields as data, as :func:`group_text` writes them."""
+    return ", ".join(f"{group}.{k.replace('_', '-')} {value_text(v)}" for k, v in values.items())
+
+
+def setting_lines(
+    study: Study,
+    selection: Selection,
+    runs: Runs,
+    groups: dict[str, dict[str, Any]] | None = None,
+) -> list[str]:
+    """The settings section; ``groups``: each setting's config groups as recorded
+    (:func:`setting_groups`; None: the study's as parsed now)."""
+    groups = groups or setting_groups(study)
     lines = [
         "## Every setting that decides a number",
         "",
@@ -71,6 +106,7 @@ def setting_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
             continue
         first = next(iter(runs[setting.name].values()))[0]
         derived = first["sft"]["compaction"]
+        ran = groups[setting.name]
         sizes = ", ".join(
             f"{k.replace('_', '-')} {derived[k]}"
             for k in ("budget", "threshold", "max_response_tokens", "max_summary_tokens")
@@ -103,15 +139,15 @@ def setting_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
             ),
             [
                 "compaction",
-                group_text(setting.compaction, "compaction")
+                values_text(ran["compaction"], "compaction")
                 + f"; sizes as run (unset ones derived by the pre-flight): {sizes}",
             ],
-            ["SFT", group_text(setting.sft, "sft")],
-            ["PPO every arm starts from", group_text(setting.ppo, "ppo")],
-            *arm_rows(setting, selection, runs),
+            ["SFT", values_text(ran["sft"], "sft")],
+            ["PPO every arm starts from", values_text(ran["ppo"], "ppo")],
+            *arm_rows(setting, selection, runs, ran["ppo_start"]),
             [
                 "evaluation",
-                group_text(setting.eval, "eval").replace("eval.seed None", "eval.seed s")
+                values_text(ran["eval"], "eval").replace("eval.seed None", "eval.seed s")
                 + "; each arm's last checkpoint, sampled at eval.temperature",
             ],
         ]
@@ -124,16 +160,19 @@ def setting_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
     return lines
 
 
-def arm_rows(setting: Setting, selection: Selection, runs: Runs) -> list[list[str]]:
-    """Each trained arm's PPO settings where they differ from the setting's, as run."""
-    start = with_unrecorded(to_jsonable(setting.ppo), PPOConfig)
+def arm_rows(
+    setting: Setting, selection: Selection, runs: Runs, start: dict[str, Any]
+) -> list[list[str]]:
+    """Each trained arm's PPO settings where they differ from the setting's (``start``: its
+    PPO as a run records it), as run."""
     rows = []
     for name, results in runs[setting.name].items():
         if name == BASE or (setting.name, name) not in selection.pairs:
             continue
         ran = results[0]["train"]
         as_run = with_unrecorded(ran["ppo"], PPOConfig)  # a field left out is at its old default
-        changed = {k: v for k, v in as_run.items() if start.get(k) != v}
+        # a field the setting's record lacks came after the runs: not one they changed
+        changed = {k: v for k, v in as_run.items() if k in start and start[k] != v}
         said = ", ".join(f"ppo.{k.replace('_', '-')} {value_text(v)}" for k, v in changed.items())
         rows.append(
             [

@@ -119,7 +119,14 @@ def bench(cfg: Config) -> dict[str, Any]:
         "policy_tokens_per_rollout": shares.tokens.tolist(),
         "rollout_share": shares.rollout_share.tolist(),
         "grad_share": {mode: s.tolist() for mode, s in shares.grad_share.items()},
+        "summary_token_share": summary_token_share(mask, batch.is_summary),
+        "summary_share": dict(shares.summary_share),
     }
+
+
+def summary_token_share(mask, is_summary) -> float:
+    """The summary tokens' share of the policy tokens."""
+    return float(mask[is_summary].sum()) / max(float(mask.sum()), 1.0)
 
 
 def from_runs(cfg: Config) -> dict[str, Any]:
@@ -160,6 +167,11 @@ def from_runs(cfg: Config) -> dict[str, Any]:
     def mean_of(key: str) -> float:
         return sum(float(h.get(key, 0.0)) for h in iterations) / len(iterations)
 
+    summary_share = {
+        mode: mean_of(f"weights/{mode}/summary_share")
+        for mode in cfg.loss_modes
+        if any(f"weights/{mode}/summary_share" in h for h in iterations)
+    }
     return {
         "source": "training",
         "runs": [str(f.parent) for f in files],
@@ -170,6 +182,7 @@ def from_runs(cfg: Config) -> dict[str, Any]:
             mode: [mean_of(f"horizon/{mode}/grad_share_k{k}") for k in windows]
             for mode in cfg.loss_modes
         },
+        "summary_share": summary_share,
     }
 
 
@@ -201,6 +214,27 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def summary_markdown(result: dict[str, Any]) -> str:
+    """The summary tokens' share of the gradient under each mode (in brackets: over their share
+    of the policy tokens, where known); "" when the result has none."""
+    shares = result.get("summary_share") or {}
+    if not shares:
+        return ""
+    tokens = result.get("summary_token_share")
+    head = "| loss mode | summary tokens' share of the gradient |\n|---|---|\n"
+    rows = [
+        f"| {mode} | {share:.3f}" + (f" ({share / tokens:.2f}x)" if tokens else "") + " |"
+        for mode, share in shares.items()
+    ]
+    where = (
+        f"Summary tokens are {tokens:.3f} of the policy tokens; each mode's share of the "
+        "gradient weight on them (in brackets: over their share of the tokens).\n\n"
+        if tokens
+        else "Each mode's share of the gradient weight on the summary tokens, averaged.\n\n"
+    )
+    return "\n" + where + head + "\n".join(rows) + "\n"
+
+
 def page(result: dict[str, Any]) -> str:
     """horizons.md: the setting, the command and its wall time, the table."""
     if result.get("source") == "training":
@@ -211,7 +245,7 @@ def page(result: dict[str, Any]) -> str:
             f"training runs, averaged; wall time {result['wall_s']:.1f} s.\n\n"
             "Per number of windows K: the share of the rollouts, and each loss mode's share "
             "of the total per-token gradient weight (in brackets: over the share of "
-            "rollouts).\n\n" + markdown(result)
+            "rollouts).\n\n" + markdown(result) + summary_markdown(result)
         )
     kwargs = " ".join(f"{k} {v}" for k, v in result["env_kwargs"].items())
     return (
@@ -224,6 +258,7 @@ def page(result: dict[str, Any]) -> str:
         "Per number of windows K: the share of the rollouts, and each loss mode's share of the "
         "total per-token gradient weight (in brackets: over the share of rollouts).\n\n"
         + markdown(result)
+        + summary_markdown(result)
     )
 
 
@@ -273,7 +308,7 @@ def main(argv: list[str] | None = None) -> None:
     plot(result, cfg.out / "horizons.png")
     (cfg.out / "horizons.md").write_text(page(result))
     write_json(cfg.out / "horizons.json", result)
-    say(markdown(result).rstrip())
+    say((markdown(result) + summary_markdown(result)).rstrip())
     say(
         f"wrote {cfg.out / 'horizons.png'}, horizons.md and horizons.json ({result['wall_s']:.1f} s)"
     )

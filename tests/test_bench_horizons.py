@@ -10,6 +10,7 @@ import pytest
 
 from cxsim.cli import main as cxsim
 from cxsim.experiments.bench_horizons import Config
+from cxsim.loss_modes import LOSS_MODES
 
 TINY = [
     "--episodes", "12",
@@ -26,7 +27,14 @@ def test_bench_writes_the_figure_and_a_table_whose_shares_add_up(tmp_path: Path)
     assert result["success"] == 1.0  # the oracle with perfect summaries
     assert sum(result["rollout_share"]) == pytest.approx(1.0)
     shares = result["grad_share"]
-    assert set(shares) == {"token-mean", "segment-mean", "rollout-mean", "seq-mean-token-sum"}
+    assert set(shares) == set(LOSS_MODES)  # every registered mode
+    # the summary tokens' share of the gradient: their token share under token-mean, exactly
+    # c / (1 + c) = 1/2 under summary-loss (weight 1), below token-mean under session-equal
+    summary = result["summary_share"]
+    assert summary["token-mean"] == pytest.approx(result["summary_token_share"])
+    assert summary["summary-loss"] == pytest.approx(0.5)
+    assert 0 < summary["session-equal"] < summary["token-mean"]
+    assert "summary tokens' share of the gradient" in (tmp_path / "horizons.md").read_text()
     for mode, by_k in shares.items():
         assert sum(by_k) == pytest.approx(1.0), mode
     # one vote per rollout: the gradient share is the rollout share
@@ -38,7 +46,8 @@ def test_bench_writes_the_figure_and_a_table_whose_shares_add_up(tmp_path: Path)
     assert result["policy_tokens_per_rollout"] == sorted(result["policy_tokens_per_rollout"])
     page = (tmp_path / "horizons.md").read_text()
     assert "cxsim bench horizons --episodes 12" in page and "wall time" in page
-    assert page.count("\n| ") == 1 + len(result["windows"])  # header + one row per K
+    # the horizon table (header + one row per K), then the summary table (header + a row a mode)
+    assert page.count("\n| ") == 1 + len(result["windows"]) + 1 + len(LOSS_MODES)
     assert (tmp_path / "horizons.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

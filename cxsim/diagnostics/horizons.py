@@ -11,6 +11,10 @@ are not summaries: a rollout of K windows made K - 1 compactions), this reports 
 - ``horizon/{mode}/grad_share_k{K}``: the share of the total gradient weight
   ``sum w_{s,t}`` that their tokens carry under ``mode``.
 
+``HorizonShares.summary_share`` (not a tag: ``weights/{mode}/summary_share`` logs the same)
+is the summary tokens' share of the whole batch's gradient weight under each mode, which
+``cxsim bench horizons`` reports.
+
 A loss mode weighs rollouts evenly when the two shares agree at every K (``rollout-mean``
 does by construction); a grad share above the rollout share means that mode over-weights
 rollouts of that length. Only the K present in the batch get tags.
@@ -43,6 +47,8 @@ class HorizonShares:
     """(G,) float64: ``rollouts / sum(rollouts)``."""
     grad_share: dict[str, torch.Tensor]
     """mode -> (G,) float64: the group's share of the gradient weight under that mode."""
+    summary_share: dict[str, float]
+    """mode -> the summary tokens' share of the batch's gradient weight under that mode."""
 
     def as_dict(self) -> dict[str, float]:
         """TensorBoard tags: ``horizon/rollout_share_k{K}`` and
@@ -89,17 +95,19 @@ def horizon_shares(
     rollouts = group_sums(ones, group_of_rollout, groups)
     row_group = group_of_rollout[row_to_rollout]  # (S,) each row's group
     tokens = group_sums(mask.sum(dim=1).to(torch.float64), row_group, groups)
-    grad_share = {}
+    grad_share, summary_share = {}, {}
     for mode in LOSS_MODES if modes is None else modes:
-        per_row = token_weights(mask, mode, rollout_id).sum(dim=1)  # (S,)
+        per_row = token_weights(mask, mode, rollout_id, is_summary).sum(dim=1)  # (S,)
         by_group = group_sums(per_row, row_group, groups)
         grad_share[mode] = safe_div(by_group, by_group.sum())
+        summary_share[mode] = float(safe_div(per_row[is_summary].sum(), per_row.sum()))
     return HorizonShares(
         windows=present,
         rollouts=rollouts.to(torch.long),
         tokens=tokens / rollouts,
         rollout_share=rollouts / rollouts.sum(),
         grad_share=grad_share,
+        summary_share=summary_share,
     )
 
 

@@ -101,7 +101,7 @@ def segment_weights(
     """
     for name, x in (("is_summary", is_summary), ("segment_index", segment_index)):
         check_per_row(name, x, mask)
-    per_row = token_weights(mask, mode, rollout_id).sum(dim=1)
+    per_row = token_weights(mask, mode, rollout_id, is_summary).sum(dim=1)
     rows = torch.nonzero(segment_counts(mask) > 0).squeeze(1)
     if rows.numel() == 0:
         raise ValueError("mask has no True entry: no segment carries gradient weight")

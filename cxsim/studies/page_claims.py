@@ -122,8 +122,8 @@ def claim_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
         "",
         markdown_table(header, rows),
         "",
-        "Each cell: the mean over seeds with its 95% interval (Student t over seeds, from 2 "
-        "seeds; Pass@1 at one seed: Wilson over tasks), clipped to the metric's range (a "
+        "Each cell: the mean over seeds with its 95% interval (Student t over the page's "
+        f"{len(study.seeds)} seeds; Pass@1 at one seed: Wilson over tasks), clipped to the metric's range (a "
         "share to [0, 1], a difference of two to [-1, 1]). *Paired difference*: treatment - "
         "reference on each seed, then the same interval (Pass@1 at one seed: Newcombe's). "
         "*reproduced*: the interval excludes 0 in the claim's direction; *contradicted*: it "

@@ -1,7 +1,7 @@
 """A study's numbers from per-seed results: paired intervals, verdicts, detectable effects.
 
 Every interval and the power calculation are cxsim/tables.py's, as on the verdict page
-(``cxsim verdicts``): the mean over seeds with a Student-t 95% interval (from 2 seeds),
+(``cxsim verdicts``): the mean over seeds with a Student-t 95% interval (2 seeds or more),
 differences paired by seed (each seed's arms start from its base and are evaluated on its
 tasks), and the smallest true difference a two-sided paired t-test over these seeds detects
 with 80% power. Pass@1 is a proportion over tasks: at one seed its interval is Wilson's over

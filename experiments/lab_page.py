@@ -188,6 +188,33 @@ def _pair(table, key, i) -> str:
     return f"{table['cross'][key][i]:.3f} vs {table['stitched'][key][i]:.3f}"
 
 
+def _change(first: float, last: float, x_first: object, x_last: object) -> str:
+    """``falls from a at K = x to b at K = y``, ``rises ...``, or ``stays at a from K = x to
+    K = y`` when the two are equal at the 2 decimals shown."""
+    a, b = f"{first:.2f}", f"{last:.2f}"
+    if a == b:
+        return f"stays at {a} from K = {x_first} to K = {x_last}"
+    verb = "falls" if last < first else "rises"
+    return f"{verb} from {a} at K = {x_first} to {b} at K = {x_last}"
+
+
+def _k_sentence(k_t, k_xs) -> str:
+    """Exec 0's scale and the gradient cosines from the compaction sweep's second point to its
+    last; with one point past the first (the smoke preset), that point alone."""
+    cross, stitched = k_t["cross"]["slope_exec0"], k_t["stitched"]["slope_exec0"]
+    last = len(k_xs) - 1
+    if last <= 1:
+        return (
+            f"is {cross[last]:.2f} at K = {k_xs[last]} (stitched {stitched[last]:.2f}); gradient "
+            f"cosine {_pair(k_t, 'grad_cos', last)} there (the sweep has no larger K)."
+        )
+    return (
+        f"{_change(cross[1], cross[last], k_xs[1], k_xs[last])} (stitched {stitched[1]:.2f}, "
+        f"{stitched[last]:.2f}); gradient cosine {_pair(k_t, 'grad_cos', 1)} at K = {k_xs[1]}, "
+        f"{_pair(k_t, 'grad_cos', last)} at K = {k_xs[last]}."
+    )
+
+
 def _ranking(gaps) -> str:
     """Plain statement of how the gradient cosines rank over the gamma = 1 sweeps."""
     local_ge_cross = stitched_ge = True
@@ -267,10 +294,7 @@ def findings(gaps, seg_exact, seg_noisy, theory, bench) -> str:
         f"across segments. Stitched's MSE grows faster with critic noise ({noise_t['stitched']['mse'][0]:.3f} "
         f"to {noise_t['stitched']['mse'][last]:.3f}) than cross's ({noise_t['cross']['mse'][0]:.3f} to "
         f"{noise_t['cross']['mse'][last]:.3f}): it reads the critic across every boundary. Exec 0 scale "
-        f"under cross falls from {k_t['cross']['slope_exec0'][1]:.2f} at K = {k_xs[1]} to "
-        f"{k_t['cross']['slope_exec0'][-1]:.2f} at K = {k_xs[-1]} (stitched "
-        f"{k_t['stitched']['slope_exec0'][1]:.2f}, {k_t['stitched']['slope_exec0'][-1]:.2f}); gradient cosine "
-        f"{_pair(k_t, 'grad_cos', 1)} at K = {k_xs[1]}, {_pair(k_t, 'grad_cos', len(k_xs) - 1)} at K = {k_xs[-1]}.",
+        f"under cross {_k_sentence(k_t, k_xs)}",
         "5. **When it matters**: the gap is the factor (gamma lambda)^N>s, so it matters as soon as "
         "N>s (1 - gamma lambda) is not small: fixed lambda below ~0.999 with ~1000 later tokens, segment-"
         "scope adaptive lambda (short summaries), many compactions. It vanishes at gamma = lambda = 1 "

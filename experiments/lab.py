@@ -73,6 +73,12 @@ class Config:
         return {"smoke": 192, "full": 4096}[self.preset]
 
     @property
+    def gradient_batch(self) -> int:
+        """Rollouts per batch of the expected-gradient check (batches are its Monte Carlo
+        units)."""
+        return {"smoke": 16, "full": 64}[self.preset]
+
+    @property
     def bench_rollouts(self) -> int:
         """Rollouts per throughput repeat."""
         return {"smoke": 256, "full": 4096}[self.preset]

@@ -42,7 +42,7 @@ def gap_table(xs, table) -> str:
     return markdown_table(header, rows)
 
 
-def render(cfg, theory, seg_exact, seg_noisy, gaps, bench, runtime, backend) -> str:
+def render(cfg, theory, seg_exact, seg_noisy, gaps, bench, runtime, backend, gradients) -> str:
     labels = seg_exact[0]
     args = sys.argv[1:]
     if args[:1] == ["lab"]:  # run through the ``cxsim`` command: its own word, not a flag
@@ -61,6 +61,7 @@ def render(cfg, theory, seg_exact, seg_noisy, gaps, bench, runtime, backend) -> 
         *theory_section(theory),
         *segment_section(labels, seg_exact, seg_noisy),
         *gap_section(gaps),
+        *gradient_section(cfg, gradients),
         *throughput_section(cfg, bench),
     ]
     return "\n".join(parts)
@@ -167,6 +168,52 @@ def gap_section(gaps) -> list[str]:
     for sweep, (xs, table) in gaps.items():
         parts += [f"### {SWEEP_TITLES[sweep]}", "", gap_table(xs, table), ""]
     return parts
+
+
+def gradient_section(cfg: Config, gradients) -> list[str]:
+    """The expected-gradient check: estimator x loss mode, cosine and relative norm."""
+    estimators = list(dict.fromkeys(name for name, _ in gradients))
+    modes = list(dict.fromkeys(mode for _, mode in gradients))
+
+    def cell(figure) -> str:
+        return f"{figure[0]:.3f} [{figure[1]:.3f}, {figure[2]:.3f}]"
+
+    def table(key: str) -> str:
+        rows = [[name] + [cell(getattr(gradients[name, m], key)) for m in modes]
+                for name in estimators]  # fmt: skip
+        if key == "cosine":
+            rows.append(["(exact advantages)"] + [
+                f"{gradients[estimators[0], m].mode_cosine:.3f}" for m in modes])  # fmt: skip
+        return markdown_table(["estimator", *modes], rows)
+
+    batches = next(iter(gradients.values())).batches
+    return [
+        "## Expected policy gradient",
+        "",
+        "Each estimator under each loss mode against the true policy gradient of a tabular "
+        "policy over the process's decisions (one logit per decisive or keep token; "
+        "`cxsim/lab/gradient.py`, docs/conformance.md): the base process, critic noise 0.1, "
+        f"adaptive lambda (rollout), {cfg.rollouts} rollouts in {batches} batches of "
+        f"{cfg.gradient_batch}, 95% bootstrap intervals over the batches. `cosine`: between "
+        "the expected gradient of the loss and the true gradient grad J (the last row: the "
+        "mode's own reweighting, the exact advantages under its weights); `relative norm`: "
+        "its length over the mode's gradient with the exact advantages (1: the right scale). "
+        "Every rollout of the lab's process has the same layout, so the modes that differ only "
+        "in how they weigh rollouts of different lengths coincide here (token-mean, "
+        "rollout-mean, seq-mean-token-sum, partition-preserving and thread-mean; segment-mean "
+        "and session-equal): their differences are in `cxsim bench horizons`. Group broadcast "
+        "divides by the group's spread and chain split by the chain count, so their lengths "
+        "are on another scale; the cosine is what compares them.",
+        "",
+        "Cosine to the true gradient:",
+        "",
+        table("cosine"),
+        "",
+        "Relative norm:",
+        "",
+        table("rel_norm"),
+        "",
+    ]
 
 
 def throughput_section(cfg: Config, bench: dict[str, float]) -> list[str]:

@@ -20,7 +20,9 @@ from cxsim.estimators import ESTIMATORS
 from cxsim.experiments.lab_page import render
 from cxsim.lab import measure
 from cxsim.lab.backend import array_module
+from cxsim.lab.gradient import GradientCheck, Weights, check_gradient, mode_weights
 from cxsim.lab.process import Critic, ProcessSpec, build_layout, simulate
+from cxsim.loss_modes import LOSS_MODES
 from cxsim.tracking import say
 
 if TYPE_CHECKING:  # the settings of the entry point, which imports this module to run
@@ -245,6 +247,36 @@ def plot_gaps(gaps, path: Path) -> None:
     plt.close(fig)
 
 
+def expected_gradients(lab: Lab) -> dict[tuple[str, str], GradientCheck]:
+    """{(estimator's page label, loss mode): its expected-gradient check} on the base process,
+    critic noise 0.1, adaptive lambda (rollout): every estimator of the lab under every loss
+    mode of the registry (``cxsim.lab.gradient``)."""
+    setting = Setting(lab.cfg.spec, Critic(noise=0.1))
+    sample = lab.sample(setting)
+    weights = {mode: _cached(mode_weights(mode)) for mode in LOSS_MODES}
+    out = {}
+    for name in lab.estimators:
+        est = measure.run(sample, name, setting.lam, setting.mode, lab.cfg.chunk_rollouts)
+        for mode, w in weights.items():
+            out[measure.label(name), mode] = check_gradient(
+                sample, est, w, w, lab.cfg.gradient_batch, seed=lab.cfg.seed
+            )
+    return out
+
+
+def _cached(weights: Weights) -> Weights:
+    """The same weights, each batch's computed once (every estimator reads them)."""
+    seen: dict[tuple[int, int], np.ndarray] = {}
+
+    def cached(sample, rows: slice) -> np.ndarray:
+        key = (rows.start, rows.stop)
+        if key not in seen:
+            seen[key] = weights(sample, rows)
+        return seen[key]
+
+    return cached
+
+
 def throughput(cfg: Config, xp) -> dict[str, float]:
     """Estimator tokens per second, simulation included (best of 3 repeats).
 
@@ -306,6 +338,8 @@ def run_lab(cfg: Config) -> None:
     say("lab: gap sweeps")
     gaps = gap_sweeps(lab)
     plot_gaps(gaps, cfg.output_dir / "estimators_gap.png")
+    say("lab: expected gradients")
+    gradients = expected_gradients(lab)
     say("lab: throughput")
     bench = throughput(cfg, lab.xp)
     say(
@@ -313,6 +347,8 @@ def run_lab(cfg: Config) -> None:
         f"({bench['rate_estimators'] / 1e6:.1f}M/s in the estimators alone)"
     )
     runtime = time.perf_counter() - start
-    page = render(cfg, theory, seg_exact, seg_noisy, gaps, bench, runtime, lab.xp.__name__)
+    page = render(
+        cfg, theory, seg_exact, seg_noisy, gaps, bench, runtime, lab.xp.__name__, gradients
+    )
     (cfg.output_dir / "estimators.md").write_text(page)
     say(f"lab: wrote {cfg.output_dir / 'estimators.md'} in {runtime:.0f} s")

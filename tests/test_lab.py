@@ -239,10 +239,17 @@ def test_lab_smoke_writes_page_and_plots(tmp_path):
         "## Findings",
         "## Theory",
         "## By segment",
+        "## Expected policy gradient",
         "## Throughput",
         "estimator tokens/s",
     ):
         assert section in page
+    # the expected-gradient column: every estimator under every loss mode
+    gradient = page[page.index("## Expected policy gradient") : page.index("## Throughput")]
+    from cxsim.loss_modes import LOSS_MODES
+
+    assert all(f"| {mode} " in gradient or f"| {mode} |" in gradient for mode in LOSS_MODES)
+    assert "| chain-split | " in gradient and "| (exact advantages) | 1.000 |" in gradient
     assert "| exact critic, gamma = lam = 1 | stitched |" in page
     # every estimator of the registry is measured: the one the page's findings do not name too
     assert "| adaptive (rollout) | chain-split |" in page

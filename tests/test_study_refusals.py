@@ -224,6 +224,20 @@ def test_holm_adjusts_a_hand_worked_page(tmp_path: Path):
         load_study(write(tmp_path, text.replace('"holm"', '"bonferroni"')))
 
 
+def test_a_refused_claim_shows_no_test_power(tmp_path: Path):
+    # two seeds with equal differences: a smallest detectable of 0 would read "powered: yes"
+    from cxsim.studies.page_claims import claim_lines
+
+    study = load_study(write(tmp_path, 'seeds = "0:2"\n' + SETTING + ARMS + claim("a-helps", "a")))
+    runs = runs_of({"base": [0.0, 0.05], "a": [0.05, 0.10]})
+    (c,) = claim_comparisons(study, select(study), runs).values()
+    assert c.verdict.startswith("too few seeds") and c.detectable == pytest.approx(0.0)
+    lines = "\n".join(claim_lines(study, select(study), runs)).split("\n")
+    row = next(r for r in lines if r.startswith("| **a-helps**"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[5:9] == ["too few seeds (2 paired; a verdict needs 3)", "-", "-", "-"]
+
+
 # -- training metrics -------------------------------------------------------------------------
 
 

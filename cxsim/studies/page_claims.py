@@ -108,9 +108,9 @@ def claim_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
                 fmt(c.difference, signed=True),
                 verdict_cell(c),
                 *([p_cell(c)] if holm else []),
-                size_text(c.detectable),
+                size_text(c.detectable) if c.tested else "-",  # a refused claim has no test
                 predicted_text(claim),
-                powered(c, claim),
+                powered(c, claim) if c.tested else "-",
                 *([diagnostic_cells(runs, claim)] if with_diagnostics else []),
             ]
         )

@@ -241,3 +241,35 @@ def test_new_modes_train_one_iteration():
     cfg = PPOConfig(critic_loss_mode="thread-mean", estimator="cross-segment", **base)
     stats = one_iteration(policy, batch, cfg)
     assert math.isfinite(stats["losses/value"])
+
+
+@pytest.mark.parametrize("mode", ["thread-mean", "session-equal", "summary-loss"])
+def test_the_critic_loss_mode_is_exact_across_micro_batches(mode):
+    """--ppo.critic-loss-mode: one critic step with micro-batches of 1 row (which split every
+    rollout) equals one step over the whole minibatch, and differs from token-mean's."""
+    from dataclasses import replace
+
+    from test_ppo import WORDS, make_batch
+
+    from cxsim.agents.critic import Critic
+    from cxsim.agents.models import build_policy
+    from cxsim.agents.tokenizer import build_tokenizer
+    from cxsim.config import PPOConfig
+    from cxsim.ppo import critic_update, score_batch
+
+    tokenizer = build_tokenizer(WORDS)
+    batch = make_batch(num_rollouts=4, seed=1)  # rollouts of 9, 9, 8 and 13 trainable tokens
+    policy = build_policy("tiny", tokenizer, seed=0)
+    base = dict(lambda_scope="fixed", whiten=False, minibatches=1, kl_coef=0.0,
+                estimator="cross-segment", value_head="last", critic_lam=None)  # fmt: skip
+    scored, _ = score_batch(batch, Critic.from_policy(policy), PPOConfig(**base))
+    params = []
+    for critic_mode, rows in ((mode, 1), (mode, 64), ("token-mean", 64)):
+        cfg = PPOConfig(critic_loss_mode=critic_mode, micro_batch_rows=rows, **base)
+        critic = Critic.from_policy(build_policy("tiny", tokenizer, seed=0))
+        torch.manual_seed(0)
+        critic_update(critic, torch.optim.SGD(critic.parameters(), lr=0.1), replace(scored), cfg, 1)
+        params.append(torch.cat([p.detach().flatten() for p in critic.parameters()]))
+    split = float((params[0] - params[1]).abs().max())
+    moved = float((params[1] - params[2]).abs().max())
+    assert split < 1e-6 and moved > 100 * max(split, 1e-9), (split, moved)

@@ -38,6 +38,9 @@ from cxsim.tables import (
     seed_interval,
 )
 
+BASE_ARM = "base"
+"""The untrained SFT base, an arm of every setting."""
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -70,6 +73,30 @@ def verdict_of(claim: Claim, diff: Interval) -> str:
     return "not resolved"
 
 
+def by_construction(runs: Runs, claim: Claim) -> str:
+    """Why a row is true by construction, or empty: both arms at 0 (or both at 1) on every
+    seed, or a trained arm that is the base on every seed under Compacted (the row repeats
+    the one against the base)."""
+    sides = {
+        name: [p.value for p in passes(runs, name)] for name in (claim.treatment, claim.reference)
+    }
+    for end in (0.0, 1.0):
+        if all(math.isclose(v, end) for values in sides.values() for v in values):
+            return f"degenerate: both arms at {end:g} on every seed"
+    if BASE_ARM in sides or not evaluated(runs, BASE_ARM):
+        return ""
+    base = [p.value for p in passes(runs, BASE_ARM)]
+    for name, values in sides.items():
+        if ":" in name or "@" in name:  # another protocol or summarizer: not the base's own
+            continue
+        if all(math.isclose(v, b) for v, b in zip(values, base, strict=True)):
+            return (
+                f"degenerate: `{name}` is the base on every seed (the same Pass@1), so the row "
+                "repeats the one against the base"
+            )
+    return ""
+
+
 def claim_row(runs: Runs, claim: Claim) -> list[str]:
     treatment, reference = passes(runs, claim.treatment), passes(runs, claim.reference)
     diff = paired_difference(treatment, reference)
@@ -79,7 +106,7 @@ def claim_row(runs: Runs, claim: Claim) -> list[str]:
         f"`{claim.treatment}` {fmt(seed_interval(treatment))}",
         f"`{claim.reference}` {fmt(seed_interval(reference))}",
         fmt(diff, signed=True),
-        verdict_of(claim, diff),
+        by_construction(runs, claim) or verdict_of(claim, diff),
         f"{detectable_difference(diffs):.2f}",
         DIAGNOSTICS[claim.diagnostic](runs, claim),
     ]
@@ -232,7 +259,9 @@ def setup_lines(
         "**Verdicts.** *reproduced*: the interval excludes 0 in the claim's direction; "
         "*contradicted*: it excludes 0 the other way; *not resolved*: it covers 0. A claim "
         "that something does not change is reproduced when its interval lies inside "
-        "+/-0.05. Rows not in the paper say *holds* / *reversed*. *Smallest detectable*: the "
+        "+/-0.05. Rows not in the paper say *holds* / *reversed*. A row true by construction "
+        "is *degenerate*, with no verdict: both arms at 0 (or at 1) on every seed, or an arm "
+        "that is the base on every seed. *Smallest detectable*: the "
         "true difference a two-sided paired t-test over these seeds would detect with 80% "
         "power, at the spread of the per-seed differences measured here.",
         "",

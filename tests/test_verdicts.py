@@ -179,7 +179,7 @@ def test_page_pairs_by_seed_and_gives_every_claim_a_verdict(tmp_path: Path):
     row = next(line for line in text.splitlines() if "training the summary tokens" in line)
     assert "+0.40" in row and "**reproduced**" in row
     row = next(line for line in text.splitlines() if "does not improve Single" in line)
-    assert "+0.00" in row and "**reproduced**" in row
+    assert "+0.00" in row and "| degenerate: both arms at 0 on every seed |" in row
     # the paper's token-level loss effect is 97-103% of the gain (+0.50 here); this run's
     # difference is +0.20 on every seed, so it lies below that size
     row = next(
@@ -202,6 +202,25 @@ def test_page_pairs_by_seed_and_gives_every_claim_a_verdict(tmp_path: Path):
     row = next(line for line in text.splitlines() if "the summarizer changes success" in line)
     assert "+0.40 [+0.40, +0.40]" in row
     assert "summary recall (evaluation) 0.80 [0.80, 0.80] vs 0.40 [0.40, 0.40]" in row
+
+
+def test_a_row_true_by_construction_is_degenerate(tmp_path: Path, monkeypatch):
+    # PPO without compaction at the base's Pass@1 on every seed (every reward 0 under Single)
+    monkeypatch.setitem(PASS, "ppo-single", PASS["base"])
+    study = verdict_study(parse(["--preset", "full"]))
+    invocations = [{"commit": "abc1234", "command": "cxsim verdicts", "wall_time_s": 60.0}]
+    settings = {"main": synthetic_runs(), "credit": synthetic_runs(credit=True),
+                "credit-critic": synthetic_runs(credit=True)}  # fmt: skip
+    setting_of = {s.name: s for s in study.settings}
+    chosen = {"seed": 1003, "tried": [{"seed": 1003, "heldout_execution": 0.0014}]}
+    page = render_page(setting_of, settings, CLAIMS, "cxsim verdicts", invocations, 2, tmp_path,
+                       (study.stage0[0], chosen))  # fmt: skip
+    rows = page.read_text().splitlines()
+    row = next(line for line in rows if "CompactionRL beats PPO without compaction" in line)
+    assert "+0.50 [+0.50, +0.50]" in row
+    assert "| degenerate: `ppo-single` is the base on every seed (the same Pass@1)" in row
+    row = next(line for line in rows if "CompactionRL beats its SFT base" in line)
+    assert "**reproduced**" in row  # the row it repeats keeps its verdict
 
 
 def test_a_page_of_one_claim_leaves_out_what_was_not_run(tmp_path: Path):

@@ -36,7 +36,7 @@ class Config:
     """The study file (``studies/stability.toml``); not needed with ``--render``."""
     runs_dir: tuple[str, ...] = ()
     """The study's run caches, searched in turn for each seed's runs (none given:
-    ``runs/studies/<stem>/runs``)."""
+    the study's folder's ``runs``, as ``cxsim study`` keys it: cxsim/studies/where.py)."""
     seeds: str | None = None
     """Seeds instead of the file's: ``a:b``, one seed, or several of these joined by commas
     (``0:4,40:46``)."""
@@ -54,6 +54,7 @@ def collect(cfg: Config) -> dict[str, Any]:
     from cxsim.studies.load import load_study
     from cxsim.studies.runner import seed_folder, train_folder, unit_eval_file
     from cxsim.studies.spec import parse_seeds
+    from cxsim.studies.where import study_folder
 
     if cfg.study is None:
         raise ValueError("name the study file (or --render an artefact)")
@@ -61,7 +62,7 @@ def collect(cfg: Config) -> dict[str, Any]:
     if cfg.seeds is not None:
         parts = [parse_seeds(part, "--seeds") for part in cfg.seeds.split(",")]
         study = replace(study, seeds=tuple(dict.fromkeys(s for part in parts for s in part)))
-    caches = cfg.runs_dir or (f"runs/studies/{Path(cfg.study).stem}/runs",)
+    caches = cfg.runs_dir or (str(study_folder(cfg.study) / "runs"),)
     out: dict[str, Any] = {"study": Path(cfg.study).name, "seeds": list(study.seeds), "runs": []}
     for setting in study.settings:
         for seed in study.seeds:

@@ -51,7 +51,8 @@ def header_lines(
         f"{made_at(made_by)} in {made_by['wall_time_s']:.0f}s; the runs it read (cache "
         f"`{made_by['runs_dir']}`) took {stage_s / 60:.1f} process-minutes when made, on "
         f"`{made_by['device']}`. A rerun that finds them in the cache rewrites this page in "
-        "seconds.",
+        "seconds; without them, `cxsim study --render` of the JSON beside it rebuilds it, byte "
+        "for byte, from what that JSON keeps of them.",
         "",
         f"**{len(study.seeds)} independent seeds** ({seeds}). Seed s has its own SFT base (SFT "
         "seed s), training seed s and its own evaluation tasks; every arm of a seed starts "

@@ -172,11 +172,20 @@ def commit() -> str:
         return "unknown"
 
 
+def made_at(commit_id: str) -> str:
+    """``at commit abc1234``; outside a git checkout (no commit), the package's version."""
+    if commit_id and commit_id != "unknown":
+        return f"at commit {commit_id}"
+    from importlib.metadata import version
+
+    return f"outside a git checkout (cxsim {version('cxsim')})"
+
+
 def made_by(invocations: list[dict[str, Any]]) -> str:
     """The invocations that made the runs (those of a minute or more) and their total."""
     working = [i for i in invocations if i["wall_time_s"] >= 60] or invocations[-1:]
     total = sum(i["wall_time_s"] for i in working) / 60
-    parts = [f"`{i['command']}` at commit {i['commit']} ({i['wall_time_s'] / 60:.0f} min)"
+    parts = [f"`{i['command']}` {made_at(i['commit'])} ({i['wall_time_s'] / 60:.0f} min)"
              for i in working]  # fmt: skip
     return f"{' then '.join(parts)}: **{total:.0f} minutes** of wall time in all"
 
@@ -227,7 +236,7 @@ def setup_lines(
         "",
         f"Runs made by {made_by(invocations)}, {jobs} seeds at a time in single-threaded "
         f"processes (the recorded stage times add up to {compute_min:.0f} process-minutes). "
-        f"This page was written by `{command}` at commit {commit()}; a rerun that finds the "
+        f"This page was written by `{command}` {made_at(commit())}; a rerun that finds the "
         "runs in the cache rewrites it in seconds.",
         "",
         f"**{len(runs)} independent seeds.** Seed s has its own SFT base (SFT seed s), its own "

@@ -204,6 +204,17 @@ def test_page_pairs_by_seed_and_gives_every_claim_a_verdict(tmp_path: Path):
     assert "summary recall (evaluation) 0.80 [0.80, 0.80] vs 0.40 [0.40, 0.40]" in row
 
 
+def test_a_page_made_outside_a_git_checkout_says_so():
+    from cxsim.experiments.verdicts_page import made_by
+
+    said = made_by([{"commit": "unknown", "command": "cxsim verdicts", "wall_time_s": 120.0}])
+    assert said.startswith("`cxsim verdicts` outside a git checkout (cxsim ")
+    assert "commit unknown" not in said
+    assert "at commit abc1234 (2 min)" in made_by(
+        [{"commit": "abc1234", "command": "cxsim verdicts", "wall_time_s": 120.0}]
+    )
+
+
 def test_a_row_true_by_construction_is_degenerate(tmp_path: Path, monkeypatch):
     # PPO without compaction at the base's Pass@1 on every seed (every reward 0 under Single)
     monkeypatch.setitem(PASS, "ppo-single", PASS["base"])

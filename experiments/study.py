@@ -198,11 +198,11 @@ def main(argv: list[str] | None = None) -> None:
     from cxsim.studies.runner import run_study
     from cxsim.studies.where import claim_folder, page_name
 
-    if cfg.runs_dir is None or cfg.out_dir is None:
-        claim_folder(cfg.folder, cfg.file)
     torch.set_num_threads(1)  # tiny models: one thread is faster on a busy machine
     executor = make_executor(cfg.executor, cfg.jobs, cfg.device, cfg.ray_address)
     try:
+        if cfg.runs_dir is None or cfg.out_dir is None:  # the study's folder, once it can run
+            claim_folder(cfg.folder, cfg.file)
         outcome = run_study(study, selection, runs_dir, cfg.device, executor=executor)
     finally:
         executor.close()

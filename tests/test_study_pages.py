@@ -150,6 +150,14 @@ def test_two_study_files_of_one_name_never_share_a_folder(
     assert study_folder(mine) == first and study_folder(example) == second  # stable
     with pytest.raises(ValueError, match=r"belongs to the study file my_study\.toml"):
         claim_folder(first, example)
+    # two files of one name outside the current folder differ too (their absolute paths)
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-other"
+    (elsewhere / "a").mkdir(parents=True)
+    (elsewhere / "b").mkdir()
+    outside_a, outside_b = elsewhere / "a" / "x.toml", elsewhere / "b" / "x.toml"
+    claim_folder(study_folder(outside_a), outside_a)
+    assert study_folder(outside_a) == Path("runs/studies/x")
+    assert study_folder(outside_b) != study_folder(outside_a)
     # a folder made before the markers belongs to the first file that uses it
     Path("runs/studies/old/runs").mkdir(parents=True)
     assert study_folder("studies/old.toml") == Path("runs/studies/old")

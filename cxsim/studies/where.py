@@ -3,8 +3,9 @@ them, and a narrowed run's page named apart from the full one.
 
 The folder of a study file is ``runs/studies/<stem>/``, unless that folder belongs to another
 file of the same name: then ``runs/studies/<stem>-<8 hex digits of the file's path>/``. A
-folder's ``study-file`` names the file it belongs to (the path as :func:`shown_path` writes
-it); a folder made before these markers belongs to the first file that uses it.
+folder's ``study-file`` names the file it belongs to (:func:`file_identity`: its path relative
+to the current folder, or its absolute path when it lies outside); a folder made before these
+markers belongs to the first file that uses it.
 
 A run of the file as written (its seeds, every setting and claim, no budget) writes
 ``<stem>.md``; one narrowed by ``--seeds``, ``--only`` or ``--budget`` writes
@@ -33,9 +34,21 @@ def shown_path(path: str | Path) -> str:
         return full.name
 
 
+def file_identity(path: str | Path) -> str:
+    """What tells study files apart: the path relative to the current folder when the file
+    lies inside it (the same after a checkout moves), else the resolved absolute path (two
+    files elsewhere with one name differ). Kept only in a runs folder's marker, never on a
+    page."""
+    full = Path(path).resolve()
+    try:
+        return str(full.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(full)
+
+
 def path_digest(path: str | Path) -> str:
-    """8 hex digits of the file's path as :func:`shown_path` writes it."""
-    return hashlib.sha256(shown_path(path).encode()).hexdigest()[:8]
+    """8 hex digits of the file's :func:`file_identity`."""
+    return hashlib.sha256(file_identity(path).encode()).hexdigest()[:8]
 
 
 def owner_of(folder: Path) -> str | None:
@@ -47,10 +60,10 @@ def owner_of(folder: Path) -> str | None:
 def study_folder(file: str | Path, root: str | Path = STUDIES_ROOT) -> Path:
     """The folder of the study file ``file`` under ``root``: ``<stem>`` when it is free, the
     file's own or unmarked, else ``<stem>-<digest>``."""
-    stem, shown = Path(file).stem, shown_path(file)
+    stem, identity = Path(file).stem, file_identity(file)
     plain = Path(root) / stem
     owner = owner_of(plain)
-    if not plain.exists() or owner in (None, shown):
+    if not plain.exists() or owner in (None, identity):
         return plain
     return Path(root) / f"{stem}-{path_digest(file)}"
 
@@ -58,13 +71,13 @@ def study_folder(file: str | Path, root: str | Path = STUDIES_ROOT) -> Path:
 def claim_folder(folder: Path, file: str | Path) -> None:
     """Mark ``folder`` as the study file's (made if missing); a folder marked for another
     file is an error, never shared."""
-    shown = shown_path(file)
+    identity = file_identity(file)
     owner = owner_of(folder)
-    if owner not in (None, shown):
-        raise ValueError(f"{folder} belongs to the study file {owner}, not {shown}")
+    if owner not in (None, identity):
+        raise ValueError(f"{folder} belongs to the study file {owner}, not {identity}")
     folder.mkdir(parents=True, exist_ok=True)
     if owner is None:
-        (folder / OWNER_FILE).write_text(shown + "\n")
+        (folder / OWNER_FILE).write_text(identity + "\n")
 
 
 def seed_words(seeds: Sequence[int]) -> str:

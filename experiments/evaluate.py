@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import tyro
@@ -28,6 +27,7 @@ import tyro
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, check_policy_dir
 from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
+from cxsim.pretrained import policy_path
 from cxsim.strategies import STRATEGIES, RolloutAgents, ScriptedOptions
 from cxsim.tracking import say, write_json
 
@@ -89,8 +89,9 @@ class Config:
 
 
 def check_tokenizer_dir(path: str) -> None:
-    """Raises FileNotFoundError unless ``path`` holds a saved tokenizer."""
-    if not (Path(path) / "tokenizer_config.json").is_file():
+    """Raises FileNotFoundError unless ``path`` (or the shipped checkpoint it names, such as
+    ``pretrained-chat``) holds a saved tokenizer."""
+    if not (policy_path(path) / "tokenizer_config.json").is_file():
         raise FileNotFoundError(
             f"--tokenizer {path!r} holds no tokenizer (no tokenizer_config.json); pass a "
             "directory saved with save_pretrained (a `cxsim sft` policy or a Hugging Face model)"
@@ -111,9 +112,10 @@ def scripted_chat(cfg: Config) -> ChatFormat:
 
     if cfg.tokenizer is None:
         return WordChatFormat(default_tokenizer())
-    marker = Path(cfg.tokenizer) / MARKER_FILE
+    folder = policy_path(cfg.tokenizer)  # a shipped checkpoint's name, or a folder
+    marker = folder / MARKER_FILE
     tokenizer = AutoTokenizer.from_pretrained(
-        cfg.tokenizer, local_files_only=True, trust_remote_code=False
+        folder, local_files_only=True, trust_remote_code=False
     )
     saved = json.loads(marker.read_text()) if marker.is_file() else {}
     if saved.get("chat_format") == "word":  # a cxsim policy over the word tokenizer

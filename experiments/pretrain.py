@@ -16,6 +16,18 @@ The first candidate whose held-out execution loss after stage 2 is at most
     cxsim pretrain                                      # into runs/pretrain/policy
     cxsim pretrain --out cxsim/weights/tiny-pretrained  # replace the shipped checkpoint
 
+``--arch llama`` (or ``qwen2``) makes a chat-templated starting model instead: each
+candidate starts from a model of that architecture over a byte-level BPE tokenizer trained
+on the environments' text, with a ChatML template (cxsim/chat_model.py, written to
+``c<seed>/fresh``), and goes through the same two stages in that template's tokens. From a
+random init it did not learn to copy in the time tried (the key's held-out loss stayed at
+chance, log 32, for 6 to 11 epochs of stage 1 in four runs, where the word model starts
+copying after 6); ``--init-from pretrained`` starts it from the
+shipped word-level model instead (its layers, and each word's rows carried to the BPE
+token that spells it), and it copies after one epoch of stage 1:
+
+    cxsim pretrain --arch llama --init-from pretrained --out cxsim/weights/chat-pretrained
+
 Candidates differ only in their seed; which of them learns to copy depends on the
 floating-point results of the machine, so another machine may take another candidate.
 """
@@ -27,8 +39,9 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from cxsim.chat_model import ARCHITECTURES, ChatModelSize
 from cxsim.config import EnvConfig, SFTConfig
 from cxsim.pretrained import MANIFEST
 from cxsim.tracking import say, to_jsonable
@@ -61,6 +74,19 @@ class Config:
     """Stage 2's task (the main job's)."""
     sft: SFTConfig = field(default_factory=lambda: POLISH_SFT)
     """Stage 2's SFT settings."""
+    arch: Literal["word", "qwen2", "llama"] = "word"
+    """``word``: the tiny Llama preset over the word tokenizer (``--policy pretrained``);
+    ``qwen2`` or ``llama``: that architecture over a BPE tokenizer trained on the
+    environments' text, with a ChatML template (``--policy pretrained-chat``)."""
+    size: ChatModelSize = field(default_factory=ChatModelSize)
+    """``--arch qwen2`` / ``llama``: the model's shape."""
+    init_from: str | None = None
+    """``--arch llama``: a word-level policy (``pretrained``: the shipped tiny model) whose
+    layers, and each word's embedding and output rows, the fresh model starts from; None: a
+    random init."""
+    split_digits: bool = False
+    """``--arch qwen2`` / ``llama``: the BPE's pre-tokenization cuts digits from letters (the
+    key ``k12``: `` k`` and ``12``); off: every environment word is one token."""
     device: str = "cpu"
     """Device of the SFT runs (the shipped checkpoint was made on the CPU)."""
     progress_bar: bool = True
@@ -69,6 +95,10 @@ class Config:
     def __post_init__(self) -> None:
         if not self.seeds:
             raise ValueError("--seeds is empty: pass at least one candidate seed")
+        if self.arch != "word" and self.arch not in ARCHITECTURES:
+            raise ValueError(f"--arch must be word or one of {ARCHITECTURES}; got {self.arch!r}")
+        if self.init_from is not None and self.arch == "word":
+            raise ValueError("--init-from starts a chat model: add --arch llama")
         if self.copy_loss <= 0:
             raise ValueError(f"--copy-loss {self.copy_loss} must be positive")
 
@@ -77,8 +107,10 @@ def pretrain(cfg: Config) -> dict[str, Any]:
     """Candidates in turn until one copies; that one is saved to ``cfg.out``."""
     began = time.perf_counter()
     tried: list[dict[str, Any]] = []
+    made: dict[str, Any] = {}
     for seed in cfg.seeds:
-        copy = sft_stage(cfg, seed, "copy", cfg.copy_env, cfg.copy_sft, None)
+        start, made = fresh_start(cfg, seed)
+        copy = sft_stage(cfg, seed, "copy", cfg.copy_env, cfg.copy_sft, start)
         polish = sft_stage(cfg, seed, "polish", cfg.env, cfg.sft, copy["policy"])
         losses = [float(r["final"]["losses/heldout_execution"]) for r in (copy, polish)]
         copies = losses[1] <= cfg.copy_loss
@@ -87,11 +119,27 @@ def pretrain(cfg: Config) -> dict[str, Any]:
             f"{losses[1]:.4f} after stage 2 ({'copies' if copies else 'does not copy'}; "
             f"{time.perf_counter() - began:.0f}s)")  # fmt: skip
         if copies:
-            return install(cfg, Path(polish["policy"]), seed, tried, time.perf_counter() - began)
+            wall = time.perf_counter() - began
+            return install(cfg, Path(polish["policy"]), seed, tried, wall, made)
     raise NoCandidateCopies(
         f"no candidate of {cfg.seeds} learned to copy (held-out execution loss <= "
         f"{cfg.copy_loss}): {[(t['seed'], round(t['heldout_execution'], 4)) for t in tried]}; "
         "pass more --seeds or more --copy-sft.epochs"
+    )
+
+
+def fresh_start(cfg: Config, seed: int) -> tuple[str | None, dict[str, Any]]:
+    """What candidate ``seed`` starts from: None (a fresh word-level preset, built by SFT)
+    or, for ``--arch qwen2`` / ``llama``, a fresh chat-templated model written to
+    ``c<seed>/fresh``; and how that model was made (empty for the word model)."""
+    if cfg.arch == "word":
+        return None, {}
+    from cxsim.chat_model import fresh_chat_model
+
+    path = Path(cfg.runs_dir) / f"c{seed}" / "fresh"
+    shutil.rmtree(path, ignore_errors=True)
+    return str(path), fresh_chat_model(
+        path, cfg.arch, cfg.size, seed, cfg.split_digits, cfg.init_from
     )
 
 
@@ -109,14 +157,21 @@ def sft_stage(
 
 
 def install(
-    cfg: Config, policy: Path, seed: int, tried: list[dict[str, Any]], wall: float
+    cfg: Config,
+    policy: Path,
+    seed: int,
+    tried: list[dict[str, Any]],
+    wall: float,
+    model: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Copy the chosen candidate's policy to ``cfg.out`` with its manifest."""
     out = Path(cfg.out)
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(policy, out)
+    command = "cxsim pretrain" + ("" if cfg.arch == "word" else f" --arch {cfg.arch}")
+    command += "" if cfg.init_from is None else f" --init-from {cfg.init_from}"
     made = {
-        "command": "cxsim pretrain",
+        "command": command,
         "seed": seed,
         "tried": tried,
         "copy_loss": cfg.copy_loss,
@@ -124,7 +179,7 @@ def install(
             {"name": "copy", "env": to_jsonable(cfg.copy_env), "sft": to_jsonable(cfg.copy_sft)},
             {"name": "polish", "env": to_jsonable(cfg.env), "sft": to_jsonable(cfg.sft)},
         ],
-        "model": cfg.copy_sft.model,
+        "model": model or cfg.copy_sft.model,
         "device": cfg.device,
         "wall_time_s": round(wall, 1),
     }

@@ -13,7 +13,7 @@ from typing import Any
 
 from cxsim.config import SFTConfig
 from cxsim.experiments.presets import DEFAULT_PRESET, PRESETS
-from cxsim.pretrained import PRETRAINED
+from cxsim.pretrained import PRETRAINED, SHIPPED
 from cxsim.studies.spec import (
     ARM_PREFIX,
     BASE,
@@ -125,13 +125,14 @@ def parse_settings(
 
 
 def starting_policy(value: Any, folder: Path, where: str, stage0: bool = False) -> str | None:
-    """``pretrained``, ``"None"`` (a fresh model) or a folder, relative to the study file's;
-    with ``stage0``, also ``stage0:NAME`` (kept as it is)."""
+    """A shipped checkpoint's name (``pretrained``, ``pretrained-chat``), ``"None"`` (a fresh
+    model) or a folder, relative to the study file's; with ``stage0``, also
+    ``stage0:NAME`` (kept as it is)."""
     if not isinstance(value, str):
         also = ', "stage0:NAME"' if stage0 else ""
         raise StudyError(f'{where}: policy is text: "pretrained", "None"{also} or a folder')
-    if value == PRETRAINED:
-        return PRETRAINED
+    if value in SHIPPED:
+        return value
     if value == "None":
         return None
     if stage0 and value.startswith(STAGE0_PREFIX):

@@ -76,9 +76,10 @@ class Config:
     """Seed of the SFT base; None: the first of ``--seeds``."""
     policy: str | None = PRETRAINED
     """What the SFT base starts from: ``pretrained`` (the shipped starting checkpoint, the
-    tiny model that copies), a local Hugging Face causal-LM directory (model, tokenizer and
-    chat template from it), or None: a fresh ``--sft.model`` preset over the word tokenizer
-    (give it ``--sft.epochs 12`` or more)."""
+    tiny model that copies), ``pretrained-chat`` (its chat-templated sibling: a Llama over a
+    BPE tokenizer with ChatML), a local Hugging Face causal-LM directory (model, tokenizer
+    and chat template from it), or None: a fresh ``--sft.model`` preset over the word
+    tokenizer (give it ``--sft.epochs 12`` or more)."""
     chat: ChatOptions = field(default_factory=ChatOptions)
     """How the policy's chat template renders turns (``--policy`` with a template only)."""
     device: str = "auto"

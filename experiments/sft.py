@@ -55,8 +55,10 @@ class Config:
     sft: SFTConfig = field(default_factory=SFTConfig)
     policy: str | None = PRETRAINED
     """What SFT starts from: ``pretrained`` (the shipped starting checkpoint, the tiny model
-    that copies), a local Hugging Face causal-LM directory (model, tokenizer and chat
-    template from it), or None: a fresh ``--sft.model`` preset over the word tokenizer."""
+    that copies), ``pretrained-chat`` (its chat-templated sibling: a Llama over a BPE
+    tokenizer with ChatML), a local Hugging Face causal-LM directory (model, tokenizer and
+    chat template from it), or None: a fresh ``--sft.model`` preset over the word
+    tokenizer."""
     chat: ChatOptions = field(default_factory=ChatOptions)
     """How the policy's chat template renders turns (``--policy`` with a template only)."""
     device: str = "auto"

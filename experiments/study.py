@@ -135,9 +135,10 @@ def provenance(argv: list[str], runs_dir: str, cfg: Config, began: float) -> dic
 
 def render_page(cfg: Config) -> None:
     """``--render``: the page and its JSON rebuilt from the JSON's inputs alone."""
-    from cxsim.studies.artefact import dumps, render_artefact, write_text
+    from cxsim.studies.artefact import dumps, write_text
     from cxsim.studies.calls import log
     from cxsim.studies.page import draw_figure
+    from cxsim.studies.render import render_artefact
 
     assert cfg.render is not None
     rebuilt = render_artefact(cfg.render)

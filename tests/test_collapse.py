@@ -80,6 +80,7 @@ def test_the_tables_render_from_the_artefact_alone():
         "stability-credit-collapse",
         "stability-solved-collapse",
         "stability-16/stability-collapse",
+        "stability-solved-4-5/stability-solved-collapse",
     ],
 )
 def test_the_committed_tables_rebuild_from_their_artefacts(name):

@@ -67,9 +67,10 @@ def test_train_logs_checkpoints_and_results(sft_dir: Path, tmp_path: Path):
 
 def test_train_preset_and_override(sft_dir: Path, tmp_path: Path):
     run_dir = tmp_path / "supo"
+    # its rollouts can all end alike: --ppo.no-skip-uniform-batches, so the actor steps
     cxsim(["train", "--preset", "supo", "--policy", str(sft_dir / "policy"),
            "--run-dir", str(run_dir), *TINY_ENV, *TINY_PPO, "--ppo.group-size", "2",
-           "--ppo.no-skip-uniform-batches", *QUIET])  # fmt: skip  (its rollouts can all end alike)
+           "--ppo.no-skip-uniform-batches", *QUIET])  # fmt: skip
     results = json.loads((run_dir / "results.json").read_text())
     ppo = results["config"]["ppo"]
     assert ppo["estimator"] == "group-broadcast" and ppo["group_size"] == 2

@@ -78,10 +78,12 @@ def test_own_env_trains_two_iterations_and_evaluates(tmp_path: Path):
     tokenizer = build_tokenizer([*DoorsEnv.vocabulary(), *compaction_words()])
     save_policy(build_policy("tiny", tokenizer, seed=0), tokenizer, tmp_path / "base")
     run_dir = tmp_path / "train"
+    # a model that knows nothing fails every rollout: --ppo.no-skip-uniform-batches, so the
+    # actor steps
     cxsim(["train", "--policy", str(tmp_path / "base"), "--run-dir", str(run_dir), *OWN,
            "--ppo.rollouts-per-batch", "4", "--ppo.iterations", "1", "--ppo.critic-warmup", "1",
-           "--ppo.minibatches", "1", "--ppo.no-skip-uniform-batches",  # a model that knows
-           "--no-progress-bar"])  # fmt: skip                       # nothing fails them all
+           "--ppo.minibatches", "1", "--ppo.no-skip-uniform-batches",
+           "--no-progress-bar"])  # fmt: skip
     results = json.loads((run_dir / "results.json").read_text())
     assert results["iterations_done"] == 2
     last = results["history"][-1]

@@ -81,12 +81,13 @@ def write_module(folder: Path, name: str, body: str, monkeypatch) -> str:
 def test_a_plugin_estimator_trains_one_ppo_iteration_from_the_flag(tmp_path: Path):
     run_dir = tmp_path / "train"
     CALLS.clear()
+    # 4 rollouts can all end alike: --ppo.no-skip-uniform-batches, so the actor steps
     cxsim(["train", "--policy", "pretrained", "--device", "cpu", "--run-dir", str(run_dir),
            "--env.kwargs", "memory_length", "5", "obs_words_mean", "6", "obs_words_std", "1",
            "num_values", "4", "--compaction.budget", "160", "--ppo.estimator", PLUGIN,
            "--ppo.rollouts-per-batch", "4", "--ppo.iterations", "1", "--ppo.critic-warmup", "0",
-           "--ppo.minibatches", "1", "--ppo.no-skip-uniform-batches",  # 4 rollouts can all
-           "--no-progress-bar"])  # fmt: skip                            # end alike: step anyway
+           "--ppo.minibatches", "1", "--ppo.no-skip-uniform-batches",
+           "--no-progress-bar"])  # fmt: skip
     results = json.loads((run_dir / "results.json").read_text())
     assert results["config"]["ppo"]["estimator"] == PLUGIN
     assert results["iterations_done"] == 1 and len(results["history"]) == 1

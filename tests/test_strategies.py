@@ -726,10 +726,11 @@ def test_sft_then_train_under_a_new_strategy(protocol: str, tmp_path: Path):
     assert demos["charts/success_rate"] == 1.0 and demos["compaction/compactions_mean"] >= 1
     assert demos["compaction/peak_context_mean"] <= budget
     assert (demos["compaction/tokens_summarised"] > 0) == (protocol != "observation-masking")
+    # 4 rollouts can all end alike: --ppo.no-skip-uniform-batches, so the actor steps
     cxsim(["--quiet", "train", "--policy", str(tmp_path / "sft" / "policy"), "--run-dir",
            str(tmp_path / "train"), *common, "--ppo.rollouts-per-batch", "4", "--ppo.iterations",
            "1", "--ppo.critic-warmup", "1", "--ppo.minibatches", "1",
-           "--ppo.no-skip-uniform-batches"])  # fmt: skip  (4 rollouts can all end alike)
+           "--ppo.no-skip-uniform-batches"])  # fmt: skip
     train = json.loads((tmp_path / "train" / "results.json").read_text())
     assert train["iterations_done"] == 2 and train["config"]["ppo"]["protocol"] == protocol
     assert train["config"]["compaction"] == sft["config"]["compaction"]

@@ -39,8 +39,10 @@ def main_dir(tmp_path_factory) -> Path:
     """A tiny real main job (from a fresh model: the report does not care how good it is);
     15-40 s on 2 shared cores, hence the ``slow`` marker of the tests that use it."""
     run_dir = tmp_path_factory.mktemp("report") / "main"
+    # a fresh model fails every rollout: --ppo.no-skip-uniform-batches, so the actor steps
+    # and its losses are there to draw
     cxsim(["run", "--run-dir", str(run_dir), "--policy", "None", *TINY_ENV, *TINY_SFT,
-           *TINY_PPO, "--eval.episodes", "3", *QUIET])  # fmt: skip
+           *TINY_PPO, "--ppo.no-skip-uniform-batches", "--eval.episodes", "3", *QUIET])  # fmt: skip
     return run_dir
 
 

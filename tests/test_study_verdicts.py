@@ -570,12 +570,14 @@ def test_one_claim_of_the_verdict_file_on_two_seeds(tmp_path: Path):
         "credit",
         "stage0",
     ]
-    results = json.loads((out / "verdicts.json").read_text())
+    (page,) = out.glob("verdicts.*.json")  # a narrowed run's page, beside the full one's name
+    assert page.name == "verdicts.budget-smoke.seeds-0-1.only-credit_correction-fixed-lambda.json"
+    results = json.loads(page.read_text())
     assert results["made_now"] == {"sft": 2, "train": 4, "eval": 4, "stage0": 1}
     (claim,) = results["claims"]
     assert (claim["setting"], claim["name"]) == ("credit", "correction-fixed-lambda")
     assert len(claim["per_seed_difference"]) == 2
-    page = (out / "verdicts.md").read_text()
+    page = page.with_suffix(".md").read_text()
     study = load_study(VERDICTS, "0:2", "smoke")
     (expected,) = [
         c for c in study.claims if (c.setting, c.name) == (claim["setting"], claim["name"])

@@ -324,10 +324,8 @@ class PPOConfig:
     """Whitening divides by max(std, this): advantages that barely differ (an all-success
     batch: the critic's errors) are centred, not scaled up to unit variance. 0: no floor."""
     skip_uniform_batches: bool = when_set(True, recorded_default=False)
-    """No actor step from a batch whose rollouts all ended alike: nothing to learn, and
-    whitening would scale the critic's errors up to unit-variance advantages (from solved
-    bases such steps broke 7 of 32 runs; docs/results/stability.md). False: a step from
-    every batch, the default until then."""
+    """No actor step from a batch whose rollouts all ended alike: whitening would scale the
+    critic's errors to unit variance (docs/results/stability.md). False: the old default."""
     track_reference: bool = when_set(True)
     """Keep a frozen copy of the starting policy to log the KL to it every iteration
     (stability/kl_to_reference); False saves its memory (a --ppo.kl-coef above 0 keeps it)."""

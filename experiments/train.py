@@ -232,6 +232,12 @@ def main(argv: list[str] | None = None) -> None:
         f"last success rate {final['charts/success_rate']:.3f}; "
         f"policy at {results['policy']}"
     )
+    skipped = int(sum(row.get("stability/skipped_update", 0.0) for row in results["history"]))
+    if skipped:
+        print(
+            f"note: {skipped} actor update(s) skipped, each from a batch whose rollouts all "
+            "ended alike (--ppo.no-skip-uniform-batches takes a step anyway)"
+        )
 
 
 if __name__ == "__main__":

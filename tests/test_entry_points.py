@@ -78,6 +78,19 @@ def test_train_preset_and_override(sft_dir: Path, tmp_path: Path):
     assert finite(results["history"][-1]["losses/policy"])
 
 
+def test_train_says_when_it_skipped_updates(tmp_path: Path, capsys):
+    # the shipped starting checkpoint, untrained, answers these 4 tiny tasks alike
+    run_dir = tmp_path / "skips"
+    cxsim(["train", "--policy", "pretrained", *CPU, "--run-dir", str(run_dir), *TINY_ENV,
+           "--ppo.rollouts-per-batch", "4", "--ppo.iterations", "1", "--ppo.critic-warmup", "0",
+           "--ppo.minibatches", "1", "--no-progress-bar"])  # fmt: skip
+    history = json.loads((run_dir / "results.json").read_text())["history"]
+    skipped = sum(row["stability/skipped_update"] for row in history)
+    said = capsys.readouterr().out
+    assert skipped >= 1 and "losses/policy" not in history[-1]
+    assert f"note: {int(skipped)} actor update(s) skipped" in said
+
+
 def test_eval_policy_and_scripted_agent(sft_dir: Path, tmp_path: Path, capsys):
     out = tmp_path / "eval.json"
     cxsim(["eval", "--policy", str(sft_dir / "policy"), "--out", str(out), *CPU, *TINY_ENV,

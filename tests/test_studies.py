@@ -18,6 +18,7 @@ from cxsim.studies.load import load_study
 from cxsim.studies.selection import select
 from cxsim.studies.spec import StudyError, parse_seeds
 from cxsim.studies.stats import compare, verdict
+from cxsim.studies.where import own_files
 from cxsim.tables import Interval
 from cxsim.tracking import to_jsonable
 
@@ -255,7 +256,7 @@ def test_compare_pairs_by_seed():
 # -- the pipeline -----------------------------------------------------------------------------
 
 
-def test_example_study_page_and_results(first_run: dict):
+def test_example_study_page_and_results(example: Path, first_run: dict):
     runs, results = first_run["runs"], first_run["results"]
     assert results["made_now"] == {"sft": 2, "train": 2, "eval": 4}
     (claim,) = results["claims"]
@@ -284,7 +285,7 @@ def test_example_study_page_and_results(first_run: dict):
     assert [float(x) for x in per_seed.groups()] == [
         pytest.approx(eval_pass(runs, "compactionrl", s), abs=5e-4) for s in (0, 1)
     ]
-    record = json.loads((runs / "predictions.json").read_text())
+    record = json.loads((own_files(runs, example) / "predictions.json").read_text())
     assert record["small:beats-base"]["results_existed"] is False
 
 
@@ -343,7 +344,7 @@ def test_print_commands_parse_into_the_configs_the_study_runs(
     parsed = [parse(c) for c in commands]
     study = load_study(example, "1", "test")
     setting = study.settings[0]
-    seed_dir = runs / "replicate" / "small" / "s1"
+    seed_dir = own_files(runs, example) / "replicate" / "small" / "s1"
     sft = runner.sft_config(setting, 1, seed_dir, "cpu")
     assert parsed[0] == sft
     base_policy = str(Path(sft.run_dir) / "policy")

@@ -16,7 +16,7 @@ from test_study_verdicts import STUDY, Stages
 from cxsim.experiments.study import main as study_main
 from cxsim.studies.artefact import dumps
 from cxsim.studies.render import render_artefact
-from cxsim.studies.where import OWNER_FILE, claim_folder, page_name, study_folder
+from cxsim.studies.where import OWNER_FILE, claim_folder, own_files, page_name, study_folder
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
@@ -162,6 +162,39 @@ def test_two_study_files_of_one_name_never_share_a_folder(
     # a folder made before the markers belongs to the first file that uses it
     Path("runs/studies/old/runs").mkdir(parents=True)
     assert study_folder("studies/old.toml") == Path("runs/studies/old")
+
+
+def test_two_study_files_sharing_a_runs_folder_keep_their_own_predictions(
+    tmp_path: Path, stages: Stages, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.chdir(tmp_path)
+    one, other = Path("one.toml"), Path("other.toml")
+    one.write_text(STUDY)
+    other.write_text(STUDY.replace('"no change: nothing fits one window"', '"no change, said B"'))
+    for file in (one, other):  # one cache for both: the same runs, made once
+        study_main([str(file), "--runs-dir", "shared", "--out", f"page-{file.stem}"])
+    first, second = (own_files("shared", f) / "predictions.json" for f in (one, other))
+    assert first.parent != second.parent and not Path("shared/predictions.json").exists()
+    said = {
+        f: json.loads(p.read_text())["a:single-same"] for f, p in ((one, first), (other, second))
+    }
+    assert said[one]["prediction"] == "no change: nothing fits one window"
+    assert said[other]["prediction"] == "no change, said B"
+    assert said[one]["changes"] == [] and said[other]["changes"] == []
+    assert said[other]["results_existed"] is True  # the runs were one's, made before
+    assert "changed since it was first seen" not in Path("page-other/other.md").read_text()
+    # a record from before the key: read in the file's own folder's cache, never in a shared one
+    old = {"a:single-same": {**said[one], "first_seen": "2020-01-01 00:00"}}
+    Path("runs/studies/one/runs").mkdir(parents=True)
+    Path("runs/studies/one/runs/predictions.json").write_text(json.dumps(old))
+    Path("shared/predictions.json").write_text(json.dumps(old))
+    study_main([str(one), "--seeds", "0"])
+    kept = json.loads((own_files("runs/studies/one/runs", one) / "predictions.json").read_text())
+    assert kept["a:single-same"]["first_seen"] == "2020-01-01 00:00"
+    Path("third.toml").write_text(STUDY)
+    study_main(["third.toml", "--seeds", "0", "--runs-dir", "shared", "--out", "third"])
+    third = json.loads((own_files("shared", "third.toml") / "predictions.json").read_text())
+    assert third["a:single-same"]["first_seen"] != "2020-01-01 00:00"
 
 
 def test_a_narrowed_run_names_its_page_by_what_narrowed_it():

@@ -21,6 +21,7 @@ from cxsim.studies.load import load_study
 from cxsim.studies.selection import select, swapped_sides
 from cxsim.studies.spec import StudyError
 from cxsim.studies.stats import compare, verdict
+from cxsim.studies.where import own_files
 from cxsim.tables import Interval
 from cxsim.tracking import to_jsonable
 
@@ -529,7 +530,10 @@ def test_print_commands_start_the_bases_from_the_stage0_command(
     stage0 = tyro.cli(sft_entry.Config, args=commands[0][2:])
     study = load_study(VERDICTS, "8", "smoke")
     made = stage0_sft_config(
-        study.stage0[0], 1000, runs / "replicate" / "stage0-copies" / "p1000", "cpu"
+        study.stage0[0],
+        1000,
+        own_files(runs, VERDICTS) / "replicate" / "stage0-copies" / "p1000",
+        "cpu",
     )
     assert stage0 == made and stage0.policy is None
     (Path(made.run_dir) / "policy").mkdir(parents=True)  # the checkpoint the command would make

@@ -4,9 +4,10 @@ that make one seed's runs of a study, each equivalent to the unit the study runs
 Each command is built from the very config the runner uses (:mod:`cxsim.studies.runner`):
 every field that differs from the command's own default becomes a flag (nested groups as
 ``--ppo.lam 0.9``, booleans as ``--x`` / ``--no-x``, None as ``None``), and the task is
-always written out. Only the folders differ: the commands write under
-``<runs-dir>/replicate/<setting>/s<seed>/`` (a stage 0 under
-``<runs-dir>/replicate/stage0-<name>/``), beside the study's cache.
+always written out. Only the folders differ: the commands write under the study file's own
+folder in the runs folder (:func:`cxsim.studies.where.own_files`),
+``<runs-dir>/studies/<stem>-<hash>/replicate/<setting>/s<seed>/`` (a stage 0 under
+``.../replicate/stage0-<name>/``), beside the study's cache and never in another file's.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from cxsim.studies.selection import Selection, extra_protocols, swapped_sides
 from cxsim.studies.spec import BASE, Stage0, Study
 from cxsim.studies.stage0 import chosen_file
 from cxsim.studies.stages import arm_ppo, stage0_sft_config
+from cxsim.studies.where import own_files
 
 
 def field_default(f: Field) -> Any:
@@ -91,7 +93,7 @@ def seed_commands(
     from cxsim.experiments import sft as sft_entry
     from cxsim.experiments import train as train_entry
 
-    replicate = Path(runs_dir) / "replicate"
+    replicate = own_files(runs_dir, study.path) / "replicate"
     commands: list[list[str]] = []
     starts: dict[str, str] = {}
     bases: set[str] = set()

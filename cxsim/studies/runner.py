@@ -31,7 +31,9 @@ The runs folder (``--runs-dir``)::
     <setting>-<hash>/s<seed>/eval/<arm>@<protocol>-<hash>.json   under a claim's protocol
     <setting>-<hash>/s<seed>/eval/<arm>+<summarizer>@<protocol>-<hash>.json   the arm acting,
                                         the summarizer arm's policy writing the summaries
-    predictions.json                    each claim's prediction as first seen
+    studies/<stem>-<hash of the file's path>/predictions.json   each claim's prediction as
+                                        first seen, the study file's own (a shared runs
+                                        folder never mixes two files' records)
 
 Every stage is read when its file is there and made otherwise (cxsim/tables.py
 ``cached_json``): a rerun with more seeds or arms makes only what is new, a killed study
@@ -53,6 +55,7 @@ from cxsim.studies.spec import BASE, Arm, Setting, Side, Study
 from cxsim.studies.stage0 import make_stage0, stage0_policy, stage0_settings
 from cxsim.studies.stages import arm_ppo, main_job_config
 from cxsim.studies.values import StudyError
+from cxsim.studies.where import is_own_cache, own_files
 from cxsim.tables import cached_json, config_tag
 from cxsim.tracking import write_json
 
@@ -480,12 +483,19 @@ def run_study(
 def record_predictions(
     study: Study, selection: Selection, runs_dir: str, device: str
 ) -> dict[str, dict[str, Any]]:
-    """``predictions.json`` in the runs folder: each selected claim's prediction and predicted
-    size as first seen (with the date, and whether either side's evaluations already existed
-    then), and any later change of them. Written before any unit runs."""
+    """The study file's ``predictions.json`` (:func:`cxsim.studies.where.own_files`: keyed by
+    the file, so two files sharing ``--runs-dir`` never mix theirs): each selected claim's
+    prediction and predicted size as first seen (with the date, and whether either side's
+    evaluations already existed then), and any later change of them. Written before any unit
+    runs. A record at the runs folder's root, from before the key, is read only in the file's
+    own folder's cache, where no other file wrote."""
     import json
 
-    path = Path(runs_dir) / "predictions.json"
+    path = own_files(runs_dir, study.path) / "predictions.json"
+    before_key = Path(runs_dir) / "predictions.json"
+    if not path.is_file() and before_key.is_file() and is_own_cache(runs_dir, study.path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(before_key.read_text())
     record: dict[str, dict[str, Any]] = json.loads(path.read_text()) if path.is_file() else {}
     now = time.strftime("%Y-%m-%d %H:%M")
     for claim in selection.claims:

@@ -10,6 +10,12 @@ markers belongs to the first file that uses it.
 A run of the file as written (its seeds, every setting and claim, no budget) writes
 ``<stem>.md``; one narrowed by ``--seeds``, ``--only`` or ``--budget`` writes
 ``<stem>.<what narrowed it>.md`` beside it (:func:`page_name`), never over the full page.
+
+A runs folder can be shared (``--runs-dir``): its runs are keyed by what they depend on, so
+two files share a run only when it is the same run. What belongs to the file rather than
+to a run, its ``predictions.json`` and the ``--print-commands`` folders, goes under
+``<runs-dir>/studies/<stem>-<8 hex digits of the file's path>/`` (:func:`own_files`), so
+two files' predictions never mix.
 """
 
 from __future__ import annotations
@@ -49,6 +55,24 @@ def file_identity(path: str | Path) -> str:
 def path_digest(path: str | Path) -> str:
     """8 hex digits of the file's :func:`file_identity`."""
     return hashlib.sha256(file_identity(path).encode()).hexdigest()[:8]
+
+
+def study_key(path: str | Path) -> str:
+    """``<stem>-<8 hex digits of the file's path>``: the file's name in a runs folder."""
+    return f"{Path(path).stem}-{path_digest(path)}"
+
+
+def own_files(runs_dir: str | Path, path: str | Path) -> Path:
+    """Where, in a runs folder, the study file ``path`` keeps what is its own and no run's
+    (its ``predictions.json``, its ``--print-commands`` folders): never another file's,
+    whichever files share the runs folder."""
+    return Path(runs_dir) / "studies" / study_key(path)
+
+
+def is_own_cache(runs_dir: str | Path, path: str | Path) -> bool:
+    """Whether ``runs_dir`` is the study file's own folder's cache (``--runs-dir`` left out),
+    which no other file writes to."""
+    return Path(runs_dir).resolve() == (study_folder(path) / "runs").resolve()
 
 
 def owner_of(folder: Path) -> str | None:

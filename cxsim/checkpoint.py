@@ -140,6 +140,32 @@ def save_checkpoint(
     return final
 
 
+def best_policy_dir(run_dir: str | Path) -> Path:
+    """Where ``--ppo.keep-best`` keeps the best policy version's weights."""
+    return Path(run_dir) / "best" / "policy"
+
+
+def save_best_policy(
+    run_dir: str | Path,
+    policy: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    chat_options: ChatOptions | None = None,
+) -> Path:
+    """Writes the policy to :func:`best_policy_dir` atomically (replacing the one before);
+    returns its path."""
+    final = best_policy_dir(run_dir)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-policy-"))
+    try:
+        save_policy(policy, tokenizer, tmp / "policy", chat_options)
+        if final.exists():
+            shutil.rmtree(final)
+        (tmp / "policy").replace(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
     """Complete checkpoints, oldest first (temporary directories are skipped)."""
     root = Path(run_dir) / CHECKPOINT_DIR

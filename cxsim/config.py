@@ -254,10 +254,9 @@ class PPOConfig:
     ratio_check_atol: float | None = 1e-3
     """Before the first actor step, every |log ratio| must be at most this (the policy has not
     moved since it sampled): a larger one means sampling and scoring disagree (e.g. another
-    temperature) and training stops. None: no check. Under ``--precision bf16`` the check
-    uses at least 0.1 (``cxsim.ratio_check.BF16_RATIO_ATOL``): bf16 rounding alone moves log-probs
-    (0.017 on the tiny preset, KV-cache sampling vs a full forward), a wrong temperature
-    by several tenths."""
+    temperature) and training stops. None: no check. Under ``--precision bf16`` it is at least
+    0.1 (``cxsim.ratio_check``: bf16 rounding moves log-probs by 0.017, a wrong temperature
+    by tenths)."""
     whiten: bool = True
     """Whiten advantages over the batch's policy tokens before the policy loss."""
     group_size: int = 1
@@ -275,8 +274,7 @@ class PPOConfig:
     critic_ratio: int = 2
     """Critic passes per actor pass (paper: 2 critic updates per actor update)."""
     minibatches: int = 4
-    """Optimiser steps per pass; rollouts are kept whole inside a minibatch. 4 (8 rollouts
-    each at the default batch): the main job reached 0.85 on 5 of 6 seeds, 2 on 4 of 6."""
+    """Optimiser steps per pass, rollouts kept whole (4: 0.85 on 5 of 6 seeds, 2: 4 of 6)."""
     micro_batch_rows: int = 16
     """Segments per forward pass inside a minibatch (gradient accumulation; the loss
     denominator is still the whole minibatch's)."""
@@ -326,6 +324,9 @@ class PPOConfig:
     skip_uniform_batches: bool = when_set(True, recorded_default=False)
     """No actor step from a batch whose rollouts all ended alike: whitening would scale the
     critic's errors to unit variance (docs/results/stability.md). False: the old default."""
+    keep_best: bool = when_set(False)
+    """End with the policy version whose own batches (unseen tasks) succeeded most, not the
+    last (cxsim/best_policy.py); results.json names it, and the evaluation uses it."""
     track_reference: bool = when_set(True)
     """Keep a frozen copy of the starting policy to log the KL to it every iteration
     (stability/kl_to_reference); False saves its memory (a --ppo.kl-coef above 0 keeps it)."""

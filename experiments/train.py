@@ -150,6 +150,7 @@ def train(cfg: Config) -> dict[str, Any]:
         with torch.no_grad(), torch_threads(cfg.rollout_threads), run.meter.timed("rollout"):
             rollouts = run.collect(agent, seeds, groups)
         rollout_s = time.perf_counter() - tick
+        run.observe_policy(rollouts.records)  # --ppo.keep-best: scores the version sampled
         batch = pack_segments(rollouts.segments, chat.pad_id, sampling.temperature, run.device)
         with run.meter.timed("update"):  # compute/wall_clock_s: rollout + update time
             # 2. score: critic values, advantages (a KL penalty in the reward), critic targets
@@ -168,6 +169,7 @@ def train(cfg: Config) -> dict[str, Any]:
                 batch.rewards, batch.rollout_id, run.global_sum
             )
             if not warmup and not skip:
+                run.close_policy_version()  # --ppo.keep-best: saved if it scored best so far
                 lr = linear_lr(ppo.actor_lr, ppo.lr_schedule, iteration - ppo.critic_warmup,
                                ppo.iterations)  # fmt: skip
                 set_lr(opt["actor"], lr)
@@ -184,6 +186,12 @@ def train(cfg: Config) -> dict[str, Any]:
         # 6. checkpoint; stop at the time limit
         if run.checkpoint():
             break
+    if run.best is not None and run.iteration == cfg.total_iterations:
+        # --ppo.keep-best: one more batch, on tasks no iteration drew, scores the last version
+        seeds, groups = task_seeds(cfg, cfg.total_iterations)
+        with torch.no_grad(), torch_threads(cfg.rollout_threads), run.meter.timed("rollout"):
+            run.observe_policy(run.collect(agent, seeds, groups).records)
+        run.close_policy_version()
     return run.finish()
 
 
@@ -232,6 +240,13 @@ def main(argv: list[str] | None = None) -> None:
         f"last success rate {final['charts/success_rate']:.3f}; "
         f"policy at {results['policy']}"
     )
+    best = results.get("best_policy")
+    if best is not None:
+        print(
+            f"keep-best: the policy after {best['best_version']} actor update(s) of "
+            f"{best['version'] - 1}: success {best['best_rate']:.3f} on "
+            f"{best['best_rollouts']:.0f} rollouts of unseen tasks, at {results['policy']}"
+        )
     skipped = int(sum(row.get("stability/skipped_update", 0.0) for row in results["history"]))
     if skipped:
         print(

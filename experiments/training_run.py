@@ -11,6 +11,7 @@ iteration does.
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -22,14 +23,17 @@ import torch
 from cxsim.agents.chat import ChatOptions
 from cxsim.agents.critic import Critic
 from cxsim.agents.models import enable_gradient_checkpointing, load_policy
+from cxsim.best_policy import BestPolicy
 from cxsim.checkpoint import (
     TrainingState,
+    best_policy_dir,
     capture_rng,
     checkpoint_dir,
     latest_checkpoint,
     list_checkpoints,
     load_state,
     restore_rng,
+    save_best_policy,
     save_checkpoint,
     seed_everything,
 )
@@ -103,6 +107,11 @@ class TrainingRun:
         if checkpoint:
             self.state = restore(checkpoint, self.optimizers, cfg, self.ctx)
         self.start_iteration = self.iteration = self.state.iteration
+        self.best = None  # --ppo.keep-best: the versions' scores (cxsim/best_policy.py)
+        if cfg.ppo.keep_best:
+            self.best = BestPolicy.from_dict(self.state.extra.get("best_policy"))
+            if self.ctx.is_main:  # the best weights as of the checkpoint (none: a fresh run)
+                restore_best_policy(self.run_dir, checkpoint)
         self.last_saved = checkpoint
         self.writer = None
         if self.ctx.is_main:
@@ -148,6 +157,24 @@ class TrainingRun:
         )  # fmt: skip
         agent.forget()
         return batch
+
+    # -- --ppo.keep-best: each batch scores the policy version it was sampled from --------
+    def observe_policy(self, records: list[RolloutRecord]) -> None:
+        """Adds this batch's successes (summed over ranks) to the current version's score."""
+        if self.best is None:
+            return
+        local = torch.tensor([sum(r.success for r in records), len(records)], dtype=torch.float64)
+        successes, rollouts = self.global_sum(local).tolist()
+        self.best.observe(successes, rollouts)
+
+    def close_policy_version(self) -> None:
+        """Before the weights change: closes the current version and, if it scored above
+        every earlier one, writes its weights to ``best/policy`` (rank 0)."""
+        if self.best is None or not self.best.close():
+            return
+        if self.ctx.is_main:
+            save_best_policy(self.run_dir, self.policy, self.tokenizer, self.chat_options)
+        barrier(self.ctx)
 
     # -- value pretraining: before the first iteration -------------------------
     def pretrain_critic(self, agent: LMAgent, seed_stride: int) -> None:
@@ -272,12 +299,16 @@ class TrainingRun:
         state.extra["rng_per_rank"] = rngs
         state.extra["elapsed_s"] = self.elapsed()
         state.extra["compute_per_rank"] = [asdict(m) for m in gather_objects(self.meter, ctx)]
+        if self.best is not None:
+            state.extra["best_policy"] = self.best.as_dict()
         path = checkpoint_dir(self.run_dir, self.iteration)
         if ctx.is_main:
             path = save_checkpoint(
                 self.run_dir, state, self.policy, self.tokenizer, self.critic, self.cfg,
                 self.cfg.keep_checkpoints, self.chat_options,
             )  # fmt: skip
+            if self.best is not None and best_policy_dir(self.run_dir).is_dir():
+                shutil.copytree(best_policy_dir(self.run_dir), path / "best-policy")
         barrier(ctx)  # no rank runs ahead of a checkpoint being written
         self.last_saved = path
 
@@ -301,9 +332,21 @@ class TrainingRun:
         }
         if "value_pretrain" in self.state.extra:  # --ppo.value-pretrain-steps
             results["value_pretrain"] = self.state.extra["value_pretrain"]
+        done = self.iteration == self.cfg.total_iterations
+        if self.best is not None and done and self.best.best_version is not None:
+            results["policy"] = str(best_policy_dir(self.run_dir))
+            results["best_policy"] = self.best.as_dict()
         if self.ctx.is_main:
             write_json(self.run_dir / "results.json", results)
         return results
+
+
+def restore_best_policy(run_dir: Path, checkpoint: Path | None) -> None:
+    """``best/policy`` as the checkpoint kept it (a copy in ``best-policy``), or none: a
+    killed run may have written a later best that its resumed run must not inherit."""
+    shutil.rmtree(best_policy_dir(run_dir), ignore_errors=True)
+    if checkpoint is not None and (checkpoint / "best-policy").is_dir():
+        shutil.copytree(checkpoint / "best-policy", best_policy_dir(run_dir))
 
 
 def starting_checkpoint(cfg: Config, ctx: DistContext) -> Path | None:

@@ -74,7 +74,8 @@ def _train_cmd(policy: Path, run_dir: Path, *extra: str) -> list[str]:
         "--run-dir", str(run_dir), *TINY_ENV,
         "--ppo.rollouts-per-batch", "4", "--ppo.iterations", "3", "--ppo.critic-warmup", "1",
         "--ppo.minibatches", "1", "--ppo.epochs", "1", "--checkpoint-every", "1",
-        "--keep-checkpoints", "5", "--threads", "1", "--no-progress-bar", *extra,
+        "--keep-checkpoints", "5", "--threads", "1", "--no-progress-bar", "--ppo.keep-best",
+        *extra,
     ]  # fmt: skip
 
 
@@ -114,6 +115,9 @@ def test_sigkill_then_resume_loses_nothing(tmp_path: Path):
     reference = json.loads((full_dir / "results.json").read_text())
     assert resumed["iterations_done"] == reference["iterations_done"] == 4
     assert _comparable(resumed["history"]) == _comparable(reference["history"])
+    # --ppo.keep-best: the best version as the checkpoint kept it, the same as uninterrupted
+    assert resumed["best_policy"] == reference["best_policy"]
+    assert resumed["policy"] == str(killed_dir / "best" / "policy")
     a, _, _ = load_policy(resumed["policy"])
     b, _, _ = load_policy(reference["policy"])
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))

@@ -1,0 +1,104 @@
+"""``--ppo.keep-best``: the scores of policy versions, and a run that ends with its best one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cxsim.agents import load_policy
+from cxsim.best_policy import BestPolicy
+from cxsim.evaluation import wilson_interval
+
+SOLVED_ENV = [
+    "--env.kwargs", "memory_length", "5", "obs_words_mean", "6", "obs_words_std", "1",
+    "num_values", "4",
+    "--compaction.budget", "160",
+]  # fmt: skip
+
+
+def test_a_version_scored_on_many_rollouts_is_not_replaced_by_a_lucky_batch():
+    best = BestPolicy()
+    best.observe(95, 96)  # the base: three batches of 32 before its first actor step
+    assert best.close()
+    best.observe(32, 32)  # a later version: one perfect batch
+    assert not best.close()
+    assert (best.best_version, best.best_rollouts) == (0, 96)
+    assert best.best_score == pytest.approx(wilson_interval(95, 96)[0])
+    assert best.best_score > wilson_interval(32, 32)[0]
+
+
+def test_a_better_version_replaces_the_best_and_ties_keep_the_earlier():
+    best = BestPolicy()
+    for successes in (13, 29, 29, 20):  # of 32 each
+        best.observe(successes, 32)
+        best.close()
+    assert (best.best_version, best.best_rate) == (1, 29 / 32)
+    assert best.version == 4 and best.rollouts == 0
+
+
+def test_batches_of_one_version_pool_and_an_unscored_version_is_passed_over():
+    best = BestPolicy()
+    assert not best.close()  # nothing observed: no score, no best
+    best.observe(10, 32)
+    best.observe(22, 32)
+    assert best.close()
+    assert (best.best_version, best.best_rate, best.best_rollouts) == (1, 0.5, 64)
+    restored = BestPolicy.from_dict(json.loads(json.dumps(best.as_dict())))
+    assert restored == best
+    assert BestPolicy.from_dict(None) == BestPolicy()
+
+
+def test_a_batch_with_more_successes_than_rollouts_is_refused():
+    with pytest.raises(ValueError, match="is not a batch"):
+        BestPolicy().observe(5, 4)
+
+
+def _train(policy: str, run_dir: Path, *extra: str) -> dict:
+    cmd = [
+        sys.executable, "-m", "cxsim.cli", "train", "--policy", policy,
+        "--run-dir", str(run_dir), *SOLVED_ENV,
+        "--ppo.rollouts-per-batch", "8", "--ppo.iterations", "3", "--ppo.critic-warmup", "1",
+        "--ppo.minibatches", "1", "--ppo.no-skip-uniform-batches", "--checkpoint-every", "1",
+        "--keep-checkpoints", "10", "--threads", "1", "--no-progress-bar", *extra,
+    ]  # fmt: skip
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    results = json.loads((run_dir / "results.json").read_text())
+    results["stdout"] = out
+    return results
+
+
+def _history(results: dict) -> list[dict]:
+    return [
+        {k: v for k, v in h.items() if "seconds" not in k and "/wall_" not in k}
+        for h in results["history"]
+    ]
+
+
+def _same_weights(a: str | Path, b: str | Path) -> bool:
+    x, _, _ = load_policy(a)
+    y, _, _ = load_policy(b)
+    return all(torch.equal(p, q) for p, q in zip(x.parameters(), y.parameters(), strict=True))
+
+
+def test_keep_best_trains_alike_and_ends_with_the_version_it_names(tmp_path: Path):
+    plain = _train("pretrained", tmp_path / "plain")
+    kept = _train("pretrained", tmp_path / "kept", "--ppo.keep-best")
+    assert _history(kept) == _history(plain)  # the flag only reads the batches
+    best = kept["best_policy"]
+    assert kept["policy"] == str(tmp_path / "kept" / "best" / "policy")
+    assert best["version"] == 4  # 3 actor steps: versions 0-3 closed, then the final batch
+    # version v is the policy after v actor steps: checkpoint iter-(1 + v) (1 warm-up)
+    chosen = tmp_path / "kept" / "checkpoints" / f"iter-{1 + best['best_version']:06d}"
+    assert _same_weights(kept["policy"], chosen / "policy")
+    scored = [h["charts/success_rate"] * 8 for h in kept["history"]]
+    version_batches = {0: scored[0] + scored[1], 1: scored[2], 2: scored[3]}
+    if best["best_version"] in version_batches:
+        rollouts = 16 if best["best_version"] == 0 else 8
+        assert best["best_rate"] == pytest.approx(version_batches[best["best_version"]] / rollouts)
+    assert "keep-best: the policy after" in kept["stdout"]
+    assert "best_policy" not in plain and plain["policy"].endswith("iter-000004/policy")

@@ -255,9 +255,13 @@ def _one_line_parse_errors(prog: str) -> Iterator[None]:
 
     tyro draws its errors as a multi-line box on stderr; every entry point calls
     ``tyro.cli``, so it is wrapped here once: its stderr is captured, replayed
-    unchanged on success or ``--help``, and condensed to one line on an error.
+    unchanged on success or ``--help``, and condensed to one line on an error. What it
+    parsed has its env keyword arguments checked (:func:`cxsim.env_kwargs.check_env_configs`)
+    before the command runs.
     """
     import tyro
+
+    from cxsim.env_kwargs import check_env_configs
 
     original: Callable[..., Any] = tyro.cli
 
@@ -278,6 +282,7 @@ def _one_line_parse_errors(prog: str) -> Iterator[None]:
             sys.stderr.write(captured.getvalue())
             raise
         sys.stderr.write(captured.getvalue())  # warnings tyro printed on success
+        check_env_configs(parsed)  # before the command writes anything
         return parsed
 
     tyro.cli = compact

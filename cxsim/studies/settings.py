@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cxsim.config import SFTConfig
+from cxsim.env_kwargs import check_env_kwargs
 from cxsim.experiments.presets import DEFAULT_PRESET, PRESETS
 from cxsim.pretrained import PRETRAINED, SHIPPED
 from cxsim.studies.spec import (
@@ -91,6 +92,8 @@ def parse_settings(
             changes = build_group(group, default, values, here)
             try:
                 built[group] = replace(default, **changes)
+                if group == "env":
+                    check_env_kwargs(built[group].env_id, built[group].kwargs, "env.kwargs")
             except (ValueError, TypeError, KeyError) as error:
                 raise StudyError(f"{here}: {group}: {first_line(error)}") from error
         chosen = own.get("arms", arm_names)

@@ -339,13 +339,15 @@ def gradient_check(config: Config, estimator) -> tuple[bool, str]:
 
 def main(argv: list[str] | None = None) -> None:
     config = _parse(argv)
-    from cxsim.conformance import Claims, conform
+    from cxsim.conformance import Claims, conform, load_function
 
     claims = Claims(
         config.claims, config.lambda_kind, config.min_group, config.rejected_attempts, config.trees
     )
     try:
         estimator = estimator_under_test(config.function)
+        if estimator is None:  # a plain function: found, before its layout is asked for
+            load_function(config.function)
         if config.gradient:
             passed, report = gradient_check(config, estimator)
             print(report)

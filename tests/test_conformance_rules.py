@@ -412,7 +412,7 @@ def test_two_errors_together_are_each_named():
     ("argv", "message"),
     [
         (["no_such_adapter_module:f", "--quantity", "local-gae", "--layout", "segment-rows"],
-         "cannot import 'no_such_adapter_module'"),
+         "no_such_adapter_module:f: not found: no module 'no_such_adapter_module'"),
         (["m:f", "--quantity", "local-gae", "--layout", "segment-rows", "--claims", "sideways"],
          "sideways"),
         (["m:f", "--quantity", "local-gae", "--layout", "segment-rows", "--min-group", "0"],
@@ -470,3 +470,24 @@ def test_shrinking_stops_at_its_budget_and_says_so():
         "shrinking: at most 0.05 s per failing case (--shrink-seconds); stopped at the budget"
         in (report)
     )
+
+
+@pytest.mark.parametrize(
+    ("function", "said"),
+    [
+        ("cxsim.conformance.adaptrs:local_gae_rows", "not found: no module "
+         "'cxsim.conformance.adaptrs' (did you mean 'cxsim.conformance.adapters'?)"),
+        ("cxsim.conformance.adapters:cross_segment_gae_rowz", "not found: module "
+         "'cxsim.conformance.adapters' has no 'cross_segment_gae_rowz' (did you mean "
+         "'cross_segment_gae_rows'?)"),
+    ],
+)  # fmt: skip
+def test_a_typo_in_module_or_name_says_not_found_not_which_layout(function, said, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["conform", function])  # no --layout: the name is found first
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"cxsim conform: error: {function}: {said}" or (
+        err.startswith(f"cxsim conform: error: {function}: {said}, searched from ")
+    ), err
+    assert "--layout" not in err

@@ -38,6 +38,7 @@ from cxsim.conformance.report import (
     format_report,
 )
 from cxsim.conformance.terms import explain
+from cxsim.user_modules import missing_attribute, missing_module
 
 __all__ = [
     "DEFAULT_SHRINK_SECONDS",
@@ -95,11 +96,16 @@ def load_function(path: str) -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
     except Exception as err:  # whatever the user's module raises while it is imported
+        missing = missing_module(module_name, err)
+        if missing is not None:  # a typo, most often: not found, with the close match
+            raise ValueError(f"{path}: not found: {missing}, searched from {here}") from err
         raise ValueError(
             f"cannot import {module_name!r} (from {path!r}, searched from {here}): "
             f"{type(err).__name__}: {_first_line(err)}"
         ) from err
     function = getattr(module, attr, None)
+    if function is None:
+        raise ValueError(f"{path}: not found: {missing_attribute(module, attr)}")
     if not callable(function):
         raise ValueError(f"{module_name} has no function {attr!r}")
     return function

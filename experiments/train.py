@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"done: {results['iterations_done']} iterations in {results['wall_time_s']:.0f}s; "
         f"last success rate {final['charts/success_rate']:.3f}; "
-        f"policy at {results['policy']}"
+        f"policy at {results['policy']}; TensorBoard: tensorboard --logdir {cfg.run_dir}/tb"
     )
     best = results.get("best_policy")
     if best is not None:

@@ -93,6 +93,9 @@ def compact_run(
             "success_curve": train["success_curve"],
             "ppo": train["ppo"],
         }
+        if "best_policy" in result["train"]:  # --ppo.keep-best: which version, and of how many
+            best = result["train"]["best_policy"]
+            train["best_policy"] = {k: best[k] for k in ("version", "best_version")}
     return {
         "setting": result["setting"],
         "arm": result["arm"],

@@ -174,11 +174,18 @@ def arm_rows(
         # a field the setting's record lacks came after the runs: not one they changed
         changed = {k: v for k, v in as_run.items() if k in start and start[k] != v}
         said = ", ".join(f"ppo.{k.replace('_', '-')} {value_text(v)}" for k, v in changed.items())
-        rows.append(
-            [
-                f"arm `{name}`",
-                (said or "no change")
-                + f"; evaluated at its last checkpoint, iteration {ran['iterations_done']}",
-            ]
-        )
+        rows.append([f"arm `{name}`", (said or "no change") + "; " + evaluated_at(results)])
     return rows
+
+
+def evaluated_at(results: list[dict[str, Any]]) -> str:
+    """Which policy of an arm's runs was evaluated: the last checkpoint, or under
+    ``--ppo.keep-best`` the version each seed's run kept (after how many actor updates)."""
+    ran = results[0]["train"]
+    if "best_policy" not in ran:
+        return f"evaluated at its last checkpoint, iteration {ran['iterations_done']}"
+    kept = ", ".join(
+        f"{r['train']['best_policy']['best_version']} of {r['train']['best_policy']['version'] - 1}"
+        for r in results
+    )
+    return f"evaluated at the version --ppo.keep-best kept, after this many actor updates per seed: {kept}"

@@ -294,6 +294,8 @@ def run_unit(
             **actor_reductions(trained.get("history", [])),
             "ppo": trained["config"]["ppo"],
         }
+        if "best_policy" in trained:  # --ppo.keep-best: the version evaluated
+            training["best_policy"] = trained["best_policy"]
     wall = time.perf_counter() - began
     return {
         "setting": setting.name,

@@ -117,8 +117,9 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
 
 
-def default_tokenizer() -> PreTrainedTokenizerFast:
-    """The tokenizer over the union vocabulary of all registered environments."""
+def default_tokenizer(extra_words: Iterable[str] = ()) -> PreTrainedTokenizerFast:
+    """The tokenizer over the union vocabulary of cxsim's environments, and ``extra_words``
+    (an environment from outside the project brings its own: ``cxsim sft --policy None``)."""
     from cxsim.envs import vocabulary  # lazy: agents import without building envs
 
-    return build_tokenizer(vocabulary())
+    return build_tokenizer(sorted({*vocabulary(), *extra_words}))

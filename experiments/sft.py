@@ -136,7 +136,7 @@ def starting_policy(cfg: Config, device: Any) -> tuple[Any, Any, ChatFormat]:
     from cxsim.agents.models import enable_gradient_checkpointing, load_policy
 
     if cfg.policy is None:
-        tokenizer = default_tokenizer()
+        tokenizer = default_tokenizer(env_words(cfg.env))
         chat: ChatFormat = WordChatFormat(tokenizer)
         policy = build_policy(cfg.sft.model, tokenizer, seed=cfg.seed).to(device)
     else:
@@ -144,6 +144,20 @@ def starting_policy(cfg: Config, device: Any) -> tuple[Any, Any, ChatFormat]:
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
     return policy, tokenizer, chat
+
+
+def env_words(env: EnvConfig) -> list[str]:
+    """The words of ``env``'s own ``vocabulary()`` and system prompt, for a fresh word-level
+    model: an environment from outside cxsim's vocabulary (``cxsim/TextWorld-v0``, a user's)
+    brings words the shipped tokenizer lacks. Empty when the env lists none."""
+    import gymnasium as gym
+
+    made = gym.make(env.env_id, **env.kwargs)
+    listed = getattr(made.unwrapped, "vocabulary", None)
+    prompt = str(getattr(made.unwrapped, "system_prompt", ""))
+    words = [*(listed() if callable(listed) else ()), *prompt.split()]
+    made.close()
+    return words
 
 
 def cosine_schedule(optimizer: Any, total_steps: int) -> Any:

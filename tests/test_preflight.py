@@ -27,7 +27,10 @@ from cxsim.evaluation import evaluate_protocol
 from cxsim.experiments import evaluate
 from cxsim.preflight import preflight
 
-ENV_IDS = sorted(k for k in gym.registry if k.startswith("cxsim/"))
+ENV_IDS = sorted(
+    k for k in gym.registry if k.startswith("cxsim/") and k not in cxsim.envs.OUTSIDE_IDS
+)
+"""cxsim's own ids; a family from outside (its optional extra) has its own tests."""
 TASKS = 6
 """Evaluation tasks per id (the pre-flight plays 16 more)."""
 

@@ -16,7 +16,9 @@ config is built (``cxsim.stability_settings``, which imports no torch):
 - ``--ppo.skip-uniform-batches``: no actor step from a batch whose rollouts all ended
   alike (nothing to learn from);
 - ``--ppo.lr-schedule linear``: the actor's rate falls linearly to ``actor_lr / iterations``
-  at the last iteration (cleanrl's annealing).
+  at the last iteration (cleanrl's annealing);
+- ``--ppo.keep-best``: the run ends with the policy version its own batches scored best
+  (``cxsim.best_policy``; it changes no update).
 
 Shapes: S segments (rows), T padded tokens.
 """

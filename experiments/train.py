@@ -240,19 +240,30 @@ def main(argv: list[str] | None = None) -> None:
         f"last success rate {final['charts/success_rate']:.3f}; "
         f"policy at {results['policy']}; TensorBoard: tensorboard --logdir {cfg.run_dir}/tb"
     )
+    for note in training_notes(results):
+        print(note)
+
+
+def training_notes(results: dict[str, Any]) -> list[str]:
+    """What a finished run should tell its user beyond its figures: the version
+    ``--ppo.keep-best`` kept, and how many actor updates ``--ppo.skip-uniform-batches``
+    left out (a smoke run whose batches all ended alike otherwise looks like one that
+    trained)."""
+    notes = []
     best = results.get("best_policy")
     if best is not None:
-        print(
+        notes.append(
             f"keep-best: the policy after {best['best_version']} actor update(s) of "
             f"{best['version'] - 1}: success {best['best_rate']:.3f} on "
             f"{best['best_rollouts']:.0f} rollouts of unseen tasks, at {results['policy']}"
         )
     skipped = int(sum(row.get("stability/skipped_update", 0.0) for row in results["history"]))
     if skipped:
-        print(
+        notes.append(
             f"note: {skipped} actor update(s) skipped, each from a batch whose rollouts all "
             "ended alike (--ppo.no-skip-uniform-batches takes a step anyway)"
         )
+    return notes
 
 
 if __name__ == "__main__":

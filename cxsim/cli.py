@@ -5,10 +5,14 @@ parses its own frozen-dataclass config with ``tyro.cli``. Modules are imported
 lazily so that ``cxsim --help`` stays fast, and the entry points import torch only
 when they run, so that ``cxsim CMD --help`` does too.
 
-Errors a user can cause (a bad flag or value, a missing file, a run folder made
-with other settings) end the command with one line on stderr that says what to
-change, and exit status 1; ``CXSIM_TRACEBACK=1`` shows the traceback instead.
-``--quiet`` (anywhere on the line) silences progress and stage lines.
+Exit status, the same for every command: 0 when it did what it was asked, 2 for a usage or
+configuration error (a bad flag or value, an unknown command, a missing file, a run folder
+made with other settings: ``ValueError`` and the other :data:`USER_ERRORS`, and tyro's parse
+errors), as argparse has it, and 1 when a run or check failed (a study's checks, a function
+``cxsim conform`` finds differing, a plug-in's unusable output, a regression bench below its
+floor). Either ends with one line on stderr that says what happened;
+``CXSIM_TRACEBACK=1`` shows the traceback instead. ``--quiet`` (anywhere on the line)
+silences progress and stage lines.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 USER_ERRORS: tuple[type[Exception], ...] = (
     ValueError,
@@ -31,7 +35,30 @@ USER_ERRORS: tuple[type[Exception], ...] = (
     IsADirectoryError,
     PermissionError,
 )
-"""Exceptions that mean "change the command": shown as one line, no traceback."""
+"""Exceptions that mean "change the command": shown as one line, no traceback, exit status 2."""
+USAGE_ERROR = 2
+"""Exit status of a usage or configuration error (argparse's)."""
+FAILED = 1
+"""Exit status of a run or check that failed (a ``SystemExit`` with a message)."""
+
+
+class UsageError(SystemExit):
+    """A usage or configuration error: exit status :data:`USAGE_ERROR` (``code``); ``str()``
+    is its one line, which :func:`usage_error` has printed on stderr."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(USAGE_ERROR)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def usage_error(message: str) -> NoReturn:
+    """Print ``message`` on stderr and end the command with exit status 2."""
+    print(message, file=sys.stderr)
+    raise UsageError(message)
+
 
 # command -> (module, one-line description); "bench" and others nest one level.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -99,7 +126,9 @@ def _dispatch(
         return
     name, rest = argv[0], argv[1:]
     if name not in table:
-        sys.exit(f"{prefix}: unknown command {name!r}; choose one of: {', '.join(listed)}")
+        usage_error(
+            f"{prefix}: error: unknown command {name!r}; choose one of: {', '.join(listed)}"
+        )
     module = importlib.import_module(table[name][0])
     if not {"-h", "--help"} & set(rest):
         _set_threads()
@@ -117,8 +146,8 @@ def _dispatch(
             if os.environ.get("CXSIM_TRACEBACK"):
                 raise
             message = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
-            sys.exit(f"{prog}: error: {message}")
-        except SystemExit as stop:  # a message without the command's prefix gets it, once
+            usage_error(f"{prog}: error: {message}")
+        except SystemExit as stop:  # a failed run's message gets the command's prefix, once
             if isinstance(stop.code, str) and not PREFIXED.match(stop.code):
                 raise SystemExit(f"{prog}: error: {stop.code}") from None
             raise
@@ -273,9 +302,7 @@ def _one_line_parse_errors(prog: str) -> Iterator[None]:
                 parsed = original(*args, **kwargs)
         except SystemExit as stop:
             if stop.code not in (0, None):  # a parse error: one line instead of the box
-                raise SystemExit(
-                    f"{prog}: error: {_condense(captured.getvalue())}; see `{prog} --help`"
-                ) from None
+                usage_error(f"{prog}: error: {_condense(captured.getvalue())}; see `{prog} --help`")
             sys.stderr.write(captured.getvalue())  # --help
             raise
         except BaseException:

@@ -155,7 +155,7 @@ def median_seconds(
 def main(argv: list[str] | None = None) -> None:
     config = tyro.cli(Config, args=argv)
     if config.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("device=cuda requested but CUDA is not available")
+        raise ValueError("device=cuda requested but CUDA is not available")
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     batch = make_batch(config)

@@ -100,9 +100,9 @@ T = TypeVar("T")
 
 
 def preset_ppo(name: str) -> PPOConfig:
-    """The PPOConfig of a named preset; SystemExit listing the names if unknown."""
+    """The PPOConfig of a named preset; a ValueError listing the names if unknown."""
     if name not in PRESETS:
-        raise SystemExit(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
+        raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
     return PRESETS[name][1]
 
 
@@ -132,5 +132,5 @@ def cli_with_budget(config_type: type[T], budgets: dict[str, T], argv: Sequence[
     absent); the other flags override them; an unknown name exits listing the names."""
     name = preset_from_argv(argv, default="smoke")
     if name not in budgets:
-        raise SystemExit(f"unknown preset {name!r}; choose one of: {', '.join(budgets)}")
+        raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(budgets)}")
     return tyro.cli(config_type, args=list(argv), default=budgets[name])

@@ -146,7 +146,7 @@ def render_page(cfg: Config) -> None:
         cfg.file is not None
         and Path(cfg.file).read_text() != rebuilt["data"]["inputs"]["study_text"]
     ):
-        raise SystemExit(
+        raise ValueError(
             f"{cfg.file} differs from the study file {cfg.render} was made with; drop FILE to "
             "render the page as made, or rerun the study"
         )

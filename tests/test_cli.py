@@ -31,18 +31,60 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 )
 def test_user_errors_are_one_line_without_traceback(args: tuple[str, ...], says: str):
     done = run_cli(*args)
-    assert done.returncode != 0
+    assert done.returncode == 2  # a usage error, whatever the command
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert says in lines[0] and lines[0].startswith(f"cxsim {args[0]}: error:")
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["nope"],  # an unknown command
+        ["run", "--sft.epoch", "3"],  # tyro's parse error
+        ["report", "no/such/run"],  # a missing file
+        ["study", "no/such/study.toml"],  # was 1
+        ["conform", "m.f", "--quantity", "local-gae", "--layout", "samples"],  # was 2 already
+        ["train", "--preset", "nope"],  # a preset's name
+    ],
+)
+def test_every_usage_error_exits_2_in_one_line(args: list[str], capsys):
+    with pytest.raises(SystemExit) as stop:
+        cxsim(args)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("cxsim"), err
+    assert ": error: " in err
+
+
+def test_a_failed_run_or_check_exits_1_with_its_reason(monkeypatch, capsys):
+    import types
+
+    from cxsim import cli
+
+    failing = types.ModuleType("failing_command")
+
+    def main(argv):
+        raise SystemExit("1 of 2 checks failed: floor-helps")
+
+    failing.main = main
+    monkeypatch.setitem(sys.modules, "failing_command", failing)
+    monkeypatch.setitem(cli.COMMANDS, "failing", ("failing_command", "a check that fails"))
+    with pytest.raises(SystemExit) as stop:
+        cxsim(["failing"])
+    assert stop.value.code == "cxsim failing: error: 1 of 2 checks failed: floor-helps"
+    done = subprocess.run(  # the status Python gives a message: 1
+        [sys.executable, "-c", f"raise SystemExit({stop.value.code!r})"], capture_output=True
+    )
+    assert done.returncode == 1
+
+
 def test_unknown_command_lists_every_command_with_bench():
     with pytest.raises(SystemExit) as info:
         cxsim(["foo"])
     for name in ("run", "train", "eval", "tables", "lab", "bench"):
-        assert name in str(info.value.code)
+        assert name in str(info.value)
 
 
 def test_tables_and_lab_write_under_runs_by_default():
@@ -122,8 +164,8 @@ def test_each_error_says_its_kind_once_after_one_prefix(
         request.getfixturevalue("capsys")
     with pytest.raises(SystemExit) as info:
         cxsim(args)
-    message = str(info.value.code)
-    assert message.startswith(says), message
+    message = str(info.value)
+    assert info.value.code == 2 and message.startswith(says), message
     assert "\n" not in message and message.count("error") == 1
     for repeated in ("Invalid choice", "Value error", "Error parsing", "helptext", "For full"):
         assert repeated not in message, message
@@ -141,7 +183,7 @@ def test_a_missing_value_is_named_once():
 
     with _one_line_parse_errors("cxsim x"), pytest.raises(SystemExit) as info:
         tyro.cli(Needs, args=[])
-    assert str(info.value.code) == "cxsim x: error: missing --folder STR; see `cxsim x --help`"
+    assert str(info.value) == "cxsim x: error: missing --folder STR; see `cxsim x --help`"
 
 
 def test_verdicts_help_shows_no_union_and_says_defaults_follow_the_preset(capsys):

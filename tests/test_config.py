@@ -113,7 +113,7 @@ def test_each_preset_does_what_its_paper_row_ablates():
     assert preset_ppo("segment-mean-loss").loss_mode == "segment-mean"
     assert torch.allclose(weights, weights[0].expand_as(weights))  # each segment one vote
     assert preset_ppo("ppo-single").protocol == "single"  # the runtime's Single protocol
-    with pytest.raises(SystemExit, match="unknown preset"):
+    with pytest.raises(ValueError, match="unknown preset"):
         preset_ppo("nope")
 
 

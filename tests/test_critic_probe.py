@@ -90,7 +90,7 @@ def test_a_bad_variant_stops_the_command_before_the_policy_is_read(tmp_path: Pat
     with pytest.raises(SystemExit) as info:
         cxsim(["critic-probe", "--policy", str(tmp_path / "absent"), "--critic-iterations", "1",
                "--variants", "last", "attention-pol"])  # fmt: skip
-    said = str(info.value.code)
+    said = str(info.value)
     assert said.startswith("cxsim critic-probe: error: --variants head='attention-pol'")
     assert "\n" not in said and "absent" not in said
 

@@ -468,7 +468,7 @@ def test_critic_flags_need_a_critic_and_the_cli_says_so_in_one_line():
     with pytest.raises(SystemExit) as info:
         cxsim(["train", "--preset", "supo", "--ppo.group-size", "2", "--ppo.value-head",
                "prefix-mean"])  # fmt: skip
-    message = str(info.value.code)
+    message = str(info.value)
     assert message.startswith("cxsim train: error: --ppo.value-head sets up the critic, and ")
     assert "\n" not in message
     # the default critic, and the one before it, set up nothing a critic-free estimator refuses

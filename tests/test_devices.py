@@ -67,12 +67,13 @@ def test_a_missing_gpu_stops_each_command_before_any_stage(command, tmp_path, ca
     }  # fmt: skip
     with pytest.raises(SystemExit) as info:
         cxsim([*command, *places[command[0]], "--device", "cuda"])
-    assert str(info.value.code) == (
+    assert str(info.value) == (
         f"cxsim {command[0]}: error: device 'cuda' asked for, but CUDA is not available: use "
         f"--device cpu; see `cxsim {command[0]} --help`"
     )
+    assert info.value.code == 2  # a usage error
     said = capsys.readouterr()
-    assert said.out == "" and said.err == ""
+    assert said.out == "" and said.err.strip() == str(info.value)  # the one line, nothing else
     assert not any(tmp_path.iterdir())
 
 

@@ -147,7 +147,7 @@ def test_run_main_job(tmp_path: Path, capsys):
     with pytest.raises(SystemExit) as info:
         cxsim(["run", "--run-dir", str(run_dir), *TINY_ENV, *TINY_SFT, *TINY_PPO, *TINY_EVAL,
                "--sft.omission-rate", "0.65", *QUIET])  # fmt: skip
-    message = str(info.value.code)
+    message = str(info.value)
     assert "sft.omission_rate: 0.5 there, 0.65 now" in message and "--overwrite" in message
     assert "\n" not in message
     assert (run_dir / "results.json").stat().st_mtime_ns == made

@@ -72,7 +72,8 @@ def test_the_command_refuses_it_before_writing_its_run_folder(
     argv = [command, "--env.kwargs", "memory_lenght", "5", "--run-dir", str(run_dir)]
     with pytest.raises(SystemExit) as stop:
         cxsim(argv)
-    message = str(stop.value.code) + capsys.readouterr().err
+    message = str(stop.value)
+    assert stop.value.code == 2 and capsys.readouterr().err.strip() == message
     assert f"cxsim {command}: error: --env.kwargs: cxsim/KeyRecall-v0 takes no " in message
     assert "did you mean 'memory_length'?" in message and not run_dir.exists()
 
@@ -105,6 +106,7 @@ def test_a_study_file_with_the_mistake_fails_before_any_run_folder_or_prediction
     runs, out = tmp_path / "runs", tmp_path / "out"
     with pytest.raises(SystemExit) as stop:
         cxsim(["study", str(path), "--runs-dir", str(runs), "--out", str(out)])
-    message = str(stop.value.code) + capsys.readouterr().err
+    message = str(stop.value)
+    assert stop.value.code == 2 and capsys.readouterr().err.strip() == message
     assert "cxsim study: error: study.toml: settings.small: env: env.kwargs:" in message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["study.toml"]

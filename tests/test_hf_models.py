@@ -85,7 +85,7 @@ def refusal(argv: list[str]) -> str:
     """The one-line error ``cxsim`` exits with."""
     with pytest.raises(SystemExit) as info:
         cxsim(argv)
-    message = str(info.value.code)
+    message = str(info.value)
     assert "\n" not in message
     return message
 

@@ -190,7 +190,7 @@ def test_a_plugin_without_its_declaration_fails_at_config_time_in_one_line(
     module = write_module(folder, "undeclared", body, monkeypatch)  # found in the working folder
     with pytest.raises(SystemExit) as info:
         cxsim(["train", "--ppo.estimator", f"{module}:gae"])
-    message = str(info.value.code)
+    message = str(info.value)
     assert "\n" not in message
     assert message.startswith(
         "cxsim train: error: undeclared:gae declares no needs_critic: it is the function gae, "

@@ -321,7 +321,7 @@ def test_the_documented_example_runs_as_written(tmp_path: Path, monkeypatch):
 def test_a_bad_protocol_flag_is_one_line_from_the_command():
     with pytest.raises(SystemExit) as info:
         cxsim(["eval", "--agent", "oracle", "--compaction.protocol", "sliding"])
-    message = str(info.value.code)
+    message = str(info.value)
     assert "\n" not in message and "protocol 'sliding' is unknown" in message, message
 
 

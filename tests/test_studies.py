@@ -158,7 +158,7 @@ def test_cli_refuses_a_bad_file_in_one_line_before_any_run(tmp_path: Path):
     runs = tmp_path / "runs"
     with pytest.raises(SystemExit) as stop:
         cxsim(["study", str(study), "--runs-dir", str(runs)])
-    message = str(stop.value.code)
+    message = str(stop.value)
     assert message.startswith("cxsim study: error: study.toml: claim 1 (c): reference")
     assert "\n" not in message and not runs.exists()
 

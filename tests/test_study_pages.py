@@ -130,7 +130,7 @@ def test_render_refuses_a_study_file_changed_since_the_page(
     study_main(["study.toml", "--seeds", "0"])
     Path("study.toml").write_text(STUDY.replace('seeds = "0:2"', 'seeds = "0:3"'))
     artefact = "runs/studies/study/page/study.seeds-0.json"
-    with pytest.raises(SystemExit, match="differs from the study file"):
+    with pytest.raises(ValueError, match="differs from the study file"):
         study_main(["study.toml", "--render", artefact, "--out", "r"])
     study_main(["--render", artefact, "--out", "r"])  # as made: from the file it recorded
     assert Path("r/study.seeds-0.md").read_bytes() == Path(artefact).with_suffix(".md").read_bytes()

@@ -301,7 +301,7 @@ def test_tuning_seeds_are_refused_in_a_verdict(tmp_path: Path):
     runs = tmp_path / "runs"
     with pytest.raises(SystemExit) as stop:
         cxsim(["study", str(path), "--seeds", "0:3", "--runs-dir", str(runs)])
-    message = str(stop.value.code)
+    message = str(stop.value)
     assert message.startswith("cxsim study: error: seeds 0, 1, 2 are tuning seeds")
     assert "\n" not in message and not runs.exists()
     # the page says which seeds tuned the settings

@@ -267,7 +267,7 @@ def run(cfg: Config) -> dict[str, Any]:
             trained = train_entry.train(train_config(cfg, str(base_policy), name, seed))
             timings[f"train_{name}_s{seed}_s"] = time.perf_counter() - tick
             for note in train_entry.training_notes(trained):
-                announce(note)
+                say(note)
             policies.append(trained["policy"])
             tick = time.perf_counter()
             announce(f"evaluating {name} seed {seed}")

@@ -182,10 +182,13 @@ def evaluate_protocol(
     torch's RNG (which LM sampling draws from) with ``seed * 1000 + r``. Rollouts run
     with ``threads`` torch threads (see :func:`torch_threads`). ``summarizer_agent``
     writes the summaries under ``external-summarizer`` (and is needed there only).
-    Returns the JSON-ready summary and the records.
+    Returns the JSON-ready summary and the records; its ``survival`` is the share of needed
+    facts alive at each compaction round, overall and per fact type, and the first round below
+    one half (``cxsim.diagnostics.survival.survival_summary``; ``{}`` without summaries).
     """
     import torch
 
+    from cxsim.diagnostics.survival import survival_summary
     from cxsim.runtime import collect_rollouts
 
     if episodes < 1 or repeats < 1:
@@ -218,6 +221,7 @@ def evaluate_protocol(
         "ci_method": "wilson over tasks (per-task success averaged over repeats)",
         "mean_compactions": float(np.mean([rec.compactions for rec in records])),
         "summary_recall": summary_recall(records),
+        "survival": survival_summary(records),
         "mean_turns": float(np.mean([rec.turns for rec in records])),
         "truncated_rate": float(np.mean([rec.truncated for rec in records])),
         "tokens_generated": int(sum(rec.tokens_generated for rec in records)),

@@ -6,7 +6,8 @@ counts and its transcript; diagnostics, evaluation, tracking and compute account
 (``cxsim.diagnostics`` also take dicts with the same keys). ``recall_hook`` says how a summary
 is scored against the environment's ground truth: its own ``summary_recall`` method, else
 cxsim's ``key_facts`` / ``needed_facts`` info keys, else not at all (no recall recorded);
-``stated_hook`` says which facts a summary states a value for, right or wrong.
+``stated_hook`` says which facts a summary states a value for, right or wrong;
+``fact_types_hook`` what type each needed fact has when a summary is written.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ RecallHook = Callable[[str, dict[str, Any]], dict[str, bool]]
 """``(summary text, info) -> {needed fact: kept its current value}``."""
 StatedHook = Callable[[str, dict[str, Any]], dict[str, bool]]
 """``(summary text, info) -> {needed fact: states a value of its kind, right or wrong}``."""
+FactTypesHook = Callable[[dict[str, Any]], dict[str, str]]
+"""``info -> {needed fact shown so far: its type}`` (``key``, ``revised``, ...)."""
 
 
 def recall_hook(env: gym.Env) -> RecallHook | None:
@@ -44,6 +47,14 @@ def stated_hook(env: gym.Env) -> StatedHook | None:
     can see: it tells a summary that says ``the key is k3`` from one that says ``unknown``, not
     a right key from a wrong one (``summary_recall`` does)."""
     own = getattr(env.unwrapped, "summary_stated", None)
+    return own if callable(own) else None
+
+
+def fact_types_hook(env: gym.Env) -> FactTypesHook | None:
+    """What type each needed fact has when a summary is written (``cxsim.diagnostics.survival``
+    counts survival per type): the environment's own ``fact_types(info)`` method, else not at
+    all (every fact then has the type ``fact``)."""
+    own = getattr(env.unwrapped, "fact_types", None)
     return own if callable(own) else None
 
 
@@ -91,3 +102,6 @@ class RolloutRecord:
     summary_stated: list[dict[str, bool]] = field(default_factory=list)
     """Per summary: needed fact -> the summary states a value of its kind, right or wrong
     (``stated_hook``; empty when the environment cannot say)."""
+    summary_fact_types: list[dict[str, str]] = field(default_factory=list)
+    """Per summary with recall (as ``summary_recall``): needed fact -> its type when the summary
+    was written (``fact_types_hook``; empty when the environment cannot say)."""

@@ -39,7 +39,8 @@ Decisions the paper leaves open, made here:
   has a ``summary_recall(summary, info)`` method, or else provides cxsim's
   ``key_facts`` and ``needed_facts`` info keys; otherwise it is simply not recorded.
   Which facts a summary states a value for, right or wrong, is recorded when the
-  environment has a ``summary_stated(summary, info)`` method.
+  environment has a ``summary_stated(summary, info)`` method; each needed fact's type
+  when a summary is written, when it has a ``fact_types(info)`` method.
 - **Recorded segments.** Execution windows with no token generated in them are
   not recorded (they carry no training signal); summary segments are recorded
   only when the acting policy wrote the summary (a summary another agent wrote is
@@ -91,9 +92,11 @@ from cxsim.agents.chat import ChatFormat, WordChatFormat
 from cxsim.compaction import CompactionConfig
 from cxsim.rollout_records import (
     EndReason,
+    FactTypesHook,
     RecallHook,
     RolloutRecord,
     StatedHook,
+    fact_types_hook,
     recall_hook,
     stated_hook,
 )
@@ -197,6 +200,7 @@ class _Row:
     summaries: list[str] = field(default_factory=list)
     recalls: list[dict[str, bool]] = field(default_factory=list)
     stated: list[dict[str, bool]] = field(default_factory=list)
+    fact_types: list[dict[str, str]] = field(default_factory=list)
     tokens_generated: int = 0
     tokens_prefilled: int = 0
     tokens_summarised: int = 0
@@ -242,11 +246,13 @@ class _Runner:
         system_prompt: str,
         recall: RecallHook | None = None,
         stated: StatedHook | None = None,
+        types: FactTypesHook | None = None,
     ):
         self.config = config
         self.strategy = config.strategy
         self.recall = recall
         self.stated = stated
+        self.types = types
         self.chat = chat
         self.system = chat.system(system_prompt)
         self.header = chat.assistant_prefix()
@@ -402,6 +408,8 @@ class _Runner:
         recall = self.recall(response.text, row.info) if self.recall else None
         if recall is not None:
             row.recalls.append(recall)
+            if self.types is not None:
+                row.fact_types.append(self.types(row.info))
         if self.stated is not None:
             row.stated.append(self.stated(response.text, row.info))
         row.transcript.append(f"[summary {len(row.summaries)}] {response.text}")
@@ -557,6 +565,7 @@ class _Runner:
             model_calls=row.model_calls,
             branches=row.branches,
             summary_stated=row.stated,
+            summary_fact_types=row.fact_types,
         )
 
 
@@ -587,7 +596,8 @@ def collect_rollouts(
     system_prompt = env_system_prompt(envs[0])
     check_env_words(envs[0], env_id, system_prompt, config, chat)
     config.validate(chat, system_prompt)
-    runner = _Runner(config, chat, system_prompt, recall_hook(envs[0]), stated_hook(envs[0]))
+    hooks = recall_hook(envs[0]), stated_hook(envs[0]), fact_types_hook(envs[0])
+    runner = _Runner(config, chat, system_prompt, *hooks)
     rows: list[_Row] = []
     for i, (env, seed) in enumerate(zip(envs, seeds, strict=True)):
         task_text, info = env.reset(seed=seed)

@@ -52,7 +52,10 @@ def log_scalars(writer: SummaryWriter, metrics: Mapping[str, float], step: int) 
 def log_evaluation(run_dir: str | Path, payload: Mapping[str, Any], step: int) -> None:
     """An evaluation (``cxsim eval``'s payload) into ``run_dir/tb`` at ``step``:
     ``eval/{protocol}/pass_at_1``, ``.../ci95_low``, ``.../ci95_high`` and, where
-    summaries were written, ``.../summary_recall``."""
+    summaries were written, ``.../summary_recall`` and the fact survival by compaction round
+    (``.../survival/round{k}``, ``.../survival/cliff_round``, the same per fact type)."""
+    from cxsim.diagnostics.survival import summary_tags
+
     writer = open_writer(run_dir)
     for result in payload["results"]:
         prefix = f"eval/{result['protocol']}/"
@@ -60,6 +63,9 @@ def log_evaluation(run_dir: str | Path, payload: Mapping[str, Any], step: int) -
             value = result.get(key)
             if value is not None and math.isfinite(value):
                 writer.add_scalar(prefix + key, value, step)
+        if result.get("survival"):
+            for tag, value in summary_tags(result["survival"], prefix + "survival/").items():
+                writer.add_scalar(tag, value, step)
     writer.close()
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from cxsim.envs.base import TextEnv, corrupt, draw_lengths, words_of
-from cxsim.envs.scripted import shown_facts
+from cxsim.envs.scripted import fact_types, shown_facts
 
 MAX_VALUES = 32
 VALUES = tuple(f"k{i}" for i in range(1, MAX_VALUES + 1))
@@ -262,6 +262,11 @@ class CorridorEnv(TextEnv):
         here takes its value from the same words, so a value word counts for each of them."""
         stated = any(word in self.values for word in summary.split())
         return {name: stated for name in shown_facts(info)}
+
+    def fact_types(self, info: dict[str, Any]) -> dict[str, str]:
+        """Needed fact shown so far -> ``key`` (its value as first shown) or ``revised`` (a
+        revision in the corridor changed it), at ``info``'s moment (``scripted.fact_types``)."""
+        return fact_types(info)
 
     def _admissible(self) -> list[str]:
         if self._phase == "corridor":

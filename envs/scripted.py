@@ -11,6 +11,8 @@
   may lack the task text.
 * ``summary_recall(summary, info)`` says, per needed fact already shown when the
   summary was written, whether the summary holds its current value as a whole word.
+* ``fact_types(info)`` says, per needed fact already shown, what kind of fact it is at that
+  moment (``key`` or ``revised``), for survival by type (``cxsim.diagnostics.survival``).
 """
 
 from __future__ import annotations
@@ -229,3 +231,16 @@ def summary_recall(summary: str, info: dict[str, Any]) -> dict[str, bool]:
     moment; `shown_facts`): a fact the episode has not shown yet is no summary's to keep."""
     words = set(summary.split())
     return {name: info["key_facts"][name] in words for name in shown_facts(info)}
+
+
+KEY, REVISED = "key", "revised"
+"""Fact types of the built-in environments (:func:`fact_types`): a value stated once and
+unchanged so far; a value the episode has changed since it was first shown."""
+
+
+def fact_types(info: dict[str, Any]) -> dict[str, str]:
+    """Needed fact name -> its type at ``info``'s moment, over the needed facts shown so far
+    (`shown_facts`, as :func:`summary_recall`): ``revised`` once ``fact_revised_steps`` holds
+    a revision of it (its current value is not the first one shown), else ``key``."""
+    revised = info.get("fact_revised_steps") or {}
+    return {name: REVISED if revised.get(name) else KEY for name in shown_facts(info)}

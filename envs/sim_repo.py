@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from cxsim.envs.base import ERROR_WORDS, NOISE_WORD, TextEnv, corrupt, words_of
-from cxsim.envs.scripted import shown_facts
+from cxsim.envs.scripted import fact_types, shown_facts
 
 FILES = (
     "calc.py",
@@ -438,6 +438,11 @@ class SimRepo(TextEnv):
         )
         stated = {"location": location, "patch": any(w in self._patches for w in words)}
         return {name: stated[name] for name in shown_facts(info)}
+
+    def fact_types(self, info: dict[str, Any]) -> dict[str, str]:
+        """Needed fact shown so far -> its type (``scripted.fact_types``): ``key`` for the bug's
+        location and the right patch, which no step revises."""
+        return fact_types(info)
 
     def _admissible(self) -> list[str]:
         if self._done:

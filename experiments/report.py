@@ -8,10 +8,11 @@ same folder gives the same pages.
 
 Writes ``report.md`` and ``curves.png`` to ``--out-dir`` (default ``RUN_DIR/report``):
 training success rate, losses, compactions, summary recall and critic explained
-variance per iteration, and the final metrics (mean of the last five post-warm-up
-iterations, as ``cxsim train`` computes them). For a main job without ``--out-dir``,
-also the run's own page, ``RUN_DIR/report.md`` and ``RUN_DIR/learning_curves.png``,
-exactly as ``cxsim run`` wrote them (it calls this module).
+variance per iteration, the final metrics (mean of the last five post-warm-up
+iterations, as ``cxsim train`` computes them) and fact survival by compaction round
+(``report_survival``). For a main job without ``--out-dir``, also the run's own page,
+``RUN_DIR/report.md`` and ``RUN_DIR/learning_curves.png``, exactly as ``cxsim run`` wrote
+them (it calls this module).
 
 Every figure has one legend for all its panels and shades the value-only warm-up
 iterations (the actor is not updated); the success-rate panel draws chance (where the
@@ -41,6 +42,7 @@ from cxsim.experiments.report_curves import (
     float_or_nan,
     plot_curves,
 )
+from cxsim.experiments.report_survival import survival_section
 from cxsim.experiments.run_table import report_notes, report_table
 from cxsim.tables import markdown_table
 
@@ -219,6 +221,9 @@ def write_report(cfg: Config) -> Path:
         critic = critic_section(runs)
         if critic is not None:
             sections.append(critic)
+    survival = survival_section(results, runs)
+    if survival is not None:
+        sections.append(survival)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = out_dir / "report.md"
     report.write_text("\n".join(sections))

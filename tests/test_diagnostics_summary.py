@@ -59,6 +59,7 @@ def test_every_prefix_present_and_values_finite():
     prefixes = {key.split("/")[0] for key in stats}
     assert prefixes == {
         "omission",
+        "survival",
         "figures",
         "compute",
         "weights",
@@ -69,6 +70,7 @@ def test_every_prefix_present_and_values_finite():
     }
     assert all(isinstance(v, float) and not math.isnan(v) for v in stats.values())
     assert stats["omission/overall"] == 1 / 3
+    assert stats["survival/round1"] == 2 / 3 and stats["survival/fact/round1"] == 2 / 3
     assert stats["weights/segment-mean/share_seg1"] == 1 / 3
     assert stats["credit/discount_seg2"] == 1.0
     assert stats["figures/entropy"] == 1.0

@@ -83,14 +83,19 @@ def test_scripted_oracle_under_both_protocols():
             rows.append((f"oracle {omission}", result))
             assert result["runs"] == 80 and len(records) == 80
             assert result["ci95_low"] <= result["pass_at_1"] <= result["ci95_high"]
+            survival = result["survival"]
             if protocol == "single":
                 assert result["pass_at_1"] == 0.0 and result["mean_compactions"] == 0
+                assert survival == {}  # no summary, nothing to survive
             elif omission == 0.0:
                 assert result["pass_at_1"] == 1.0 and result["summary_recall"] == 1.0
                 assert result["mean_compactions"] >= 1.9
+                assert survival["share"][:2] == [1.0, 1.0] and survival["cliff_round"] is None
+                assert set(survival["by_type"]) == {"key"} and survival["facts"][0] == 80
             else:
                 assert 0.25 < result["pass_at_1"] < 0.7
                 assert 0.2 < result["summary_recall"] < 0.6
+                assert survival["cliff_round"] is not None  # half lost at each summary
     table = format_table(rows).splitlines()
     for label, result in rows:  # one row per result, its figures as measured
         (line,) = [x for x in table if x.startswith(f"| {label} | {result['protocol']} |")]

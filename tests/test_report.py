@@ -282,3 +282,47 @@ def test_the_critic_section_reads_each_run_at_its_last_window():
     )
     assert "no-critic" not in section
     assert critic_section({"no-critic": {"history": [{}]}}) is None
+
+
+def test_the_survival_table_pools_evaluations_by_facts_and_reads_training_finals():
+    from cxsim.experiments.report_survival import survival_section
+
+    def payload(protocol: str, survival: dict) -> dict:
+        return {
+            "results": [
+                {"protocol": "single", "survival": {}},
+                {"protocol": protocol, "survival": survival},
+            ]
+        }
+
+    def entry(share: list, facts: list, types: dict | None = None) -> dict:
+        return {"share": share, "facts": facts, "cliff_round": None, "by_type": types or {}}
+
+    typed = {"key": entry([1.0, 0.5], [2, 2]), "revised": entry([None, 0.0], [0, 2])}
+    results = {
+        "table": [],
+        "base": payload("compacted", entry([1.0, 0.25], [4, 4], typed)),
+        "evaluations": {
+            "compactionrl": [
+                payload("compacted", entry([1.0, 0.5], [10, 10])),
+                payload("compacted", entry([0.0, None], [30, 0])),
+            ]
+        },
+    }
+    final = {"survival/round1": 0.9, "survival/round2": 0.4, "survival/facts_round1": 8.0}
+    final |= {"survival/key/round1": 0.9, "survival/cliff_round": 2.0}
+    section = survival_section(results, {"compactionrl-s0": {"final": final}})
+    assert section is not None and section.startswith("## Fact survival by compaction round")
+    lines = section.splitlines()
+    assert "| run | round 1 | round 2 | cliff |" in lines
+    assert "| base (SFT) (eval) | 1.00 | 0.25 | 2 |" in lines
+    assert "| base (SFT) (eval): key | 1.00 | 0.50 | - |" in lines
+    assert "| base (SFT) (eval): revised | - | 0.00 | 2 |" in lines
+    # pooled over seeds by facts: round 1 (10 + 0) / 40, round 2 5 / 10 (one half: no cliff)
+    assert "| compactionrl (eval) | 0.25 | 0.50 | 1 |" in lines
+    # training: one type only, so no type row
+    assert "| compactionrl-s0 (training) | 0.90 | 0.40 | 2 |" in lines
+    assert not any(line.startswith("| compactionrl-s0 (training):") for line in lines)
+    assert (
+        survival_section({"history": []}, {"run": {"final": {"charts/success_rate": 1.0}}}) is None
+    )

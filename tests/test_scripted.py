@@ -161,3 +161,39 @@ def test_sim_repo_states_a_location_of_its_files_and_a_patch_id() -> None:
         "location": False,
         "patch": False,
     }
+
+
+def test_fact_types_say_key_until_a_revision_changes_the_value() -> None:
+    env = FactUpdate(num_facts=3, num_questions=3, num_revisions=3, num_decoys=0)
+    obs, info = env.reset(seed=0)
+    assert env.fact_types(info) == dict.fromkeys(info["needed_facts"], "key")
+    oracle = oracle_for(env)
+    seen_revised = False
+    while info["state"]["phase"] == "corridor":
+        obs, *_, info = env.step(oracle.act(obs, info))
+        revised = {name for name, steps in info["fact_revised_steps"].items() if steps}
+        types = env.fact_types(info)
+        assert {name for name, t in types.items() if t == "revised"} == revised & set(types)
+        seen_revised = seen_revised or "revised" in types.values()
+    assert seen_revised
+    # KeyRecall's key: "key" from the task on, "revised" after its news line
+    key_recall = KeyRecall(memory_length=6, num_revisions=1)
+    obs, info = key_recall.reset(seed=0)
+    types = [key_recall.fact_types(info)["key"]]
+    while info["state"]["phase"] == "corridor":
+        obs, *_, info = key_recall.step("next")
+        types.append(key_recall.fact_types(info)["key"])
+    first = types.index("revised")
+    assert set(types[:first]) == {"key"} and set(types[first:]) == {"revised"}
+
+
+def test_sim_repo_types_its_facts_once_shown_and_a_plain_env_has_no_types() -> None:
+    from cxsim.rollout_records import fact_types_hook
+
+    env = gym.make("cxsim/SimRepo-v0")
+    _, info = env.reset(seed=0)
+    assert env.unwrapped.fact_types(info) == {}  # nothing shown yet
+    shown = {**info, "fact_shown_step": {"location": 0, "patch": 0}}
+    assert env.unwrapped.fact_types(shown) == {"location": "key", "patch": "key"}
+    assert fact_types_hook(env) == env.unwrapped.fact_types
+    assert fact_types_hook(gym.make("CartPole-v1")) is None

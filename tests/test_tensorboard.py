@@ -21,6 +21,7 @@ PLACEHOLDERS = {
     "{protocol}": "(single|compacted)",
     "{counter}": "(" + "|".join(c for c in COUNTERS if c != "wall_clock_s") + ")",
     "{total}": ".+",
+    "{type}": "[a-z_]+",
 }
 REQUIRED = ("always", "with a critic", "after warm-up", "after evaluation")
 """Conditions a short run with a critic and an evaluation meets (the others may not hold)."""

@@ -2,8 +2,8 @@
 
 Pure functions over ``SegmentBatch`` tensors and per-rollout records, each
 returning a flat ``dict[str, float]`` whose keys are TensorBoard tags under a
-few prefixes (``omission/``, ``credit/``, ``critic/``, ``weights/``, ``horizon/``,
-``gap/``, ``compute/``, ``figures/``). A key is left out when its number is undefined
+few prefixes (``omission/``, ``survival/``, ``credit/``, ``critic/``, ``weights/``,
+``horizon/``, ``gap/``, ``compute/``, ``figures/``). A key is left out when its number is undefined
 for the batch (an empty group, a zero variance). Formulas and how to read
 each number: ``docs/diagnostics.md``.
 
@@ -33,6 +33,7 @@ from cxsim.diagnostics.estimator_gap import estimator_gap
 from cxsim.diagnostics.figures import entropy_stats, rollout_figures
 from cxsim.diagnostics.horizons import HorizonShares, horizon_shares, horizon_stats
 from cxsim.diagnostics.omission import stated_ceiling, summary_omission
+from cxsim.diagnostics.survival import fact_survival, survival_stats, survival_summary
 from cxsim.diagnostics.weights import (
     SegmentWeights,
     gini,
@@ -56,6 +57,7 @@ __all__ = [
     "entropy_stats",
     "estimator_gap",
     "explained_variance",
+    "fact_survival",
     "gini",
     "horizon_shares",
     "horizon_stats",
@@ -66,6 +68,8 @@ __all__ = [
     "summarize_all",
     "summary_omission",
     "summary_ordinal",
+    "survival_stats",
+    "survival_summary",
     "token_weights",
     "token_weights_autograd",
 ]
@@ -86,7 +90,8 @@ def summarize_all(
 ) -> dict[str, float]:
     """Every diagnostic the given inputs allow, merged into one flat dict.
 
-    - ``records``: summary omission and the figures' per-rollout numbers;
+    - ``records``: summary omission, fact survival by compaction round and the figures'
+      per-rollout numbers;
     - ``batch``: segment weights under each of ``modes`` (every registered mode when None),
       and each horizon's (rollouts by window count) share of the gradient under them;
     - ``batch`` + ``advantages`` (S, T), the ones trained on: credit decay;
@@ -106,6 +111,7 @@ def summarize_all(
     if records is not None:
         out.update(summary_omission(records))
         out.update(stated_ceiling(as_records(records)))
+        out.update(survival_stats(records))
         out.update(rollout_figures(records))
     if meter is not None:
         out.update(meter.as_dict())

@@ -48,6 +48,10 @@ FRACTIONS = (
     "eval/{protocol}/ci95_low",
     "eval/{protocol}/ci95_high",
     "eval/{protocol}/summary_recall",
+    "survival/round{k}",
+    "survival/{type}/round{k}",
+    "eval/{protocol}/survival/round{k}",
+    "eval/{protocol}/survival/{type}/round{k}",
 )
 """The history keys that lie in [0, 1]: every tag docs/tensorboard.md gives the unit
 "fraction", except ``omission/success_gap`` (a difference of two: [-1, 1])."""

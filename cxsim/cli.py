@@ -27,6 +27,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
+from cxsim.plugin_checks import PluginOutputError
+
 USER_ERRORS: tuple[type[Exception], ...] = (
     ValueError,
     FileNotFoundError,
@@ -147,6 +149,10 @@ def _dispatch(
                 raise
             message = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
             usage_error(f"{prog}: error: {message}")
+        except PluginOutputError as err:  # a failed run: one line naming the plug-in, status 1
+            if os.environ.get("CXSIM_TRACEBACK"):
+                raise
+            raise SystemExit(f"{prog}: error: {err}") from None
         except SystemExit as stop:  # a failed run's message gets the command's prefix, once
             if isinstance(stop.code, str) and not PREFIXED.match(stop.code):
                 raise SystemExit(f"{prog}: error: {stop.code}") from None

@@ -64,6 +64,7 @@ from cxsim.minibatches import (
     micro_batches,
     minibatch_rows,
 )
+from cxsim.plugin_checks import check_advantages
 from cxsim.ratio_check import check_first_ratio, ratio_tolerance
 from cxsim.segments import OPENING_CONTEXT, SegmentBatch
 from cxsim.stabilisers import (
@@ -247,11 +248,12 @@ def score_batch(
         rollout_id=batch.rollout_id, segment_index=batch.segment_index,
         group_id=batch.group_id, gamma=cfg.gamma, lam=lam, parent_index=batch.parent_index,
     )  # fmt: skip
-    advantages = estimator.advantages(inputs)
+    advantages = check_advantages(cfg.estimator, estimator.advantages(inputs), mask)
     if cfg.critic_lam is None:  # the critic's targets from the actor's advantages
         returns = critic_returns(advantages, values, mask)
     else:  # the same estimator over the same segments, at the critic's lambda
         critic_advantages = estimator.advantages(replace(inputs, lam=cfg.critic_lam))
+        critic_advantages = check_advantages(cfg.estimator, critic_advantages, mask)
         returns = critic_returns(critic_advantages, values, mask)
     trained = whiten_fn(advantages, mask, cfg.whiten_std_floor) if cfg.whiten else advantages
 

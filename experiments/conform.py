@@ -297,11 +297,12 @@ def check_estimator(estimator, config: Config, quantity: str, claims) -> tuple[b
 
     from cxsim.conformance import Checker
     from cxsim.conformance.check import format_report
+    from cxsim.plugin_checks import check_advantages
 
     start = time.perf_counter()
 
     def advantages(inputs):
-        return estimator.advantages(inputs)
+        return check_advantages(config.function, estimator.advantages(inputs), inputs.mask)
 
     checker = Checker(
         advantages, quantity, "estimator", None, config.atol, config.rtol, claims,
@@ -340,6 +341,7 @@ def gradient_check(config: Config, estimator) -> tuple[bool, str]:
 def main(argv: list[str] | None = None) -> None:
     config = _parse(argv)
     from cxsim.conformance import Claims, conform, load_function
+    from cxsim.plugin_checks import PluginOutputError
 
     claims = Claims(
         config.claims, config.lambda_kind, config.min_group, config.rejected_attempts, config.trees
@@ -369,6 +371,9 @@ def main(argv: list[str] | None = None) -> None:
                 claims=claims,
                 shrink_seconds=config.shrink_seconds,
             )
+    except PluginOutputError as err:  # the estimator's output is unusable: the check fails
+        print(f"cxsim conform: error: {err}", file=sys.stderr)
+        sys.exit(1)
     except ValueError as err:
         print(f"cxsim conform: error: {err}", file=sys.stderr)
         sys.exit(USAGE_ERROR)

@@ -38,6 +38,7 @@ from cxsim.conformance.report import (
     format_report,
 )
 from cxsim.conformance.terms import explain
+from cxsim.plugin_checks import PluginOutputError
 from cxsim.user_modules import missing_attribute, missing_module
 
 __all__ = [
@@ -71,6 +72,16 @@ class _Mismatch(Exception):
     def __init__(self, failure: Failure) -> None:
         super().__init__(failure.error or "output differs from the reference")
         self.failure = failure
+
+
+class _UnusableOutput(BaseException):
+    """Carries a :class:`~cxsim.plugin_checks.PluginOutputError` out of the hypothesis test
+    (not an ``Exception``, so it is neither shrunk nor taken for a difference): an output
+    the trainer could not use ends the check in one line."""
+
+    def __init__(self, error: PluginOutputError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class _ShrinkBudgetSpent(BaseException):
@@ -205,6 +216,8 @@ class Checker:
         where = compared_positions(batch, self.quantity)
         try:
             got = layouts.call(self.function, batch, self.layout, self.quantity, self.mode)
+        except PluginOutputError as err:
+            raise _UnusableOutput(err) from None
         except Exception as err:
             error = f"{type(err).__name__}: {err}"
             if isinstance(err, TypeError):
@@ -290,6 +303,8 @@ class Checker:
             failure = mismatch.failure
         except _ShrinkBudgetSpent:
             failure = state["best"]
+        except _UnusableOutput as unusable:
+            raise unusable.error.within(f"case {case.name}") from None
         shrink_time = 0.0 if state["first"] is None else time.perf_counter() - state["first"]
         return CaseResult(
             case,

@@ -32,6 +32,7 @@ from cxsim import advantages
 from cxsim.estimators import ESTIMATORS, EstimatorInputs
 from cxsim.lab.backend import from_torch, to_torch
 from cxsim.lab.process import Sample
+from cxsim.plugin_checks import check_advantages
 
 LambdaMode = Literal["fixed", "segment", "rollout"]
 
@@ -96,8 +97,10 @@ def lambda_for(x: Inputs, mode: LambdaMode, lam: float) -> float | torch.Tensor:
 
 def estimate(x: Inputs, estimator: str, gamma: float, lam: float | torch.Tensor) -> torch.Tensor:
     """(S, W) advantages from ``ESTIMATORS[estimator]`` (cxsim/estimators.py): a name the
-    registry holds, an installed plug-in's, or ``module:name``."""
-    return ESTIMATORS[estimator].advantages(estimator_inputs(x, gamma, lam))
+    registry holds, an installed plug-in's, or ``module:name``; what it returns is checked
+    (:func:`cxsim.plugin_checks.check_advantages`)."""
+    found = ESTIMATORS[estimator].advantages(estimator_inputs(x, gamma, lam))
+    return check_advantages(estimator, found, x.trainable)
 
 
 def rows(x: Inputs, lo: int, hi: int) -> Inputs:

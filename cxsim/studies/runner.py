@@ -47,6 +47,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cxsim.plugin_checks import within
 from cxsim.studies.calls import cached_stage, log, mapped
 from cxsim.studies.executors import Executor, LocalExecutor
 from cxsim.studies.history import actor_reductions
@@ -265,8 +266,12 @@ def run_unit(
     if arm is not None:
         cfg = train_config(setting, arm, seed, seed_dir, policy, device)
         train_dir = cfg.run_dir
+        where = f"study setting {setting.name!r}, arm {arm.name!r}, seed {seed}"
         trained = cached_stage(
-            Path(train_dir) / "results.json", lambda: train_entry.train(cfg), made, "train"
+            Path(train_dir) / "results.json",
+            lambda: within(where, lambda: train_entry.train(cfg)),
+            made,
+            "train",
         )
         policy = trained["policy"]
     evaluations = []

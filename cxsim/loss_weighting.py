@@ -110,7 +110,7 @@ def summary_loss_count(mask, rollout_id=None, is_summary=None):
 def summary_loss_mode(weight: float = 1.0):
     """The ``summary-loss`` reduction with summary loss weight ``weight`` (``c``): a
     :class:`~cxsim.loss_modes.LossModeSpec` for ``--ppo.loss-mode my_module:name``."""
-    from cxsim.loss_modes import LossModeSpec
+    from cxsim.loss_mode_spec import LossModeSpec
 
     if not weight >= 0:
         raise ValueError(f"the summary loss weight must be >= 0, got {weight}")

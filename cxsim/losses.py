@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from cxsim.loss_mode_spec import rollout_token_counts
 from cxsim.loss_modes import LOSS_MODES, role_keywords
-from cxsim.scans import per_group_sum
 
 __all__ = [
     "LOSS_MODES",
@@ -204,8 +204,3 @@ def aggregate(
     spec = LOSS_MODES[mode]
     role = role_keywords(spec, is_summary)
     return spec.reduce(loss, mask, rollout_id, denominator, rollout_tokens, **role)
-
-
-def rollout_token_counts(mask: torch.Tensor, rollout_id: torch.Tensor) -> torch.Tensor:
-    """(S,): for each row, the masked tokens of its whole rollout in ``mask`` (S, T)."""
-    return per_group_sum(mask.sum(dim=1).to(torch.float32), rollout_id)

@@ -493,7 +493,7 @@ def test_a_value_head_plug_in_is_resolved_by_module_name(policy):
 
 
 def _shifted_mean(hidden_size: int) -> torch.nn.Module:
-    from cxsim.agents.critic import PrefixMeanPool
+    from cxsim.value_pools import PrefixMeanPool
 
     return PrefixMeanPool()
 

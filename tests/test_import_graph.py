@@ -1,12 +1,16 @@
-"""No import cycles among the modules of cxsim/studies and experiments/.
+"""No import cycles among the modules of the package: cxsim/ and its subpackages, envs/,
+agents/ and experiments/.
 
 The import graph is read from the source with ``ast``: every ``import`` and ``from ... import``
-counts, at module level or inside a function (a lazy import is still a dependency), except
-those under ``if TYPE_CHECKING:`` (annotations only, never run). The modules are those of
-cxsim/studies/ and experiments/ (``cxsim.experiments``); a cycle is a strongly connected
-component of two or more modules, or a module that imports itself. An entry point imports its
-helper and page modules; they take plain results, their own small dataclasses, or the entry
-point's Config under ``if TYPE_CHECKING:`` only, never a runtime import back.
+counts, at module level or inside a function (a lazy import is still a dependency: it runs
+when the function does), except those under ``if TYPE_CHECKING:`` (annotations only, never
+run). Importing ``a.b.c`` runs the packages ``a`` and ``a.b`` too, so they count as well, except
+the importing module's own packages: they have started running before it does. A cycle is a
+strongly connected component of two or more modules, or a module that imports itself. An entry
+point imports its helper and page modules; they take plain results, their own small
+dataclasses, or the entry point's Config under ``if TYPE_CHECKING:`` only, never a runtime
+import back; a piece two modules share lives in the lower one, or in a small module below both
+(the strategies' scripted oracle, the value heads and their pools, the loss modes' entry type).
 """
 
 from __future__ import annotations
@@ -15,7 +19,15 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = {"cxsim.studies": ROOT / "cxsim" / "studies", "cxsim.experiments": ROOT / "experiments"}
+SUBPACKAGES = ("conformance", "diagnostics", "lab", "strategies", "studies")
+PACKAGES = {
+    "cxsim": ROOT / "cxsim",
+    **{f"cxsim.{sub}": ROOT / "cxsim" / sub for sub in SUBPACKAGES},
+    "cxsim.envs": ROOT / "envs",
+    "cxsim.agents": ROOT / "agents",
+    "cxsim.experiments": ROOT / "experiments",
+}
+"""Every package of the distribution (pyproject.toml's ``packages``) and its folder."""
 
 
 def module_files(packages: dict[str, Path]) -> dict[str, Path]:
@@ -55,13 +67,17 @@ def imports_of(path: Path, module: str, known: set[str]) -> set[str]:
                 anchor = parts if is_package else parts[:-1]
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, *([base] if base else [])])
-            names.add(base)
-            names |= {f"{base}.{alias.name}" for alias in node.names}
+            submodules = {f"{base}.{alias.name}" for alias in node.names}
+            names |= submodules
+            if not submodules <= known:  # a name defined in ``base`` itself, not a module
+                names.add(base)
     found = set()
     for name in names:  # `import a.b.c` also runs a.b and a
         parts = name.split(".")
         found |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
-    return (found & known) - {module} | ({module} if module in names else set())
+    parts = module.split(".")
+    own = {".".join(parts[:i]) for i in range(1, len(parts))}  # running before the module
+    return (found & known) - own - {module} | ({module} if module in names else set())
 
 
 def import_graph(packages: dict[str, Path]) -> dict[str, set[str]]:
@@ -139,19 +155,32 @@ def test_imports_are_read_as_they_run(tmp_path: Path):
     for name in ("b", "c", "d"):
         (package / f"{name}.py").write_text("")
     (package / "b.py").write_text("from .a import later\n")
-    graph = import_graph({"pkg": package})
-    assert graph["pkg.a"] == {"pkg", "pkg.b", "pkg.d"}  # not c: annotations only
-    assert graph["pkg.b"] == {"pkg", "pkg.a"}
+    (package / "__init__.py").write_text("from pkg import c\n")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "__init__.py").write_text("")
+    (tmp_path / "other" / "e.py").write_text("def later():\n    from pkg.b import later\n")
+    graph = import_graph({"pkg": package, "other": tmp_path / "other"})
+    assert graph["pkg.a"] == {"pkg.b", "pkg.d"}  # not c: annotations only; pkg runs already
+    assert graph["pkg.b"] == {"pkg.a"}
+    assert graph["other.e"] == {"pkg", "pkg.b"}  # another package's __init__ runs first
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
 
 
-def test_no_module_of_the_studies_or_the_experiments_lies_on_an_import_cycle():
+def test_no_module_of_the_package_lies_on_an_import_cycle():
     graph = import_graph(PACKAGES)
     assert "cxsim.studies.runner" in graph and "cxsim.experiments.study" in graph
+    assert {"cxsim.ppo", "cxsim.envs.key_recall", "cxsim.agents.critic"} <= set(graph)
     assert "cxsim.studies.spec" in graph["cxsim.studies.runner"]  # the graph has edges
     for entry, helper in (("lab", "lab_studies"), ("run", "report"), ("train", "training_run")):
         # entry points import their helpers lazily: those edges are read too
         assert f"cxsim.experiments.{helper}" in graph[f"cxsim.experiments.{entry}"]
+    lazy = {  # imports inside functions, in the library itself
+        "cxsim.critics": "cxsim.agents.critic",  # build_critic
+        "cxsim.strategies.rollout_agents": "cxsim.strategies.scripted_oracle",
+        "cxsim.value_heads": "cxsim.value_pools",
+    }
+    for module, imported in lazy.items():
+        assert imported in graph[module], (module, imported)
     found = cycles(graph)
     assert found == [], (
         f"import cycles {found}: move what both modules need to the lower one (or a small "

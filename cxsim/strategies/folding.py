@@ -48,8 +48,10 @@ the tasks at the derived sizes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from cxsim.agent_api import TurnResponse
 from cxsim.strategies.base import (
     BranchMove,
     StepCost,
@@ -61,7 +63,7 @@ from cxsim.strategies.compacted import Compacted
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 
 if TYPE_CHECKING:
-    from cxsim.agent_api import TurnRequest
+    from cxsim.agent_api import Agent, TurnRequest
     from cxsim.agents.chat import ChatFormat
     from cxsim.compaction import CompactionConfig
     from cxsim.envs.defaults import EpisodeText
@@ -178,10 +180,43 @@ class Folding(Compacted):
     ) -> RolloutAgents:
         """The oracle, exploring in a child window and committing in the root
         (:meth:`scripted_move`)."""
-        from cxsim.agents.scripted import FoldingOracle
-
         agents = self.scripted_agents(env_id, chat, options)
         return RolloutAgents(FoldingOracle(agents.actor, chat, self.scripted_move))
 
 
 FOLDING = Folding()
+
+
+class FoldingOracle:
+    """A scripted agent that also opens and closes child windows (``folding``): every request
+    goes to ``agent``; for an ``act`` request, ``move(request, proposed)`` may replace the
+    proposed action's text with another response (the strategy's branching call or its
+    return word), which is encoded, ended with ``chat.end_id`` and cut to the request's cap
+    (a branching call drops trailing goal words first)."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        chat: ChatFormat,
+        move: Callable[[TurnRequest, str], str | None],
+    ):
+        self.agent = agent
+        self.chat = chat
+        self.move = move
+
+    def respond(self, requests: list[TurnRequest]) -> list[TurnResponse]:
+        responses = self.agent.respond(requests)
+        out = []
+        for request, response in zip(requests, responses, strict=True):
+            text = self.move(request, response.text) if request.kind == "act" else None
+            out.append(response if text is None else self.answer(text, request.max_new_tokens))
+        return out
+
+    def answer(self, text: str, cap: int) -> TurnResponse:
+        words = text.split()
+        while len(words) > 1 and len(self.chat.encode(" ".join(words))) + 1 > cap:
+            words.pop()  # the goal's last words, so that the call ends within the cap
+        ids = [*self.chat.encode(" ".join(words)), self.chat.end_id][:cap]
+        return TurnResponse(
+            ids, [0.0] * len(ids), self.chat.decode(ids), ids[-1] == self.chat.end_id
+        )

@@ -59,10 +59,11 @@ asked fact; SimRepo's final action (``submit``) uses none.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from cxsim.agent_api import TurnResponse
 from cxsim.strategies.base import (
     Note,
     StepCost,
@@ -74,7 +75,7 @@ from cxsim.strategies.compacted import Compacted
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 
 if TYPE_CHECKING:
-    from cxsim.agent_api import TurnRequest
+    from cxsim.agent_api import Agent, TurnRequest
     from cxsim.agents.chat import ChatFormat
     from cxsim.compaction import CompactionConfig
     from cxsim.envs.defaults import EpisodeText
@@ -318,8 +319,6 @@ class MemoryNotes(Compacted):
         options: ScriptedOptions = ScriptedOptions(),
     ) -> RolloutAgents:
         """The oracle, noting each needed fact as it is shown (:meth:`scripted_note`)."""
-        from cxsim.agents.scripted import NotingOracle
-
         agents = self.scripted_agents(env_id, chat, options)
 
         def note(request: TurnRequest, noted: Sequence[tuple[str, str]]):
@@ -329,3 +328,45 @@ class MemoryNotes(Compacted):
 
 
 MEMORY_NOTES = MemoryNotes()
+
+
+class NotingOracle:
+    """A scripted agent that also keeps notes (``memory-notes``): before an ``act`` request,
+    ``note(request, noted)`` may name a fact to note, (fact, value, words), given the row's
+    notes so far in the episode (``noted``: (fact, value) in order); it then answers
+    ``<note_word> <words>`` (ended by ``chat.end_id``) instead of asking ``agent``, if that
+    fits the request's cap. Every other request goes to ``agent``. A row's notes restart
+    with its episode (a request that resets the context before the first step)."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        chat: ChatFormat,
+        note_word: str,
+        note: Callable[[TurnRequest, list[tuple[str, str]]], tuple[str, str, str] | None],
+    ):
+        self.agent = agent
+        self.chat = chat
+        self.note_word = note_word
+        self.note = note
+        self.noted: dict[int, list[tuple[str, str]]] = {}
+
+    def respond(self, requests: list[TurnRequest]) -> list[TurnResponse]:
+        decided: list[TurnResponse | None] = []
+        for request in requests:
+            if request.reset and request.info.get("step") == 0:
+                self.noted[request.row] = []
+            noted = self.noted.setdefault(request.row, [])
+            fact = self.note(request, noted) if request.kind == "act" else None
+            ids = [] if fact is None else self.encoded(f"{self.note_word} {fact[2]}")
+            if fact is None or len(ids) > request.max_new_tokens:
+                decided.append(None)
+                continue
+            noted.append((fact[0], fact[1]))
+            decided.append(TurnResponse(ids, [0.0] * len(ids), self.chat.decode(ids), True))
+        passed = [r for r, d in zip(requests, decided, strict=True) if d is None]
+        answers = iter(self.agent.respond(passed) if passed else [])
+        return [d if d is not None else next(answers) for d in decided]
+
+    def encoded(self, text: str) -> list[int]:
+        return [*self.chat.encode(text), self.chat.end_id]

@@ -6,7 +6,8 @@ that summarizer. :class:`ScriptedOptions` are the scripted oracle's settings, pa
 through ``ContextStrategy.scripted_agents`` and ``scripted_agents_for`` to every strategy
 that wraps the oracle.
 
-Like ``base.py``, this module imports neither torch nor the agents until a method needs them.
+Like ``base.py``, this module imports neither torch nor the agents; the oracle
+(:mod:`cxsim.strategies.scripted_oracle`) is imported when one is made.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ScriptedOptions:
-    """How the scripted oracle plays (``cxsim.agents.scripted.ScriptedAgent``'s arguments):
-    what :meth:`ContextStrategy.scripted_agents` passes on to every scripted agent."""
+    """How the scripted oracle plays (``cxsim.strategies.scripted_oracle.ScriptedAgent``'s
+    arguments): what :meth:`ContextStrategy.scripted_agents` passes on to every scripted
+    agent."""
 
     omission_rate: float = 0.0
     """Probability that the scripted summarizer drops each needed fact."""
@@ -36,7 +38,7 @@ class ScriptedOptions:
 
     def oracle(self, env_id: str, chat: ChatFormat) -> Agent:
         """The environment's scripted oracle with these options."""
-        from cxsim.agents.scripted import ScriptedAgent
+        from cxsim.strategies.scripted_oracle import ScriptedAgent
 
         return ScriptedAgent(
             env_id, chat, omission_rate=self.omission_rate, seed=self.seed,

@@ -32,15 +32,19 @@ same rule (``scripted_compacts``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from cxsim.agent_api import TurnResponse
 from cxsim.strategies.base import Trigger, TurnState, window_full
 from cxsim.strategies.compacted import Compacted
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 
 if TYPE_CHECKING:
+    from cxsim.agent_api import Agent, TurnRequest
     from cxsim.agents.chat import ChatFormat
     from cxsim.compaction import CompactionConfig
 
@@ -119,8 +123,6 @@ class SelfCompaction(Compacted):
         options: ScriptedOptions = ScriptedOptions(),
     ) -> RolloutAgents:
         """The oracle, asking to compact slightly before the fallback (``scripted_compacts``)."""
-        from cxsim.agents.scripted import CompactingOracle
-
         agents = self.scripted_agents(env_id, chat, options)
         reserve = self.summary_reserve(config, chat)
 
@@ -134,3 +136,72 @@ class SelfCompaction(Compacted):
 
 SELF_COMPACTION = SelfCompaction()
 SELF_COMPACTION_DRAWN = SelfCompaction(threshold_draw=0.5, name="self-compaction-drawn")
+
+
+class CompactingOracle:
+    """A scripted agent that also decides when to compact (``self-compaction``): before an
+    ``act`` request for which ``asks(turn)`` holds it answers ``request_text`` (the strategy's
+    compaction request) instead of asking ``agent`` for an action; every other request goes
+    to ``agent``.
+
+    It follows each row's context from its requests and its own responses, as an LM agent's
+    cache does: ``turn`` is the window's length before the assistant header, the compactions
+    since the episode began (a window restarted right after a summary request) and the
+    actions sent to the environment since the window restarted.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        chat: ChatFormat,
+        request_text: str,
+        asks: Callable[[TurnState], bool],
+    ):
+        self.agent = agent
+        self.chat = chat
+        self.request = [*chat.encode(request_text), chat.end_id]
+        self.header = len(chat.assistant_prefix())
+        self.asks = asks
+        self.rows: dict[int, _Followed] = {}
+
+    def respond(self, requests: list[TurnRequest]) -> list[TurnResponse]:
+        decided: list[TurnResponse | None] = []
+        for request in requests:
+            row = self.follow(request)
+            turn = TurnState(row.length - self.header, row.compactions, row.new_steps)
+            if request.kind == "act" and self.asks(turn):
+                ids = self.request[: request.max_new_tokens]
+                text = self.chat.decode(ids)
+                decided.append(
+                    TurnResponse(ids, [0.0] * len(ids), text, ids[-1] == self.chat.end_id)
+                )
+            else:
+                decided.append(None)
+        passed = [r for r, d in zip(requests, decided, strict=True) if d is None]
+        answers = iter(self.agent.respond(passed) if passed else [])
+        responses = [d if d is not None else next(answers) for d in decided]
+        for request, response, decision in zip(requests, responses, decided, strict=True):
+            row = self.rows[request.row]
+            row.length += len(response.token_ids)
+            row.new_steps += int(request.kind == "act" and decision is None)
+            row.last = request.kind
+        return responses
+
+    def follow(self, request: TurnRequest) -> _Followed:
+        """The row's state once ``request`` is appended to its context."""
+        row = self.rows.setdefault(request.row, _Followed())
+        if request.reset:
+            row.compactions = row.compactions + 1 if row.last == "summarize" else 0
+            row.length = row.new_steps = 0
+        row.length += len(request.append)
+        return row
+
+
+@dataclass
+class _Followed:
+    """What ``CompactingOracle`` knows of one row's context."""
+
+    length: int = 0
+    compactions: int = 0
+    new_steps: int = 0
+    last: str = ""

@@ -92,3 +92,16 @@ def _duplicate_check(rollout_id, segment_index, order):
         "rollout_id/segment_index: two rows share the same (rollout_id, segment_index); "
         "each pair must be unique"
     )
+
+
+def _step_checks(step_rewards: torch.Tensor | None, values: torch.Tensor) -> list:
+    """The optional ``step_rewards``: its shape and dtype (those of ``values``, float) raise at
+    once; its NaN or inf is a flag."""
+    if step_rewards is None:
+        return []
+    if step_rewards.shape != values.shape or not step_rewards.is_floating_point():
+        raise ValueError(
+            f"step_rewards must be a float tensor of shape {tuple(values.shape)}, got "
+            f"{tuple(step_rewards.shape)} {step_rewards.dtype}"
+        )
+    return [_nan_check("step_rewards", step_rewards)]

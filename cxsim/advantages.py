@@ -22,8 +22,8 @@ Untrainable positions (prompt, observations, padding) pass ``V_{i+1}`` and the
 running ``A`` through unchanged and get advantage 0, so their values never
 enter any output. The recurrence is a first-order linear recurrence
 ``A_t = d_t + c_t A_{t+1}`` with ``c_t = 1, d_t = 0`` at untrainable positions,
-solved by a log-depth parallel scan (no Python loop over tokens or segments,
-no host synchronisation except one validation check per call).
+solved by a log-depth parallel scan (:func:`cxsim.gae_scan.gae_scan`; no Python loop over
+tokens or segments, no host synchronisation except one validation check per call).
 
 Segment trees
 -------------
@@ -78,13 +78,13 @@ from cxsim.advantage_checks import (
     _lam_rows,
     _nan_check,
     _raise_if_any,
+    _step_checks,
 )
+from cxsim.gae_scan import gae_scan
 from cxsim.scans import (
     first_in_group,
     last_in_run,
-    next_index,
     per_group_sum,
-    reverse_linear_scan,
     rollout_order,
 )
 from cxsim.segment_trees import _path_keys
@@ -92,50 +92,6 @@ from cxsim.segment_trees import _path_keys
 AdaptiveScope = Literal["segment", "rollout"]
 ADAPTIVE_SCOPES: tuple[AdaptiveScope, ...] = ("segment", "rollout")
 """What the length-adaptive lambda counts: the segment's or the whole rollout's tokens."""
-
-
-# --------------------------------------------------------------------------- GAE scan
-
-
-def _gae_core(
-    values: torch.Tensor,
-    trainable: torch.Tensor,
-    seq_id: torch.Tensor | None,
-    terminal_reward: torch.Tensor,
-    gamma: float,
-    lam_tok: torch.Tensor,
-    step_reward: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """GAE along the last dim over trainable tokens. All inputs (B, L) (``seq_id`` and
-    ``step_reward`` may be None).
-
-    ``seq_id`` cuts the last dim into independent sequences: a trainable token
-    bootstraps from the next trainable token only if it has the same seq_id;
-    otherwise it is terminal and gets ``terminal_reward``. ``step_reward`` is added
-    to the reward of every trainable token.
-    """
-    length = values.shape[-1]
-    nxt = next_index(trainable)
-    safe = nxt.clamp(max=length - 1)
-    has_next = nxt < length
-    if seq_id is not None:
-        has_next = has_next & (seq_id.gather(-1, safe) == seq_id)
-    zero = values.new_zeros(())
-    bootstrap = torch.where(has_next, values.gather(-1, safe), zero)
-    reward = torch.where(has_next, zero, terminal_reward)
-    if step_reward is not None:
-        reward = reward + step_reward
-    delta = torch.where(trainable, reward + gamma * bootstrap - values, zero)
-    if seq_id is None:
-        # Everything after a row's last trainable token has delta 0, so only the
-        # row's last column needs to cut the chain (rows share one flat scan).
-        coef = torch.where(trainable, gamma * lam_tok, 1.0)
-        coef[..., -1] = 0.0
-    else:
-        coef = torch.where(trainable, torch.where(has_next, gamma * lam_tok, zero), 1.0)
-    # a flat contiguous scan: shifting a (B, L) tensor row by row is much slower
-    adv = reverse_linear_scan(coef.reshape(-1), delta.reshape(-1), span=length)
-    return torch.where(trainable, adv.reshape(values.shape), zero)
 
 
 # --------------------------------------------------------------------------- estimators
@@ -183,22 +139,11 @@ def segment_gae(
     return _segment_gae(values, trainable, rewards, gamma, lam_rows, step_rewards)
 
 
-def _step_checks(step_rewards: torch.Tensor | None, values: torch.Tensor) -> list:
-    if step_rewards is None:
-        return []
-    if step_rewards.shape != values.shape or not step_rewards.is_floating_point():
-        raise ValueError(
-            f"step_rewards must be a float tensor of shape {tuple(values.shape)}, got "
-            f"{tuple(step_rewards.shape)} {step_rewards.dtype}"
-        )
-    return [_nan_check("step_rewards", step_rewards)]
-
-
 def _segment_gae(values, trainable, rewards, gamma, lam_rows, step_rewards=None):
     reward_tok = rewards.to(values.dtype)[:, None].expand_as(values)
     lam_tok = lam_rows[:, None].expand_as(values)
     steps = None if step_rewards is None else step_rewards.to(values.dtype)
-    return _gae_core(values, trainable, None, reward_tok, gamma, lam_tok, steps)
+    return gae_scan(values, trainable, None, reward_tok, gamma, lam_tok, steps)
 
 
 def tokens_after(
@@ -363,7 +308,7 @@ def stitched_gae(
     def flat(x_rows: torch.Tensor) -> torch.Tensor:  # (S,) sorted -> (1, S*T)
         return x_rows[:, None].expand(num_rows, width).reshape(1, -1)
 
-    stitched = _gae_core(
+    stitched = gae_scan(
         values[order].reshape(1, -1),
         trainable[order].reshape(1, -1),
         flat(rid_sorted),

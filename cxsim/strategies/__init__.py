@@ -15,18 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from cxsim.plugins import PluginError, Registry
-from cxsim.strategies.base import (
-    SUMMARY_AUTHORS,
-    BranchMove,
-    ContextStrategy,
-    KeptStep,
-    Note,
-    RebuiltWindow,
-    StepCost,
-    Trigger,
-    TurnState,
-    window_full,
-)
+from cxsim.strategies.base import ContextStrategy
 from cxsim.strategies.compacted import COMPACTED
 from cxsim.strategies.external_summarizer import EXTERNAL_SUMMARIZER
 from cxsim.strategies.folding import FOLDING
@@ -37,6 +26,17 @@ from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.self_compaction import SELF_COMPACTION, SELF_COMPACTION_DRAWN
 from cxsim.strategies.single import SINGLE
 from cxsim.strategies.sliding_window import SLIDING_WINDOW
+from cxsim.strategies.strategy_types import (
+    SUMMARY_AUTHORS,
+    BranchMove,
+    KeptStep,
+    Note,
+    RebuiltWindow,
+    StepCost,
+    Trigger,
+    TurnState,
+    window_full,
+)
 
 __all__ = [
     "STRATEGIES",

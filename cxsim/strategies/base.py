@@ -32,8 +32,10 @@ no protocol of their own: they ask the strategy
   decisions, :meth:`~ContextStrategy.scripted_compacts`, which the sizing replays): the
   agents whose rollouts are demonstrations.
 
-The compaction rule, ``C - |h| < T_comp`` (the window is full), is :func:`window_full`;
-every one of those decisions reads it from there.
+What those decisions take and return (:class:`TurnState`, :class:`StepCost`, :class:`Note`,
+``Trigger``, ...) is defined in ``cxsim.strategies.strategy_types``, with the compaction rule,
+``C - |h| < T_comp`` (the window is full), :func:`window_full`; every one of those decisions
+reads it from there.
 
 This module imports neither torch nor the agents until a method needs them, so that configs
 and ``--help`` stay light.
@@ -42,10 +44,21 @@ and ``--help`` stay light.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING
 
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
+from cxsim.strategies.strategy_types import (
+    BranchMove,
+    KeptStep,
+    Note,
+    RebuiltWindow,
+    StepCost,
+    SummaryAuthor,
+    TokenCount,
+    Trigger,
+    TurnState,
+    window_full,
+)
 
 if TYPE_CHECKING:
     from cxsim.agent_api import Agent
@@ -53,89 +66,6 @@ if TYPE_CHECKING:
     from cxsim.compaction import CompactionConfig
     from cxsim.envs.defaults import EpisodeText
     from cxsim.segments import Segment
-
-Trigger = Literal["act", "summarize", "rebuild", "end"]
-"""What a row does before its next response: respond, have its window summarized, rebuild
-its window without a summary, or end (the window is full and nothing is left to do)."""
-SummaryAuthor = Literal["policy", "summarizer"]
-"""Who writes a summary: the acting policy (a trainable summary segment) or another agent."""
-SUMMARY_AUTHORS: tuple[SummaryAuthor, ...] = ("policy", "summarizer")
-BranchMove = Literal["branch", "return"]
-"""A response that opens a child window (``branch``) or closes the current child window
-(``return``) instead of acting on the environment (:meth:`ContextStrategy.branch_move`)."""
-
-
-def window_full(budget: int, threshold: int, length: int) -> bool:
-    """The compaction rule (docs/method.md): a window of ``length`` tokens is full when
-    ``budget - length < threshold``; a response is asked for only in a window that is not."""
-    return budget - length < threshold
-
-
-@dataclass(frozen=True)
-class RebuiltWindow:
-    """What a rebuilt window holds after the system prompt and before the last k steps."""
-
-    task: bool
-    """The task u."""
-    summary: bool
-    """The resume turn u_resume(S) that carries the summary."""
-
-
-class TurnState(NamedTuple):
-    """What the runtime knows of a row before its next response (:meth:`ContextStrategy.turn_trigger`)."""
-
-    length: int
-    """Tokens in the window."""
-    compactions: int
-    """Windows rebuilt so far in the episode (with or without a summary)."""
-    new_steps: int
-    """Steps (response + observation) taken since the window was built or rebuilt."""
-    asked: bool = False
-    """The policy's last response asked for a compaction (:meth:`ContextStrategy.requests_compaction`)."""
-    seed: int | None = None
-    """The row's task seed (rows of one task group share it); None where no row is meant
-    (the sizing's replay)."""
-    depth: int = 0
-    """Child windows open above the current one (0: the episode's own window)."""
-    branches: int = 0
-    """Child windows opened so far in the episode (:meth:`ContextStrategy.branch_move`)."""
-
-
-class StepCost(NamedTuple):
-    """One step of a full window, in tokens (:meth:`ContextStrategy.rebuilt_steps`)."""
-
-    full: int
-    """As the window holds it: assistant header, response, end token, observation turn."""
-    masked: int
-    """With its observation turn replaced by the strategy's ``placeholder`` (``full`` when
-    the strategy has none)."""
-
-
-class Note(NamedTuple):
-    """A note the policy kept (:meth:`ContextStrategy.keeps_note`), as the runtime records it."""
-
-    text: str
-    """Its words, the word that marks a note left out."""
-    step: int
-    """Environment steps taken in the episode before it was written."""
-    segment: int = -1
-    """``segment_index`` of the window segment it was written in (-1: that window is still
-    open, or was not recorded)."""
-    start: int = 0
-    """Where its response tokens start in that window segment (after the assistant header)."""
-    end: int = 0
-    """Where they end (exclusive: the end token included)."""
-
-
-KeptStep = tuple[int, bool]
-"""A step a rebuilt window copies: its index in the full window's steps, and whether its
-observation is replaced by the strategy's ``placeholder`` (masked)."""
-
-
-class TokenCount(Protocol):
-    """``count(piece, *texts)``: ``len(chat.<piece>(*texts))`` (measured once per text)."""
-
-    def __call__(self, piece: str, *texts: str) -> int: ...
 
 
 class ContextStrategy:

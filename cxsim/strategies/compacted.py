@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cxsim.strategies.base import ContextStrategy, RebuiltWindow, SummaryAuthor
+from cxsim.strategies.base import ContextStrategy
+from cxsim.strategies.strategy_types import RebuiltWindow, SummaryAuthor
 
 if TYPE_CHECKING:
     from cxsim.agents.chat import ChatFormat

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cxsim.strategies.base import SummaryAuthor
 from cxsim.strategies.compacted import Compacted
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
+from cxsim.strategies.strategy_types import SummaryAuthor
 
 if TYPE_CHECKING:
     from cxsim.agents.chat import ChatFormat

@@ -52,15 +52,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cxsim.agent_api import TurnResponse
-from cxsim.strategies.base import (
-    BranchMove,
-    StepCost,
-    TokenCount,
-    TurnState,
-    check_counts,
-)
+from cxsim.strategies.base import check_counts
 from cxsim.strategies.compacted import Compacted
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
+from cxsim.strategies.strategy_types import BranchMove, StepCost, TokenCount, TurnState
 
 if TYPE_CHECKING:
     from cxsim.agent_api import Agent, TurnRequest

@@ -64,15 +64,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from cxsim.agent_api import TurnResponse
-from cxsim.strategies.base import (
-    Note,
-    StepCost,
-    TokenCount,
-    _chat_count,
-    check_counts,
-)
+from cxsim.strategies.base import _chat_count, check_counts
 from cxsim.strategies.compacted import Compacted
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
+from cxsim.strategies.strategy_types import Note, StepCost, TokenCount
 
 if TYPE_CHECKING:
     from cxsim.agent_api import Agent, TurnRequest

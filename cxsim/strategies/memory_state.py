@@ -34,8 +34,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from cxsim.strategies.base import RebuiltWindow, Trigger, TurnState
 from cxsim.strategies.compacted import Compacted
+from cxsim.strategies.strategy_types import RebuiltWindow, Trigger, TurnState
 
 if TYPE_CHECKING:
     from cxsim.compaction import CompactionConfig

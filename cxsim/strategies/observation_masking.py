@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from cxsim.envs.vocab import OBSERVATION_PLACEHOLDER
-from cxsim.strategies.base import ContextStrategy, KeptStep, RebuiltWindow, StepCost
+from cxsim.strategies.base import ContextStrategy
+from cxsim.strategies.strategy_types import KeptStep, RebuiltWindow, StepCost
 
 if TYPE_CHECKING:
     from cxsim.compaction import CompactionConfig

@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cxsim.agent_api import TurnResponse
-from cxsim.strategies.base import Trigger, TurnState, window_full
 from cxsim.strategies.compacted import Compacted
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
+from cxsim.strategies.strategy_types import Trigger, TurnState, window_full
 
 if TYPE_CHECKING:
     from cxsim.agent_api import Agent, TurnRequest

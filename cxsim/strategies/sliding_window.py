@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cxsim.strategies.base import ContextStrategy, RebuiltWindow
+from cxsim.strategies.base import ContextStrategy
+from cxsim.strategies.strategy_types import RebuiltWindow
 
 if TYPE_CHECKING:
     from cxsim.compaction import CompactionConfig

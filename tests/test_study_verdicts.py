@@ -573,6 +573,7 @@ def test_one_claim_of_the_verdict_file_on_two_seeds(tmp_path: Path):
     assert sorted(p.name.split("-")[0] for p in runs.iterdir() if p.is_dir()) == [
         "credit",
         "stage0",
+        "studies",  # the study file's own records (its predictions)
     ]
     (page,) = out.glob("verdicts.*.json")  # a narrowed run's page, beside the full one's name
     assert page.name == "verdicts.budget-smoke.seeds-0-1.only-credit_correction-fixed-lambda.json"

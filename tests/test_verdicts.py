@@ -404,8 +404,10 @@ def test_smoke_run_writes_the_page(tmp_path: Path, monkeypatch):
     for claim in CLAIMS:
         assert claim.statement in text
     assert "2 independent seeds" in text
-    # the study engine's cache: main-<hash>, credit-<hash>, credit-critic-<hash>
+    # the study engine's cache: main-<hash>, credit-<hash>, credit-critic-<hash> (and studies/,
+    # each study file's own records: its predictions)
     folders = {p.name.rsplit("-", 1)[0]: p for p in runs.iterdir() if p.is_dir()}
+    assert folders.pop("studies").is_dir()
     assert set(folders) == {"main", "credit", "credit-critic"}
     main, credit, critic = (folders[n] for n in ("main", "credit", "credit-critic"))
     assert len(list(critic.glob("s0/train/*/results.json"))) == 4
@@ -430,6 +432,7 @@ def test_one_claim_on_new_seeds_runs_only_what_it_needs(tmp_path: Path, monkeypa
     cxsim(["verdicts", "--seeds", "20:24", "--only", "credit:correction-fixed-lambda",
            "--out", str(out), "--runs-dir", str(runs), "--jobs", "1", "--quiet"])  # fmt: skip
     folders = {p.name.rsplit("-", 1)[0]: p for p in runs.iterdir() if p.is_dir()}
+    assert folders.pop("studies").is_dir()  # the study file's own records
     assert set(folders) == {"credit", "main"}  # main: only the record of this invocation
     assert [p.name for p in folders["main"].iterdir()] == ["invocations.json"]
     credit = folders["credit"]

@@ -238,6 +238,23 @@ def make_base(setting: Setting, seed: int, runs_dir: str, device: str) -> dict[s
     }
 
 
+def training_summary(trained: dict[str, Any], train_dir: str) -> dict[str, Any]:
+    """What a unit keeps of its PPO run's results.json: where it is, its length and time, its
+    ``final`` figures, its reductions over the actor iterations, its PPO settings as run, and
+    under ``--ppo.keep-best`` which version was evaluated."""
+    training = {
+        "run_dir": train_dir,
+        "iterations_done": int(trained["iterations_done"]),
+        "wall_time_s": float(trained["wall_time_s"]),
+        "final": trained["final"],
+        **actor_reductions(trained.get("history", [])),
+        "ppo": trained["config"]["ppo"],
+    }
+    if "best_policy" in trained:
+        training["best_policy"] = trained["best_policy"]
+    return training
+
+
 def run_unit(
     setting: Setting,
     arm: Arm | None,
@@ -289,18 +306,7 @@ def run_unit(
             )
         )
     out = unit_eval_file(runs_dir, setting, arm, seed, device)
-    training = None
-    if trained is not None:
-        training = {
-            "run_dir": train_dir,
-            "iterations_done": int(trained["iterations_done"]),
-            "wall_time_s": float(trained["wall_time_s"]),
-            "final": trained["final"],
-            **actor_reductions(trained.get("history", [])),
-            "ppo": trained["config"]["ppo"],
-        }
-        if "best_policy" in trained:  # --ppo.keep-best: the version evaluated
-            training["best_policy"] = trained["best_policy"]
+    training = None if trained is None else training_summary(trained, train_dir)
     wall = time.perf_counter() - began
     return {
         "setting": setting.name,

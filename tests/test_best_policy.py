@@ -9,16 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_settings import TINY_ENV
 
 from cxsim.agents import load_policy
 from cxsim.best_policy import BestPolicy
 from cxsim.evaluation import wilson_interval
-
-SOLVED_ENV = [
-    "--env.kwargs", "memory_length", "5", "obs_words_mean", "6", "obs_words_std", "1",
-    "num_values", "4",
-    "--compaction.budget", "160",
-]  # fmt: skip
 
 
 def test_a_version_scored_on_many_rollouts_is_not_replaced_by_a_lucky_batch():
@@ -61,7 +56,7 @@ def test_a_batch_with_more_successes_than_rollouts_is_refused():
 def _train(policy: str, run_dir: Path, *extra: str) -> dict:
     cmd = [
         sys.executable, "-m", "cxsim.cli", "train", "--policy", policy,
-        "--run-dir", str(run_dir), *SOLVED_ENV,
+        "--run-dir", str(run_dir), *TINY_ENV,
         "--ppo.rollouts-per-batch", "8", "--ppo.iterations", "3", "--ppo.critic-warmup", "1",
         "--ppo.minibatches", "1", "--ppo.no-skip-uniform-batches", "--checkpoint-every", "1",
         "--keep-checkpoints", "10", "--threads", "1", "--no-progress-bar", *extra,

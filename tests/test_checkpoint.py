@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tiny_settings import TINY_ENV
 
 from cxsim.agents import build_policy, build_tokenizer, default_tokenizer, load_policy
 from cxsim.agents.critic import Critic
@@ -30,12 +31,6 @@ from cxsim.checkpoint import (
     save_checkpoint,
 )
 from cxsim.config import PPOConfig
-
-TINY_ENV = [
-    "--env.kwargs", "memory_length", "5", "obs_words_mean", "6", "obs_words_std", "1",
-    "num_values", "4",
-    "--compaction.budget", "160",
-]  # fmt: skip
 
 
 def test_rng_roundtrip():

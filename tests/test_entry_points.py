@@ -7,15 +7,10 @@ import math
 from pathlib import Path
 
 import pytest
+from tiny_settings import TINY_ENV
 
 from cxsim.cli import main as cxsim
 
-# A short KeyRecall that still compacts twice per episode (6 turns, budget 160).
-TINY_ENV = [
-    "--env.kwargs", "memory_length", "5", "obs_words_mean", "6", "obs_words_std", "1",
-    "num_values", "4",
-    "--compaction.budget", "160",
-]  # fmt: skip
 TINY_SFT = ["--sft.episodes", "6", "--sft.epochs", "1", "--sft.heldout-episodes", "2"]
 TINY_PPO = [
     "--ppo.rollouts-per-batch", "4", "--ppo.iterations", "1", "--ppo.critic-warmup", "1",

@@ -17,6 +17,7 @@ import tyro
 from cxsim.compaction import PROTOCOLS, CompactionConfig
 from cxsim.compaction import Protocol as TrainProtocol
 from cxsim.critics import VALUE_HEADS, VALUE_LOSSES, check_critic_settings
+from cxsim.env_kwargs import EnvKwargs
 from cxsim.envs.defaults import DEFAULT_KWARGS, DefaultKwargs, default_kwargs
 from cxsim.estimators import ESTIMATORS
 from cxsim.loss_modes import LOSS_MODES
@@ -52,36 +53,6 @@ DEFAULT_COMPACTION = CompactionConfig(
 oracle's longest action and perfect summary, the threshold one step needs, and the smallest
 budget whose 4 windows hold the sampled episodes; the main job's KeyRecall keeps its
 published 200 / 72 / 32 / 8 (cxsim.envs.defaults.PUBLISHED_SIZES)."""
-
-
-def _scalar(text: str) -> int | float | bool:
-    if text in ("True", "true", "False", "false"):
-        return text in ("True", "true")
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    raise ValueError(f"env kwarg value {text!r} is not an int, float or bool")
-
-
-def _parse_kwargs(args: list[str]) -> dict[str, int | float | bool]:
-    if len(args) % 2:
-        raise ValueError(f"--env.kwargs takes KEY VALUE pairs; got {args}")
-    return {key: _scalar(value) for key, value in zip(args[::2], args[1::2], strict=True)}
-
-
-EnvKwargs = Annotated[
-    dict[str, int | float | bool],
-    tyro.constructors.PrimitiveConstructorSpec(
-        nargs="*",
-        metavar="KEY VALUE ...",
-        instance_from_str=_parse_kwargs,
-        is_instance=lambda x: isinstance(x, dict),
-        str_from_instance=lambda d: [s for k, v in d.items() for s in (k, str(v))],
-    ),
-]
-"""Env keyword arguments as one flag of KEY VALUE pairs (replacing the defaults as a whole)."""
 
 
 def _one_of(name: str, value: str, choices: tuple[str, ...]) -> None:

@@ -8,7 +8,8 @@ folder is written. :func:`check_env_kwargs` reads the registered id's entry poin
 ``**kwargs``, or whose signature cannot be read, accepts any name.
 
 :func:`check_env_configs` applies it to every :class:`~cxsim.config.EnvConfig` inside a
-parsed config (the commands call it on what they parse, :mod:`cxsim.cli`).
+parsed config (the commands call it on what they parse, :mod:`cxsim.cli`). :data:`EnvKwargs`
+is the flag's type: KEY VALUE pairs parsed to ints, floats and bools.
 """
 
 from __future__ import annotations
@@ -17,7 +18,40 @@ import dataclasses
 import difflib
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Annotated, Any
+
+import tyro
+
+
+def _scalar(text: str) -> int | float | bool:
+    if text in ("True", "true", "False", "false"):
+        return text in ("True", "true")
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    raise ValueError(f"env kwarg value {text!r} is not an int, float or bool")
+
+
+def _parse_kwargs(args: list[str]) -> dict[str, int | float | bool]:
+    if len(args) % 2:
+        raise ValueError(f"--env.kwargs takes KEY VALUE pairs; got {args}")
+    return {key: _scalar(value) for key, value in zip(args[::2], args[1::2], strict=True)}
+
+
+EnvKwargs = Annotated[
+    dict[str, int | float | bool],
+    tyro.constructors.PrimitiveConstructorSpec(
+        nargs="*",
+        metavar="KEY VALUE ...",
+        instance_from_str=_parse_kwargs,
+        is_instance=lambda x: isinstance(x, dict),
+        str_from_instance=lambda d: [s for k, v in d.items() for s in (k, str(v))],
+    ),
+]
+"""Env keyword arguments as one flag of KEY VALUE pairs (replacing the defaults as a whole)."""
+
 
 MAKE_KWARGS: tuple[str, ...] = ("max_episode_steps", "disable_env_checker")
 """Keywords ``gymnasium.make`` takes itself rather than passing to the constructor."""

@@ -16,16 +16,32 @@ is not replaced by one that drifted and then had a lucky 32 of 32, and ties keep
 earlier version. The reported Compacted Pass@1 still comes from the evaluation's own tasks,
 so the pick does not bias the report.
 
+Which version the run ends with is the rule's (``--ppo.keep-best-rule``):
+
+- ``highest-bound``: the best version, as above. From a base that solves nearly every task
+  it keeps the base; on a run still climbing it can pick an early version whose one lucky
+  batch outscored a later, better policy (docs/results/stability.md).
+- ``unless-worse``: the last version, unless the best one did better than it beyond
+  chance: the lower end of the 95% interval of their difference (Newcombe's hybrid score
+  interval, ``cxsim.tables.paired_difference`` at one seed) is above 0.
+
+Every closed version's counts are kept (``versions``), so either rule, or another, can be
+recomputed from ``results.json`` without a run.
+
 Pure bookkeeping, no torch: the run (experiments/training_run.py) sums the successes over
 ranks and writes the weights.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 from cxsim.evaluation import wilson_interval
+from cxsim.tables import Proportion, paired_difference
+
+KeepBestRule = Literal["highest-bound", "unless-worse"]
+KEEP_BEST_RULES: tuple[str, ...] = ("highest-bound", "unless-worse")
 
 
 @dataclass
@@ -46,6 +62,8 @@ class BestPolicy:
     """Its success rate."""
     best_rollouts: float = 0.0
     """How many rollouts that rate is over."""
+    versions: list[list[float]] = field(default_factory=list)
+    """Every scored version closed so far: ``[version, successes, rollouts]``."""
 
     def observe(self, successes: float, rollouts: float) -> None:
         """A batch sampled from the current version: ``successes`` of ``rollouts``."""
@@ -60,6 +78,8 @@ class BestPolicy:
         scored is passed over."""
         scored = self.rollouts > 0
         score = wilson_interval(self.successes, round(self.rollouts))[0] if scored else -1.0
+        if scored:
+            self.versions.append([self.version, self.successes, self.rollouts])
         better = scored and score > self.best_score
         if better:
             self.best_version, self.best_score = self.version, score
@@ -67,6 +87,20 @@ class BestPolicy:
         self.version += 1
         self.successes = self.rollouts = 0.0
         return better
+
+    def kept_version(self, rule: KeepBestRule) -> int | None:
+        """The version a finished run ends with under ``rule`` (None: no version scored)."""
+        if rule not in KEEP_BEST_RULES:
+            raise ValueError(f"keep-best rule {rule!r} is unknown; choose one of {KEEP_BEST_RULES}")
+        if rule == "highest-bound" or not self.versions or self.best_version is None:
+            return self.best_version
+        last, last_successes, last_rollouts = self.versions[-1]
+        if self.best_version == last:
+            return self.best_version
+        successes = round(self.best_rate * self.best_rollouts, 6)  # a count, up to rounding
+        best = Proportion(successes, round(self.best_rollouts))
+        difference = paired_difference([best], [Proportion(last_successes, round(last_rollouts))])
+        return self.best_version if difference.low > 0 else int(last)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import gymnasium as gym
 import tyro
 
+from cxsim.best_policy import KeepBestRule
 from cxsim.compaction import PROTOCOLS, CompactionConfig
 from cxsim.compaction import Protocol as TrainProtocol
 from cxsim.critics import VALUE_HEADS, VALUE_LOSSES, check_critic_settings
@@ -298,6 +299,9 @@ class PPOConfig:
     keep_best: bool = when_set(False)
     """End with the policy version whose own batches (unseen tasks) succeeded most, not the
     last (cxsim/best_policy.py); results.json names it, and the evaluation uses it."""
+    keep_best_rule: KeepBestRule = when_set("highest-bound")
+    """With --ppo.keep-best: ``highest-bound`` (the version with the highest lower 95% bound)
+    or ``unless-worse`` (the last, unless that one did better beyond chance)."""
     track_reference: bool = when_set(True)
     """Keep a frozen copy of the starting policy to log the KL to it every iteration
     (stability/kl_to_reference); False saves its memory (a --ppo.kl-coef above 0 keeps it)."""

@@ -251,7 +251,14 @@ def training_notes(results: dict[str, Any]) -> list[str]:
     trained)."""
     notes = []
     best = results.get("best_policy")
-    if best is not None:
+    if best is not None and best.get("kept_version", best["best_version"]) != best["best_version"]:
+        notes.append(
+            f"keep-best ({best['rule']}): the last policy, after {best['kept_version']} actor "
+            f"update(s); the best-scored one (after {best['best_version']}, success "
+            f"{best['best_rate']:.3f} on {best['best_rollouts']:.0f} rollouts) did not do "
+            f"better beyond chance; at {results['policy']}"
+        )
+    elif best is not None:
         notes.append(
             f"keep-best: the policy after {best['best_version']} actor update(s) of "
             f"{best['version'] - 1}: success {best['best_rate']:.3f} on "

@@ -334,8 +334,11 @@ class TrainingRun:
             results["value_pretrain"] = self.state.extra["value_pretrain"]
         done = self.iteration == self.cfg.total_iterations
         if self.best is not None and done and self.best.best_version is not None:
-            results["policy"] = str(best_policy_dir(self.run_dir))
-            results["best_policy"] = self.best.as_dict()
+            rule = self.cfg.ppo.keep_best_rule
+            kept = self.best.kept_version(rule)
+            if kept == self.best.best_version:  # else the last version: the last checkpoint's
+                results["policy"] = str(best_policy_dir(self.run_dir))
+            results["best_policy"] = self.best.as_dict() | {"rule": rule, "kept_version": kept}
         if self.ctx.is_main:
             write_json(self.run_dir / "results.json", results)
         return results

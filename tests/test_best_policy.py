@@ -48,6 +48,34 @@ def test_batches_of_one_version_pool_and_an_unscored_version_is_passed_over():
     assert BestPolicy.from_dict(None) == BestPolicy()
 
 
+def _scored(*batches: tuple[int, int]) -> BestPolicy:
+    """A tracker whose versions each scored one batch (successes, rollouts), in order."""
+    best = BestPolicy()
+    for successes, rollouts in batches:
+        best.observe(successes, rollouts)
+        best.close()
+    return best
+
+
+def test_unless_worse_keeps_the_last_version_when_the_best_is_ahead_by_chance():
+    best = _scored((13, 32), (29, 32), (27, 32))  # the best, 29 of 32, then 27 of 32
+    assert best.best_version == 1
+    assert best.kept_version("highest-bound") == 1
+    assert best.kept_version("unless-worse") == 2
+    assert best.versions == [[0, 13, 32], [1, 29, 32], [2, 27, 32]]
+
+
+def test_unless_worse_falls_back_when_the_last_version_is_worse_beyond_chance():
+    # a base that solved 191 of 192 (Newcombe's interval of the difference against 28 of
+    # 32 is about [+0.04, +0.27]); against 31 of 32 it is not resolved and the last is kept
+    assert _scored((191, 192), (28, 32)).kept_version("unless-worse") == 0
+    assert _scored((191, 192), (31, 32)).kept_version("unless-worse") == 1
+    assert _scored((20, 32), (30, 32)).kept_version("unless-worse") == 1  # the last is best
+    assert BestPolicy().kept_version("unless-worse") is None
+    with pytest.raises(ValueError, match="unknown; choose one of"):
+        BestPolicy().kept_version("latest")  # type: ignore[arg-type]
+
+
 def test_a_batch_with_more_successes_than_rollouts_is_refused():
     with pytest.raises(ValueError, match="is not a batch"):
         BestPolicy().observe(5, 4)
@@ -97,3 +125,18 @@ def test_keep_best_trains_alike_and_ends_with_the_version_it_names(tmp_path: Pat
         assert best["best_rate"] == pytest.approx(version_batches[best["best_version"]] / rollouts)
     assert "keep-best: the policy after" in kept["stdout"]
     assert "best_policy" not in plain and plain["policy"].endswith("iter-000004/policy")
+
+
+def test_unless_worse_ends_with_the_version_its_recorded_counts_choose(tmp_path: Path):
+    kept = _train("pretrained", tmp_path / "kept", "--ppo.keep-best",
+                  "--ppo.keep-best-rule", "unless-worse")  # fmt: skip
+    best = kept["best_policy"]
+    tracker = BestPolicy.from_dict({k: v for k, v in best.items() if k in BestPolicy().as_dict()})
+    assert best["rule"] == "unless-worse"
+    assert best["kept_version"] == tracker.kept_version("unless-worse")
+    scored = [h["charts/success_rate"] * 8 for h in kept["history"]]
+    assert [v[:2] for v in best["versions"][:3]] == [
+        [0, scored[0] + scored[1]], [1, scored[2]], [2, scored[3]]
+    ]  # fmt: skip
+    chosen = tmp_path / "kept" / "checkpoints" / f"iter-{1 + best['kept_version']:06d}"
+    assert _same_weights(kept["policy"], chosen / "policy")

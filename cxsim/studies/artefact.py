@@ -95,7 +95,8 @@ def compact_run(
         }
         if "best_policy" in result["train"]:  # --ppo.keep-best: which version, and of how many
             best = result["train"]["best_policy"]
-            train["best_policy"] = {k: best[k] for k in ("version", "best_version")}
+            kept = ("version", "best_version", "kept_version")  # kept_version: since the rule
+            train["best_policy"] = {k: best[k] for k in kept if k in best}
     return {
         "setting": result["setting"],
         "arm": result["arm"],

@@ -178,6 +178,12 @@ def arm_rows(
     return rows
 
 
+def kept_version(best: dict[str, Any]) -> int:
+    """The version a ``--ppo.keep-best`` run ended with (runs before ``--ppo.keep-best-rule``
+    record only the best-scored one, which they kept)."""
+    return best.get("kept_version", best["best_version"])
+
+
 def evaluated_at(results: list[dict[str, Any]]) -> str:
     """Which policy of an arm's runs was evaluated: the last checkpoint, or under
     ``--ppo.keep-best`` the version each seed's run kept (after how many actor updates)."""
@@ -185,7 +191,7 @@ def evaluated_at(results: list[dict[str, Any]]) -> str:
     if "best_policy" not in ran:
         return f"evaluated at its last checkpoint, iteration {ran['iterations_done']}"
     kept = ", ".join(
-        f"{r['train']['best_policy']['best_version']} of {r['train']['best_policy']['version'] - 1}"
+        f"{kept_version(r['train']['best_policy'])} of {r['train']['best_policy']['version'] - 1}"
         for r in results
     )
     return f"evaluated at the version --ppo.keep-best kept, after this many actor updates per seed: {kept}"

@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 
 from cxsim.envs.base import TextEnv
+from cxsim.envs.fact_trail import FactTrail
 from cxsim.envs.fact_update import FactUpdate
 from cxsim.envs.key_recall import KeyRecall
 from cxsim.envs.sim_repo import SimRepo
@@ -45,6 +46,7 @@ _register()
 __all__ = [
     "ENV_CLASSES",
     "OUTSIDE_IDS",
+    "FactTrail",
     "FactUpdate",
     "KeyRecall",
     "SimRepo",

@@ -46,6 +46,17 @@ class CorridorOracle:
         return "next"
 
 
+class TrailOracle(CorridorOracle):
+    """FactTrail: as the corridor oracle, and at a door row or a gate the action it asks for
+    (``state["expects"]``) with the value of the fact it needs (``open k5``, ``pass k9``)."""
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        state = info["state"]
+        if state.get("expects"):
+            return f"{state['expects']} {info['key_facts'][state['expects_fact']]}"
+        return super().act(observation, info)
+
+
 class SimRepoOracle:
     """SimRepo: look around, run the tests, view the bug, list patches, edit, re-test, submit."""
 
@@ -70,6 +81,7 @@ class SimRepoOracle:
 ORACLES: dict[str, Callable[[], Oracle]] = {
     "key_recall": CorridorOracle,
     "fact_update": CorridorOracle,
+    "fact_trail": TrailOracle,
     "sim_repo": SimRepoOracle,
 }
 
@@ -170,6 +182,24 @@ def _fact_update_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def _fact_trail_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
+    """Each code (``unknown`` when lost), each door and gate word still needed that is kept."""
+    parts = ["summary :"]
+    for name in info["needed_facts"]:
+        if name.endswith(" door"):
+            if name in kept:
+                parts.append(f"the {name.split()[0]} code is behind door {kept[name]} .")
+        elif name.startswith("gate "):
+            if name in kept:
+                parts.append(f"the gate word is {kept[name]} .")
+        else:
+            parts.append(f"the {name} code is {kept.get(name, 'unknown')} .")
+    parts.append(CODE_GOAL)
+    if info["state"]["phase"] == "query":
+        parts.append(f"question : what is the {info['state']['query_fact']} code ?")
+    return " ".join(parts)
+
+
 def _sim_repo_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
     parts = ["summary :", f"the bug is at {kept.get('location', 'unknown')} ."]
     parts.append(f"the fix is {kept.get('patch', 'unknown')} .")
@@ -182,11 +212,13 @@ def _sim_repo_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
 SUMMARY_WRITERS: dict[str, Callable[[dict[str, str], dict[str, Any]], str]] = {
     "key_recall": _key_recall_summary,
     "fact_update": _fact_update_summary,
+    "fact_trail": _fact_trail_summary,
     "sim_repo": _sim_repo_summary,
 }
 SUMMARY_WORDS = sorted(
     words_of(
         "summary : the key is unknown . question : what code ? bug at fix applied",
+        "behind door gate word",
         KEY_GOAL,
         CODE_GOAL,
         REPO_GOAL,

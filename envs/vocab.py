@@ -5,6 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 
 from cxsim.envs.base import TextEnv
+from cxsim.envs.fact_trail import FactTrail
 from cxsim.envs.fact_update import FactUpdate
 from cxsim.envs.key_recall import KeyRecall
 from cxsim.envs.sim_repo import SimRepo
@@ -18,6 +19,7 @@ ENV_CLASSES: dict[str, type[TextEnv]] = {
     "KeyRecall": KeyRecall,
     "KeyRecallActive": KeyRecall,
     "FactUpdate": FactUpdate,
+    "FactTrail": FactTrail,
     "SimRepo": SimRepo,
 }
 

@@ -40,7 +40,10 @@ next action would commit to a solution (:data:`COMMITS`: ``answer``, ``edit``,
 the child lists the files, runs the tests, views the bug and lists the patches, and returns
 where the bug is and which patch fixes it; the root edits, re-tests and submits.
 KeyRecall / FactUpdate: the child walks the corridor up to the question and returns the
-(latest) values; the root answers. The sizing (``fit_sizes``) replays the episode unfolded
+(latest) values; the root answers. An environment with sub-tasks (its state has ``subtask``:
+FactTrail's gates) has each sub-task folded instead (:meth:`Folding.subtask_move`): the
+root branches with the sub-task's goal where it opens, the child finishes it and returns, so
+its detail stays in the child. The sizing (``fit_sizes``) replays the episode unfolded
 (the windows the oracle's child and root hold are each at most the unfolded window plus the
 branching response and the returned turn), and the pre-flight checks that the oracle solves
 the tasks at the derived sizes.
@@ -74,7 +77,12 @@ MAX_BRANCHES = 4
 COMMITS = ("answer", "edit", "submit")
 """The scripted oracle's actions that commit to a solution: it takes them in the root
 window, from what its child returned."""
-GOALS = {"key_recall": "the key", "fact_update": "codes", "sim_repo": "the bug"}
+GOALS = {
+    "key_recall": "the key",
+    "fact_update": "codes",
+    "fact_trail": "codes",
+    "sim_repo": "the bug",
+}
 """The goal the scripted oracle branches with, per environment family (``info["state"]["env"]``)."""
 DEFAULT_GOAL = "the task"
 
@@ -158,13 +166,28 @@ class Folding(Compacted):
     def scripted_move(self, request: TurnRequest, proposed: str) -> str | None:
         """What the scripted oracle answers instead of its ``proposed`` action, if anything:
         the branching call before the episode's first action (unless it commits), ``return``
-        in a child before an action that commits."""
+        in a child before an action that commits. An environment with sub-tasks (its state
+        has ``subtask``: :meth:`subtask_move`) has each of them folded instead."""
+        state = request.info.get("state", {})
+        if "subtask" in state:
+            return self.subtask_move(request, proposed, state)
         if request.depth > 0:
             return RETURN_WORD if commits(proposed) else None
         if request.info.get("step") != 0 or commits(proposed):
             return None
         family = request.info.get("state", {}).get("env")
         return f"{BRANCH_WORD} {GOALS.get(family, DEFAULT_GOAL)}"
+
+    def subtask_move(self, request: TurnRequest, proposed: str, state: dict) -> str | None:
+        """Sub-task folding: in the root, ``find <goal>`` at the step a sub-task opens
+        (``state["subtask"]``, its goal words, opened at ``state["subtask_step"]``); in a
+        child, ``return`` once no sub-task is open (or before an action that commits), so the
+        child's window holds the sub-task's detail and the root only its returned summary."""
+        if request.depth > 0:
+            return RETURN_WORD if state["subtask"] is None or commits(proposed) else None
+        if state["subtask"] is None or request.info.get("step") != state.get("subtask_step"):
+            return None
+        return f"{BRANCH_WORD} {state['subtask']}"
 
     def scripted_agents_for(
         self,

@@ -92,6 +92,7 @@ LAST_NOTE_STEP = 99
 SENTENCES: dict[str, dict[str, str]] = {
     "key_recall": {"key": "the key is {value}"},
     "fact_update": {"*": "the {name} code is {value}"},
+    "fact_trail": {"*": "the {name} code is {value}"},
     "sim_repo": {"location": "the bug is at {value}", "patch": "the fix is {value}"},
 }
 """The scripted oracle's note of a needed fact, per environment family (``*``: any fact)."""

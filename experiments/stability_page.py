@@ -52,8 +52,8 @@ def collect(cfg: Config) -> dict[str, Any]:
     """The artefact: per setting, arm and seed, the run's figures (from the cache)."""
     from cxsim.diagnostics.collapse import collapsed, run_collapse
     from cxsim.studies.load import load_study
-    from cxsim.studies.runner import seed_folder, train_folder, unit_eval_file
     from cxsim.studies.spec import parse_seeds
+    from cxsim.studies.unit_files import seed_folder, train_folder, unit_eval_file
     from cxsim.studies.where import study_folder
 
     if cfg.study is None:

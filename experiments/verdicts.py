@@ -338,8 +338,9 @@ def run_verdicts(cfg: Config, command: str) -> dict[str, Any]:
 
     from cxsim.experiments.verdicts_page import render_page
     from cxsim.studies.executors import make_executor
-    from cxsim.studies.runner import run_study, setting_folder
+    from cxsim.studies.runner import run_study
     from cxsim.studies.selection import select
+    from cxsim.studies.unit_files import setting_folder
 
     began = time.perf_counter()
     torch.set_num_threads(1)  # tiny models: one thread is faster on a busy 2-core box

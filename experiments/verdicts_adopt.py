@@ -101,7 +101,9 @@ def adopt_old_runs(cfg: Config, study: Study) -> int:
     seed ``s<seed>/sft``, ``s<seed>/train/<arm>-s<seed>``, ``s<seed>/verdicts/eval-*.json``)
     to where the study engine reads them, once: a file already there is kept. Only result
     files are copied; the policies they name stay where they are. Returns how many."""
-    from cxsim.studies.runner import (
+    from cxsim.studies.spec import BASE, SWAP_PROTOCOL
+    from cxsim.studies.stage0 import chosen_file, stage0_folder
+    from cxsim.studies.unit_files import (
         base_folder,
         seed_folder,
         setting_folder,
@@ -109,8 +111,6 @@ def adopt_old_runs(cfg: Config, study: Study) -> int:
         train_folder,
         unit_eval_file,
     )
-    from cxsim.studies.spec import BASE, SWAP_PROTOCOL
-    from cxsim.studies.stage0 import chosen_file, stage0_folder
 
     runs_dir, device = Path(cfg.runs_dir), cfg.device
     main = old_folder(runs_dir, cfg.preset, old_settings(cfg, None, None))

@@ -19,7 +19,8 @@ One topic per module:
 - :mod:`cxsim.studies.stage0`: a stage-0 checkpoint (candidates until one copies), cached;
 - :mod:`cxsim.studies.runner`: one (setting, seed, arm) unit as one function call with
   plain arguments, cached, and the claim sides whose summaries another arm writes; the study
-  as a map of units over an executor;
+  as a map of units over an executor; :mod:`cxsim.studies.unit_files`: where a unit's files
+  go in the runs folder;
 - :mod:`cxsim.studies.executors`: where units run (this machine's processes, or Ray tasks
   with ``--executor ray``); :mod:`cxsim.studies.calls`: a call's stages read from the cache
   or made, and calls mapped through an executor, one log line each;

@@ -42,111 +42,158 @@ def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[C
         if not isinstance(table, dict):
             raise StudyError(f"{where}: claims are [[claims]] tables")
         here = f"{where}: claim {i}" + (f" ({table['name']})" if "name" in table else "")
-        check_keys(table, CLAIM_KEYS, here, "a claim")
-        name = text_of(table, "name", here, required=True)
-        check_name(name, here)
-        names = [s.name for s in settings]
-        default_setting = names[0] if len(names) == 1 else None
-        setting_name = text_of(table, "setting", here, default=default_setting or "")
-        if setting_name not in names:
-            said = f"setting = {setting_name!r}" if setting_name else "no setting"
-            raise StudyError(f"{here}: {said}; choose one of: {', '.join(names)}")
-        if any((c.setting, c.name) == (setting_name, name) for c in claims):
-            raise StudyError(
-                f"{here}: another claim of setting {setting_name} is named {name!r}; names "
-                "must differ within a setting"
-            )
-        setting = next(s for s in settings if s.name == setting_name)
-        sides: dict[str, tuple[Setting, str]] = {}
-        for side in ("treatment", "reference"):
-            sides[side] = claim_side(text_of(table, side, here, required=True), setting, settings)
-            if isinstance(sides[side], str):
-                raise StudyError(f"{here}: {side} = {sides[side]}")
-        summarizers = {
-            side: claim_summarizer(table, side, side_setting, here)
-            for side, (side_setting, _) in sides.items()
-        }
-        if (sides["treatment"], summarizers["treatment"]) == (
-            sides["reference"],
-            summarizers["reference"],
-        ):
-            raise StudyError(f"{here}: treatment and reference are the same; pair two arms")
-        metric = text_of(table, "metric", here, default="pass_at_1")
-        if metric not in CLAIM_METRICS:
-            raise StudyError(
-                f"{here}: metric = {metric!r}; choose one of: {', '.join(CLAIM_METRICS)}"
-            )
-        threshold = claim_threshold(table, metric, here)
-        if metric in TRAINING_METRICS:
-            check_training_sides(table, metric, sides, summarizers, here)
-        protocol = text_of(table, "protocol", here, default="compacted")
-        protocols = {}
-        for side, (side_setting, _) in sides.items():
-            if metric in TRAINING_METRICS:  # read from training: no evaluation of its own
-                protocols[side] = side_setting.eval.protocols[0]
-                continue
-            if summarizers[side]:
-                protocols[side] = swap_protocol(table, side, here)
-                continue
-            protocols[side] = (
-                side_setting.eval.protocols[0] if protocol == OWN_PROTOCOL else protocol
-            )
-            try:  # a protocol the setting does not evaluate is evaluated for this claim's arms
-                replace(side_setting.eval, protocols=(protocols[side],))
-            except (ValueError, TypeError, KeyError) as error:
-                raise StudyError(
-                    f'{here}: protocol = {protocol!r}: {first_line(error)} (or "own": each '
-                    "side under its setting's first eval.protocols)"
-                ) from error
-        direction = text_of(table, "direction", here, default="higher")
-        if direction not in DIRECTIONS:
-            raise StudyError(
-                f"{here}: direction = {direction!r}; choose higher, lower or same (with a margin)"
-            )
-        margin = claim_margin(table, direction, here)
-        prediction = text_of(table, "prediction", here)
-        if not prediction.strip():
-            raise StudyError(
-                f'{here}: write the prediction before the run (prediction = "direction, size, '
-                'why"); the page records when it was first seen'
-            )
-        size = table.get("predicted_size")
-        if size is not None and direction == "same":
-            raise StudyError(
-                f"{here}: predicted_size is for higher or lower claims; a same claim predicts "
-                "no difference, and its margin says how close counts as the same"
-            )
-        if size is not None and (
-            isinstance(size, bool) or not isinstance(size, (int, float)) or size < 0
-        ):
-            raise StudyError(
-                f"{here}: predicted_size = {size!r}: the predicted size of the difference in "
-                "the claim's direction, a number >= 0"
-            )
-        claims.append(
-            Claim(
-                name,
-                setting.name,
-                sides["treatment"][1],
-                sides["reference"][1],
-                prediction,
-                metric,
-                protocol,
-                direction,
-                None if size is None else float(size),
-                text_of(table, "statement", here),
-                margin,
-                claim_diagnostics(table.get("diagnostics", []), here),
-                treatment_setting=sides["treatment"][0].name,
-                reference_setting=sides["reference"][0].name,
-                treatment_protocol=protocols["treatment"],
-                reference_protocol=protocols["reference"],
-                treatment_summarizer=summarizers["treatment"],
-                reference_summarizer=summarizers["reference"],
-                threshold=threshold,
-            )
-        )
+        claims.append(parse_claim(table, settings, claims, here))
     return tuple(claims)
+
+
+def parse_claim(
+    table: dict[str, Any], settings: tuple[Setting, ...], earlier: list[Claim], here: str
+) -> Claim:
+    """One ``[[claims]]`` table validated into a :class:`Claim`: its name and setting, its two
+    sides and their summarizers, metric, protocols, direction, prediction and predicted size
+    (``earlier``: the file's claims before it)."""
+    check_keys(table, CLAIM_KEYS, here, "a claim")
+    name = text_of(table, "name", here, required=True)
+    check_name(name, here)
+    setting = claim_setting(table, name, settings, earlier, here)
+    sides, summarizers = claim_sides(table, setting, settings, here)
+    metric = text_of(table, "metric", here, default="pass_at_1")
+    if metric not in CLAIM_METRICS:
+        raise StudyError(f"{here}: metric = {metric!r}; choose one of: {', '.join(CLAIM_METRICS)}")
+    threshold = claim_threshold(table, metric, here)
+    if metric in TRAINING_METRICS:
+        check_training_sides(table, metric, sides, summarizers, here)
+    protocol = text_of(table, "protocol", here, default="compacted")
+    protocols = side_protocols(table, metric, protocol, sides, summarizers, here)
+    direction = text_of(table, "direction", here, default="higher")
+    if direction not in DIRECTIONS:
+        raise StudyError(
+            f"{here}: direction = {direction!r}; choose higher, lower or same (with a margin)"
+        )
+    margin = claim_margin(table, direction, here)
+    prediction = text_of(table, "prediction", here)
+    if not prediction.strip():
+        raise StudyError(
+            f'{here}: write the prediction before the run (prediction = "direction, size, '
+            'why"); the page records when it was first seen'
+        )
+    size = predicted_size(table, direction, here)
+    return Claim(
+        name,
+        setting.name,
+        sides["treatment"][1],
+        sides["reference"][1],
+        prediction,
+        metric,
+        protocol,
+        direction,
+        size,
+        text_of(table, "statement", here),
+        margin,
+        claim_diagnostics(table.get("diagnostics", []), here),
+        treatment_setting=sides["treatment"][0].name,
+        reference_setting=sides["reference"][0].name,
+        treatment_protocol=protocols["treatment"],
+        reference_protocol=protocols["reference"],
+        treatment_summarizer=summarizers["treatment"],
+        reference_summarizer=summarizers["reference"],
+        threshold=threshold,
+    )
+
+
+def claim_setting(
+    table: dict[str, Any],
+    name: str,
+    settings: tuple[Setting, ...],
+    earlier: list[Claim],
+    where: str,
+) -> Setting:
+    """The claim's setting (``setting``, optional when the file has one), where no earlier
+    claim of that setting has the same name."""
+    names = [s.name for s in settings]
+    default_setting = names[0] if len(names) == 1 else None
+    setting_name = text_of(table, "setting", where, default=default_setting or "")
+    if setting_name not in names:
+        said = f"setting = {setting_name!r}" if setting_name else "no setting"
+        raise StudyError(f"{where}: {said}; choose one of: {', '.join(names)}")
+    if any((c.setting, c.name) == (setting_name, name) for c in earlier):
+        raise StudyError(
+            f"{where}: another claim of setting {setting_name} is named {name!r}; names "
+            "must differ within a setting"
+        )
+    return next(s for s in settings if s.name == setting_name)
+
+
+def claim_sides(
+    table: dict[str, Any], setting: Setting, settings: tuple[Setting, ...], where: str
+) -> tuple[dict[str, tuple[Setting, str]], dict[str, str]]:
+    """The treatment's and the reference's (setting, arm) (:func:`claim_side`) and summarizer
+    (:func:`claim_summarizer`), by side; the two must differ."""
+    sides: dict[str, tuple[Setting, str]] = {}
+    for side in ("treatment", "reference"):
+        sides[side] = claim_side(text_of(table, side, where, required=True), setting, settings)
+        if isinstance(sides[side], str):
+            raise StudyError(f"{where}: {side} = {sides[side]}")
+    summarizers = {
+        side: claim_summarizer(table, side, side_setting, where)
+        for side, (side_setting, _) in sides.items()
+    }
+    if (sides["treatment"], summarizers["treatment"]) == (
+        sides["reference"],
+        summarizers["reference"],
+    ):
+        raise StudyError(f"{where}: treatment and reference are the same; pair two arms")
+    return sides, summarizers
+
+
+def side_protocols(
+    table: dict[str, Any],
+    metric: str,
+    protocol: str,
+    sides: dict[str, tuple[Setting, str]],
+    summarizers: dict[str, str],
+    where: str,
+) -> dict[str, str]:
+    """The protocol each side is evaluated under, by side: a training metric's the setting's
+    first (nothing is evaluated), a side with a summarizer :func:`swap_protocol`, any other
+    the claim's ``protocol`` (``"own"``: its setting's first), which the setting must be
+    able to evaluate."""
+    protocols = {}
+    for side, (side_setting, _) in sides.items():
+        if metric in TRAINING_METRICS:  # read from training: no evaluation of its own
+            protocols[side] = side_setting.eval.protocols[0]
+            continue
+        if summarizers[side]:
+            protocols[side] = swap_protocol(table, side, where)
+            continue
+        protocols[side] = side_setting.eval.protocols[0] if protocol == OWN_PROTOCOL else protocol
+        try:  # a protocol the setting does not evaluate is evaluated for this claim's arms
+            replace(side_setting.eval, protocols=(protocols[side],))
+        except (ValueError, TypeError, KeyError) as error:
+            raise StudyError(
+                f'{where}: protocol = {protocol!r}: {first_line(error)} (or "own": each '
+                "side under its setting's first eval.protocols)"
+            ) from error
+    return protocols
+
+
+def predicted_size(table: dict[str, Any], direction: str, where: str) -> float | None:
+    """``predicted_size``: the predicted size of a higher or lower claim's difference, a
+    number >= 0; a ``same`` claim takes none."""
+    size = table.get("predicted_size")
+    if size is not None and direction == "same":
+        raise StudyError(
+            f"{where}: predicted_size is for higher or lower claims; a same claim predicts "
+            "no difference, and its margin says how close counts as the same"
+        )
+    if size is not None and (
+        isinstance(size, bool) or not isinstance(size, (int, float)) or size < 0
+    ):
+        raise StudyError(
+            f"{where}: predicted_size = {size!r}: the predicted size of the difference in "
+            "the claim's direction, a number >= 0"
+        )
+    return None if size is None else float(size)
 
 
 def claim_threshold(table: dict[str, Any], metric: str, where: str) -> float | None:

@@ -20,16 +20,11 @@ from typing import Any
 
 from cxsim.experiments.presets import preset_ppo
 from cxsim.pretrained import PRETRAINED
-from cxsim.studies.runner import (
-    eval_config,
-    sft_config,
-    train_config,
-    under,
-)
+from cxsim.studies.runner import eval_config, sft_config, train_config
 from cxsim.studies.selection import Selection, extra_protocols, swapped_sides
-from cxsim.studies.spec import BASE, Stage0, Study
+from cxsim.studies.spec import BASE, Arm, Setting, Stage0, Study
 from cxsim.studies.stage0 import chosen_file
-from cxsim.studies.stages import arm_ppo, stage0_sft_config
+from cxsim.studies.stages import arm_ppo, stage0_sft_config, under
 from cxsim.studies.where import own_files
 
 
@@ -88,10 +83,7 @@ def seed_commands(
     line): per setting, its stage 0's SFT (once), its SFT base (once per setting that makes
     bases), the base's evaluation, then each arm's training and evaluation, and each
     evaluation under a claim's protocol the setting lacks."""
-    from cxsim.checkpoint import checkpoint_dir
-    from cxsim.experiments import evaluate as evaluate_entry
     from cxsim.experiments import sft as sft_entry
-    from cxsim.experiments import train as train_entry
 
     replicate = own_files(runs_dir, study.path) / "replicate"
     commands: list[list[str]] = []
@@ -107,22 +99,10 @@ def seed_commands(
         if setting.stage0 is not None:
             stage = setting.stage0
             if stage.name not in starts:
-                candidate = stage0_seed(stage, runs_dir, device)
-                cfg = stage0_sft_config(
-                    stage, candidate, replicate / f"stage0-{stage.name}" / f"p{candidate}", device
+                stage_commands, starts[stage.name] = stage0_commands(
+                    stage, replicate, runs_dir, device
                 )
-                commands.append(
-                    [
-                        f"# stage0.{stage.name}: candidate seeds {list(stage.seeds)} are tried "
-                        "in turn until one's held-out execution loss (results.json final "
-                        f"losses/heldout_execution) is at most {stage.copy_loss:g}; seed "
-                        f"{candidate}'s"
-                        + (" (the study's choice)" if candidate != stage.seeds[0] else "")
-                        + ", the others differ only in --seed and --run-dir:"
-                    ]
-                )
-                commands.append(["cxsim", "sft", *sft_flags(cfg, sft_entry.Config)])
-                starts[stage.name] = str(Path(cfg.run_dir) / "policy")
+                commands += stage_commands
             start = starts[stage.name]
         # built with a start that exists (a stage 0 is made by the commands above), then given it
         sft = sft_config(setting, seed, base_dir, device)
@@ -137,37 +117,93 @@ def seed_commands(
             policy = base_policy
             if name != BASE:
                 arm = study.arm(name)
-                train = replace(
-                    train_config(setting, arm, seed, seed_dir, base_policy, device),
-                    run_dir=str(seed_dir / "train" / name),
-                )
-                # --preset first: `cxsim train` takes its defaults from it (then the flags)
-                default = train_entry.Config(preset=arm.preset, ppo=preset_ppo(arm.preset))
-                values = field_values(train)
-                del values["preset"]
-                flags = config_flags(values, train_entry.Config, default)
-                commands.append(["cxsim", "train", "--preset", arm.preset, *flags])
-                policy = str(checkpoint_dir(train.run_dir, train.total_iterations) / "policy")
+                train, policy = train_command(setting, arm, seed, seed_dir, base_policy, device)
+                commands.append(train)
             for protocol in (None, *extra_protocols(study, selection, setting.name, name)):
-                label = name + (f"@{protocol}" if protocol else "")
-                out = seed_dir / "eval" / f"{label}.json"
-                # built with a policy that exists (the shipped one), then given the one to evaluate
-                evaluated = under(setting, protocol)
-                values = field_values(
-                    eval_config(evaluated, seed, seed_dir, PRETRAINED, out, device)
-                )
-                values["policy"] = policy
-                commands.append(["cxsim", "eval", *config_flags(values, evaluate_entry.Config)])
-        for side in swapped_sides(selection):
-            if side.setting == setting.name:
                 commands.append(
-                    [
-                        f"# {side.arm} acting with {side.summarizer}'s summaries under "
-                        f"{side.protocol}: evaluated by the study itself (cxsim eval's "
-                        "summarizer is the scripted one)"
-                    ]
+                    eval_command(setting, name, protocol, seed, seed_dir, policy, device)
                 )
+        commands += swap_comments(selection, setting.name)
     return commands
+
+
+def stage0_commands(
+    stage: Stage0, replicate: Path, runs_dir: str, device: str
+) -> tuple[list[list[str]], str]:
+    """A stage 0's SFT, the candidate the study chose (:func:`stage0_seed`), after a comment
+    on how the candidates are tried; and where its policy goes."""
+    from cxsim.experiments import sft as sft_entry
+
+    candidate = stage0_seed(stage, runs_dir, device)
+    cfg = stage0_sft_config(
+        stage, candidate, replicate / f"stage0-{stage.name}" / f"p{candidate}", device
+    )
+    comment = (
+        f"# stage0.{stage.name}: candidate seeds {list(stage.seeds)} are tried "
+        "in turn until one's held-out execution loss (results.json final "
+        f"losses/heldout_execution) is at most {stage.copy_loss:g}; seed "
+        f"{candidate}'s"
+        + (" (the study's choice)" if candidate != stage.seeds[0] else "")
+        + ", the others differ only in --seed and --run-dir:"
+    )
+    sft = ["cxsim", "sft", *sft_flags(cfg, sft_entry.Config)]
+    return [[comment], sft], str(Path(cfg.run_dir) / "policy")
+
+
+def train_command(
+    setting: Setting, arm: Arm, seed: int, seed_dir: Path, base_policy: str, device: str
+) -> tuple[list[str], str]:
+    """An arm's ``cxsim train`` from the seed's base (``--preset`` first: the command takes
+    its defaults from it, then the flags), and where its last checkpoint's policy goes."""
+    from cxsim.checkpoint import checkpoint_dir
+    from cxsim.experiments import train as train_entry
+
+    train = replace(
+        train_config(setting, arm, seed, seed_dir, base_policy, device),
+        run_dir=str(seed_dir / "train" / arm.name),
+    )
+    default = train_entry.Config(preset=arm.preset, ppo=preset_ppo(arm.preset))
+    values = field_values(train)
+    del values["preset"]
+    flags = config_flags(values, train_entry.Config, default)
+    policy = str(checkpoint_dir(train.run_dir, train.total_iterations) / "policy")
+    return ["cxsim", "train", "--preset", arm.preset, *flags], policy
+
+
+def eval_command(
+    setting: Setting,
+    name: str,
+    protocol: str | None,
+    seed: int,
+    seed_dir: Path,
+    policy: str,
+    device: str,
+) -> list[str]:
+    """``cxsim eval`` of ``policy`` (arm or base ``name``) under the setting's protocols, or
+    ``protocol`` alone."""
+    from cxsim.experiments import evaluate as evaluate_entry
+
+    label = name + (f"@{protocol}" if protocol else "")
+    out = seed_dir / "eval" / f"{label}.json"
+    # built with a policy that exists (the shipped one), then given the one to evaluate
+    evaluated = under(setting, protocol)
+    values = field_values(eval_config(evaluated, seed, seed_dir, PRETRAINED, out, device))
+    values["policy"] = policy
+    return ["cxsim", "eval", *config_flags(values, evaluate_entry.Config)]
+
+
+def swap_comments(selection: Selection, setting: str) -> list[list[str]]:
+    """A comment for each of the setting's sides whose summaries another arm writes: the
+    study evaluates them itself."""
+    return [
+        [
+            f"# {side.arm} acting with {side.summarizer}'s summaries under "
+            f"{side.protocol}: evaluated by the study itself (cxsim eval's "
+            "summarizer is the scripted one)"
+        ]
+        for side in swapped_sides(selection)
+        if side.setting == setting
+    ]
 
 
 def sft_flags(cfg: Any, config_type: type) -> list[str]:

@@ -21,6 +21,9 @@ from cxsim.studies.settings import (
     parse_stage0,
 )
 from cxsim.studies.spec import (
+    Arm,
+    Setting,
+    Stage0,
     Study,
     parse_budgets,
     parse_diagnostics,
@@ -89,11 +92,7 @@ def load_study(
     if folder not in sys.path:
         sys.path.append(folder)
     check_keys(raw, TOP_KEYS, where, "a study file")
-    budgets = parse_budgets(raw.get("budgets", {}), where)
-    if budget is not None and budget not in budgets:
-        choices = ", ".join(budgets) or "none: add a [budgets.NAME] table"
-        raise StudyError(f"--budget {budget}: {where} has no [budgets.{budget}]; choose: {choices}")
-    chosen_budget = budgets.get(budget or "", {})
+    chosen_budget = budget_table(parse_budgets(raw.get("budgets", {}), where), budget, where)
     arms = parse_arms(table_of(raw, "arms", where), where)
     settings = parse_settings(
         table_of(raw, "settings", where), arms, chosen_budget, path.parent, where
@@ -107,25 +106,9 @@ def load_study(
     )
     settings = attach_stage0(settings, stage0, where)
     check_bases_from(settings, where)
-    for setting in settings:  # every arm's PPO, and the main job's own checks
-        for name in setting.arms:
-            try:
-                arm_ppo(setting, next(a for a in arms if a.name == name))
-            except StudyError as error:
-                raise StudyError(f"{where}: {error}") from error
+    check_arm_ppo(settings, arms, where)
     claims = parse_claims(raw.get("claims", []), settings, where)
-    seed_text = seeds if seeds is not None else raw.get("seeds")
-    if seed_text is None:
-        raise StudyError(f'{where}: name the seeds (seeds = "0:8"), or pass --seeds a:b')
-    seed_where = "--seeds" if seeds is not None else f"{where}: seeds"
-    study_seeds = parse_seeds(seed_text, seed_where)
-    for stage in stage0:
-        shared = sorted(set(stage.seeds) & set(study_seeds))
-        if shared:
-            raise StudyError(
-                f"{seed_where}: seed {shared[0]} is also a candidate seed of stage0.{stage.name}, "
-                "whose demonstrations must be tasks no seed uses; pick other seeds"
-            )
+    study_seeds = parse_study_seeds(raw, seeds, stage0, where)
     tuning = raw.get("tuning_seeds")
     tuning_seeds = () if tuning is None else parse_seeds(tuning, f"{where}: tuning_seeds")
     correction = text_of(raw, "correction", where, default="none")
@@ -154,3 +137,43 @@ def load_study(
         tuning_seeds=tuning_seeds,
         correction=correction,
     )
+
+
+def budget_table(
+    budgets: dict[str, dict[str, dict[str, Any]]], budget: str | None, where: str
+) -> dict[str, dict[str, Any]]:
+    """The ``[budgets.NAME]`` table ``--budget`` names (empty without one)."""
+    if budget is not None and budget not in budgets:
+        choices = ", ".join(budgets) or "none: add a [budgets.NAME] table"
+        raise StudyError(f"--budget {budget}: {where} has no [budgets.{budget}]; choose: {choices}")
+    return budgets.get(budget or "", {})
+
+
+def check_arm_ppo(settings: tuple[Setting, ...], arms: tuple[Arm, ...], where: str) -> None:
+    """Every arm's PPO config in every setting that runs it, with the main job's own checks."""
+    for setting in settings:
+        for name in setting.arms:
+            try:
+                arm_ppo(setting, next(a for a in arms if a.name == name))
+            except StudyError as error:
+                raise StudyError(f"{where}: {error}") from error
+
+
+def parse_study_seeds(
+    raw: dict[str, Any], seeds: str | None, stage0: tuple[Stage0, ...], where: str
+) -> tuple[int, ...]:
+    """The study's seeds: ``--seeds`` or else the file's ``seeds``; none of them a stage 0's
+    candidate seed (its demonstrations must be tasks no seed uses)."""
+    seed_text = seeds if seeds is not None else raw.get("seeds")
+    if seed_text is None:
+        raise StudyError(f'{where}: name the seeds (seeds = "0:8"), or pass --seeds a:b')
+    seed_where = "--seeds" if seeds is not None else f"{where}: seeds"
+    study_seeds = parse_seeds(seed_text, seed_where)
+    for stage in stage0:
+        shared = sorted(set(stage.seeds) & set(study_seeds))
+        if shared:
+            raise StudyError(
+                f"{seed_where}: seed {shared[0]} is also a candidate seed of stage0.{stage.name}, "
+                "whose demonstrations must be tasks no seed uses; pick other seeds"
+            )
+    return study_seeds

@@ -82,7 +82,25 @@ def claim_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
         return ["## Claims", "", "No claim's two arms were run in this invocation.", ""]
     with_diagnostics = any(c.diagnostics for c in selection.claims)
     holm = study.correction == "holm"
-    header = [
+    comparisons = claim_comparisons(study, selection, runs)
+    rows = [
+        claim_row(claim, comparisons[(claim.setting, claim.name)], runs, holm, with_diagnostics)
+        for claim in selection.claims
+    ]
+    return [
+        "## Claims",
+        "",
+        markdown_table(claim_header(holm, with_diagnostics), rows),
+        "",
+        claims_reading(study, selection, comparisons, holm, with_diagnostics),
+        "",
+    ]
+
+
+def claim_header(holm: bool, with_diagnostics: bool) -> list[str]:
+    """The claims table's columns: the p-values with a Holm correction, the diagnostics when a
+    claim names some."""
+    return [
         "claim",
         "metric",
         "treatment",
@@ -95,33 +113,41 @@ def claim_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
         "powered for it",
         *(["diagnostics"] if with_diagnostics else []),
     ]
-    comparisons = claim_comparisons(study, selection, runs)
-    rows = []
-    for claim in selection.claims:
-        c = comparisons[(claim.setting, claim.name)]
-        rows.append(
-            [
-                f"**{claim.name}** ({claim.setting}): {claim_statement(claim)}",
-                metric_label(claim),
-                f"`{claim.side_label(claim.treatment_side)}` {fmt(c.treatment)}",
-                f"`{claim.side_label(claim.reference_side)}` {fmt(c.reference)}",
-                fmt(c.difference, signed=True),
-                verdict_cell(c),
-                *([p_cell(c)] if holm else []),
-                size_text(c.detectable) if c.tested else "-",  # a refused claim has no test
-                predicted_text(claim),
-                powered(c, claim) if c.tested else "-",
-                *([diagnostic_cells(runs, claim)] if with_diagnostics else []),
-            ]
-        )
+
+
+def claim_row(
+    claim: Claim, c: Comparison, runs: Runs, holm: bool, with_diagnostics: bool
+) -> list[str]:
+    """One claim's row of the claims table (:func:`claim_header`'s columns)."""
+    return [
+        f"**{claim.name}** ({claim.setting}): {claim_statement(claim)}",
+        metric_label(claim),
+        f"`{claim.side_label(claim.treatment_side)}` {fmt(c.treatment)}",
+        f"`{claim.side_label(claim.reference_side)}` {fmt(c.reference)}",
+        fmt(c.difference, signed=True),
+        verdict_cell(c),
+        *([p_cell(c)] if holm else []),
+        size_text(c.detectable) if c.tested else "-",  # a refused claim has no test
+        predicted_text(claim),
+        powered(c, claim) if c.tested else "-",
+        *([diagnostic_cells(runs, claim)] if with_diagnostics else []),
+    ]
+
+
+def claims_reading(
+    study: Study,
+    selection: Selection,
+    comparisons: dict[tuple[str, str], Comparison],
+    holm: bool,
+    with_diagnostics: bool,
+) -> str:
+    """The paragraph under the claims table: how a cell, a difference and a verdict are
+    computed, the refusals, and, where the page has them, ``same`` claims, the Holm
+    correction, training metrics and diagnostics."""
     same = [c for c in selection.claims if c.direction == "same"]
     training = [c.metric for c in selection.claims if c.metric in TRAINING_METRICS]
     tested = sum(c.tested for c in comparisons.values())
-    return [
-        "## Claims",
-        "",
-        markdown_table(header, rows),
-        "",
+    return (
         "Each cell: the mean over seeds with its 95% interval (Student t over the page's "
         f"{len(study.seeds)} seeds; Pass@1 at one seed: Wilson over tasks), clipped to the metric's range (a "
         "share to [0, 1], a difference of two to [-1, 1]). *Paired difference*: treatment - "
@@ -167,9 +193,8 @@ def claim_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
             f"{FINAL_ITERATIONS} actor iterations), as mean [95% interval] over seeds."
             if with_diagnostics
             else ""
-        ),
-        "",
-    ]
+        )
+    )
 
 
 def prediction_lines(selection: Selection, predictions: dict[str, dict[str, Any]]) -> list[str]:

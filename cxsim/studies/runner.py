@@ -16,28 +16,11 @@ Each stage is the main job's (``cxsim run``'s stage configs, experiments/run.py)
 evaluation of the last checkpoint (experiments/evaluate.py ``evaluate``). Seed s is the SFT
 seed, the training seed and the evaluation seed of every arm, as in ``cxsim verdicts``.
 
-The runs folder (``--runs-dir``)::
-
-    stage0-<name>-<hash>/p<seed>/sft/   a stage-0 candidate (``[stage0.NAME]``,
-                                        :mod:`cxsim.studies.stage0`)
-    stage0-<name>-<hash>/chosen-<hash>.json   the candidate that copies, and those tried
-                                        (hash of the candidate seeds and copy loss)
-    <setting>-<hash>/settings.json      what the hash stands for: task, compaction, SFT,
-                                        starting checkpoint, device
-    <setting>-<hash>/s<seed>/sft/       the seed's SFT base (a ``bases_from`` setting: in
-                                        that setting's folder, with its evaluation)
-    <setting>-<hash>/s<seed>/train/<arm>-<hash of the arm's PPO config>/
-    <setting>-<hash>/s<seed>/eval/<arm>-<hash of its PPO and eval configs>.json
-    <setting>-<hash>/s<seed>/eval/<arm>@<protocol>-<hash>.json   under a claim's protocol
-    <setting>-<hash>/s<seed>/eval/<arm>+<summarizer>@<protocol>-<hash>.json   the arm acting,
-                                        the summarizer arm's policy writing the summaries
-    studies/<stem>-<hash of the file's path>/predictions.json   each claim's prediction as
-                                        first seen, the study file's own (a shared runs
-                                        folder never mixes two files' records)
-
-Every stage is read when its file is there and made otherwise (cxsim/tables.py
-``cached_json``): a rerun with more seeds or arms makes only what is new, a killed study
-resumes, and a changed setting or arm gets new folders beside the old ones.
+Where each stage's files go in the runs folder (``--runs-dir``):
+:mod:`cxsim.studies.unit_files`. Every stage is read when its file is there and made
+otherwise (cxsim/tables.py ``cached_json``): a rerun with more seeds or arms makes only what
+is new, a killed study resumes, and a changed setting or arm gets new folders beside the old
+ones.
 """
 
 from __future__ import annotations
@@ -52,125 +35,32 @@ from cxsim.studies.calls import cached_stage, log, mapped
 from cxsim.studies.executors import Executor, LocalExecutor
 from cxsim.studies.history import actor_reductions
 from cxsim.studies.selection import Selection, check_tuning_seeds, extra_protocols, swapped_sides
-from cxsim.studies.spec import BASE, Arm, Setting, Side, Study
-from cxsim.studies.stage0 import make_stage0, stage0_policy, stage0_settings
-from cxsim.studies.stages import arm_ppo, main_job_config
+from cxsim.studies.spec import BASE, Arm, Setting, Side, Stage0, Study
+from cxsim.studies.stage0 import make_stage0, stage0_policy
+from cxsim.studies.stages import arm_ppo, main_job_config, under
+from cxsim.studies.unit_files import (
+    base_folder,
+    base_settings,
+    seed_folder,
+    setting_folder,
+    side_eval_file,
+    swap_eval_file,
+    train_folder,
+    unit_eval_file,
+    unit_name,
+)
 from cxsim.studies.values import StudyError
 from cxsim.studies.where import is_own_cache, own_files
-from cxsim.tables import cached_json, config_tag
+from cxsim.tables import cached_json
 from cxsim.tracking import write_json
 
 if TYPE_CHECKING:
     from cxsim.experiments import evaluate as evaluate_entry
     from cxsim.experiments import sft as sft_entry
     from cxsim.experiments import train as train_entry
+    from cxsim.studies.outcomes import Runs
 
 STAGES = ("sft", "train", "eval")
-
-# -- where a unit's files go ----------------------------------------------------------------
-
-
-def base_settings(setting: Setting, device: str) -> dict[str, Any]:
-    """What a seed's SFT base depends on besides the seed (the setting folder's hash); a
-    stage-0 setting's policy is the stage's settings."""
-    policy: Any = setting.policy
-    if setting.stage0 is not None:  # what its checkpoint depends on
-        stage = setting.stage0
-        policy = {**stage0_settings(stage), "seeds": stage.seeds, "copy_loss": stage.copy_loss}
-    return {
-        "env": setting.env,
-        "compaction": setting.compaction,
-        "sft": setting.sft,
-        "policy": policy,
-        "device": device,
-    }
-
-
-def setting_folder(runs_dir: str | Path, setting: Setting, device: str) -> Path:
-    return Path(runs_dir) / config_tag(setting.name, base_settings(setting, device))
-
-
-def seed_folder(runs_dir: str | Path, setting: Setting, seed: int, device: str) -> Path:
-    return setting_folder(runs_dir, setting, device) / f"s{seed}"
-
-
-def base_folder(runs_dir: str | Path, setting: Setting, seed: int, device: str) -> Path:
-    """The seed folder holding the seed's SFT base and its evaluations: the setting's own,
-    or that of the setting it takes its bases from (same task, compaction, SFT and start,
-    so the same hash)."""
-    tag = config_tag(setting.bases_owner, base_settings(setting, device))
-    return Path(runs_dir) / tag / f"s{seed}"
-
-
-def train_folder(seed_dir: Path, setting: Setting, arm: Arm) -> Path:
-    return seed_dir / "train" / config_tag(arm.name, arm_ppo(setting, arm))
-
-
-def under(setting: Setting, protocol: str | None) -> Setting:
-    """The setting evaluated under ``protocol`` alone (None: its own protocols)."""
-    if protocol is None:
-        return setting
-    return replace(setting, eval=replace(setting.eval, protocols=(protocol,)))
-
-
-def eval_file(
-    seed_dir: Path, setting: Setting, arm: Arm | None, protocol: str | None = None
-) -> Path:
-    """An evaluation's file: under the setting's protocols, or ``protocol`` alone."""
-    ppo = None if arm is None else arm_ppo(setting, arm)
-    name = (BASE if arm is None else arm.name) + (f"@{protocol}" if protocol else "")
-    evaluation = under(setting, protocol).eval
-    return seed_dir / "eval" / f"{config_tag(name, {'ppo': ppo, 'eval': evaluation})}.json"
-
-
-def unit_eval_file(
-    runs_dir: str | Path,
-    setting: Setting,
-    arm: Arm | None,
-    seed: int,
-    device: str,
-    protocol: str | None = None,
-) -> Path:
-    """Where a unit's evaluation goes: the base's beside the base, an arm's in its setting."""
-    seed_dir = (base_folder if arm is None else seed_folder)(runs_dir, setting, seed, device)
-    return eval_file(seed_dir, setting, arm, protocol)
-
-
-def swap_eval_file(
-    runs_dir: str | Path,
-    setting: Setting,
-    arm: Arm | None,
-    summarizer: Arm | None,
-    seed: int,
-    device: str,
-    protocol: str,
-) -> Path:
-    """Where the evaluation of ``arm`` acting with ``summarizer``'s summaries goes: beside the
-    acting arm's own (the base's beside the base)."""
-    seed_dir = (base_folder if arm is None else seed_folder)(runs_dir, setting, seed, device)
-    settings = {
-        "acting": None if arm is None else arm_ppo(setting, arm),
-        "writing": None if summarizer is None else arm_ppo(setting, summarizer),
-        "eval": under(setting, protocol).eval,
-    }
-    name = f"{unit_name(arm)}+{unit_name(summarizer)}@{protocol}"
-    return seed_dir / "eval" / f"{config_tag(name, settings)}.json"
-
-
-def unit_name(arm: Arm | None) -> str:
-    return BASE if arm is None else arm.name
-
-
-def side_eval_file(study: Study, side: Side, runs_dir: str | Path, seed: int, device: str) -> Path:
-    """The evaluation file of one side of a claim on one seed."""
-    setting = study.setting(side.setting)
-    arm = None if side.arm == BASE else study.arm(side.arm)
-    if side.summarizer:
-        summarizer = None if side.summarizer == BASE else study.arm(side.summarizer)
-        return swap_eval_file(runs_dir, setting, arm, summarizer, seed, device, side.protocol)
-    protocol = None if side.protocol in setting.eval.protocols else side.protocol
-    return unit_eval_file(runs_dir, setting, arm, seed, device, protocol)
-
 
 # -- the stage configs (the main job's) -----------------------------------------------------
 
@@ -419,25 +309,53 @@ def run_study(
     settings = {s.name: s for s in study.settings}
     selected = list(dict.fromkeys(s for s, _ in selection.pairs))
     owners = list(dict.fromkeys(settings[s].bases_owner for s in selected))
-    for name in dict.fromkeys([*selected, *owners]):
-        folder = setting_folder(runs_dir, settings[name], device)
-        cached_json(folder / "settings.json", lambda n=name: base_settings(settings[n], device))
+    record_settings([settings[n] for n in dict.fromkeys([*selected, *owners])], runs_dir, device)
     stages = {
         s.stage0.name: s.stage0 for s in (settings[n] for n in owners) if s.stage0 is not None
     }
-    stage0: dict[str, dict[str, Any]] = {}
-    made: list[dict[str, Any]] = []
-    for name, stage in stages.items():
-        log(f"stage0.{name}: candidate seeds {list(stage.seeds)} until one copies")
-        stage0[name], candidates = make_stage0(stage, runs_dir, device, executor)
-        made += candidates
-        log(f"stage0.{name}: seed {stage0[name]['seed']}'s checkpoint")
+    stage0, made = make_every_stage0(stages, runs_dir, device, executor)
     bases = [(settings[s], seed, runs_dir, device) for s in owners for seed in study.seeds]
     log(
         f"{len(bases)} SFT bases ({len(study.seeds)} seeds), then {len(selection.pairs)} arms "
         f"per seed, on {executor.name} ({executor.workers} at once)"
     )
     made += mapped(executor, make_base, bases, "SFT base")
+    runs, done = run_units(study, selection, runs_dir, device, executor)
+    swapped = run_swaps(study, selection, runs, runs_dir, device, executor)
+    counts = made_counts([*made, *done, *swapped], with_stage0=bool(stages))
+    return {"runs": runs, "stage0": stage0, "predictions": predictions, "made": counts}
+
+
+def record_settings(settings: list[Setting], runs_dir: str, device: str) -> None:
+    """Each setting folder's ``settings.json``: what its hash stands for (written once)."""
+    for setting in settings:
+        folder = setting_folder(runs_dir, setting, device)
+        cached_json(folder / "settings.json", lambda s=setting: base_settings(s, device))
+
+
+def make_every_stage0(
+    stages: dict[str, Stage0], runs_dir: str, device: str, executor: Executor
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Each stage 0 in turn (:func:`cxsim.studies.stage0.make_stage0`: its candidates through
+    ``executor`` until one copies); returns each stage's chosen checkpoint by name, and the
+    results of the candidates made or read."""
+    chosen: dict[str, dict[str, Any]] = {}
+    made: list[dict[str, Any]] = []
+    for name, stage in stages.items():
+        log(f"stage0.{name}: candidate seeds {list(stage.seeds)} until one copies")
+        chosen[name], candidates = make_stage0(stage, runs_dir, device, executor)
+        made += candidates
+        log(f"stage0.{name}: seed {chosen[name]['seed']}'s checkpoint")
+    return chosen, made
+
+
+def run_units(
+    study: Study, selection: Selection, runs_dir: str, device: str, executor: Executor
+) -> tuple[Runs, list[dict[str, Any]]]:
+    """Every selected (setting, arm) on every seed through ``executor`` (:func:`run_unit`),
+    a base shared between settings (``bases_from``) with the same evaluations run once;
+    returns the results as ``runs[setting][arm]`` and the results of the units run."""
+    settings = {s.name: s for s in study.settings}
     units = [
         (
             settings[s],
@@ -450,7 +368,6 @@ def run_study(
         for s, a in selection.pairs
         for seed in study.seeds
     ]
-    # a base shared between settings (bases_from) with the same evaluations runs once
     keys = [(unit_eval_file(runs_dir, u[0], u[1], u[2], device), u[5]) for u in units]
     first = {key: i for i, key in reversed(list(enumerate(keys)))}
     distinct = sorted(set(first.values()))
@@ -460,9 +377,24 @@ def run_study(
     results = [
         {**done[first[key]], "setting": unit[0].name} for unit, key in zip(units, keys, strict=True)
     ]
-    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    runs: Runs = {}
     for result in results:
         runs.setdefault(result["setting"], {}).setdefault(result["arm"], []).append(result)
+    return runs, list(done.values())
+
+
+def run_swaps(
+    study: Study,
+    selection: Selection,
+    runs: Runs,
+    runs_dir: str,
+    device: str,
+    executor: Executor,
+) -> list[dict[str, Any]]:
+    """The claim sides whose summaries another arm writes, on every seed, through
+    ``executor`` (:func:`run_swap`); each one's evaluation goes into the acting arm's results
+    in ``runs``, beside its own evaluations. Returns the swaps' results."""
+    settings = {s.name: s for s in study.settings}
     swaps = [
         (
             settings[side.setting],
@@ -477,7 +409,7 @@ def run_study(
         for seed in study.seeds
     ]
     swapped = mapped(executor, run_swap, swaps, "")
-    for swap in swapped:  # into the acting arm's results, beside its own evaluations
+    for swap in swapped:
         seeds = runs[swap["setting"]][swap["arm"]]
         index = list(study.seeds).index(swap["seed"])
         unit = seeds[index]
@@ -486,11 +418,17 @@ def run_study(
             "eval": {**unit["eval"], **swap["eval"]},
             "eval_wall_time_s": unit["eval_wall_time_s"] + swap["eval_wall_time_s"],
         }
-    counts = {stage: 0 for stage in (*STAGES, *(("stage0",) if stages else ()))}
-    for item in [*made, *done.values(), *swapped]:  # stage 0 and bases come first
+    return swapped
+
+
+def made_counts(results: list[dict[str, Any]], with_stage0: bool) -> dict[str, int]:
+    """How many stages of each kind ``results`` made (``stage0`` counted when the study has
+    one)."""
+    counts = {stage: 0 for stage in (*STAGES, *(("stage0",) if with_stage0 else ()))}
+    for item in results:
         for stage in item["made"]:
             counts[stage] += 1
-    return {"runs": runs, "stage0": stage0, "predictions": predictions, "made": counts}
+    return counts
 
 
 def record_predictions(

@@ -89,3 +89,10 @@ def arm_ppo(setting: Setting, arm: Arm) -> PPOConfig:
         return replace(run_entry.preset_ppo(rc, arm.preset), **arm.overrides)
     except (ValueError, TypeError, KeyError, FileNotFoundError) as error:
         raise StudyError(f"{where}: {first_line(error)}") from error
+
+
+def under(setting: Setting, protocol: str | None) -> Setting:
+    """The setting evaluated under ``protocol`` alone (None: its own protocols)."""
+    if protocol is None:
+        return setting
+    return replace(setting, eval=replace(setting.eval, protocols=(protocol,)))

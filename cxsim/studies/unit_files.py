@@ -1,0 +1,130 @@
+"""Where a study's units put their files in the runs folder: the folder of a setting (keyed
+by what its SFT bases depend on), of a seed, of an arm's training, and each evaluation's file
+(under the setting's protocols, under a claim's protocol, or with another arm's summaries).
+:mod:`cxsim.studies.runner` makes them; :mod:`cxsim.studies.commands`, ``cxsim verdicts`` and
+``cxsim stability`` read the same paths.
+
+The runs folder (``--runs-dir``)::
+
+    stage0-<name>-<hash>/p<seed>/sft/   a stage-0 candidate (``[stage0.NAME]``,
+                                        :mod:`cxsim.studies.stage0`)
+    stage0-<name>-<hash>/chosen-<hash>.json   the candidate that copies, and those tried
+                                        (hash of the candidate seeds and copy loss)
+    <setting>-<hash>/settings.json      what the hash stands for: task, compaction, SFT,
+                                        starting checkpoint, device
+    <setting>-<hash>/s<seed>/sft/       the seed's SFT base (a ``bases_from`` setting: in
+                                        that setting's folder, with its evaluation)
+    <setting>-<hash>/s<seed>/train/<arm>-<hash of the arm's PPO config>/
+    <setting>-<hash>/s<seed>/eval/<arm>-<hash of its PPO and eval configs>.json
+    <setting>-<hash>/s<seed>/eval/<arm>@<protocol>-<hash>.json   under a claim's protocol
+    <setting>-<hash>/s<seed>/eval/<arm>+<summarizer>@<protocol>-<hash>.json   the arm acting,
+                                        the summarizer arm's policy writing the summaries
+    studies/<stem>-<hash of the file's path>/predictions.json   each claim's prediction as
+                                        first seen, the study file's own (a shared runs
+                                        folder never mixes two files' records)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cxsim.studies.spec import BASE, Arm, Setting, Side, Study
+from cxsim.studies.stage0 import stage0_settings
+from cxsim.studies.stages import arm_ppo, under
+from cxsim.tables import config_tag
+
+
+def base_settings(setting: Setting, device: str) -> dict[str, Any]:
+    """What a seed's SFT base depends on besides the seed (the setting folder's hash); a
+    stage-0 setting's policy is the stage's settings."""
+    policy: Any = setting.policy
+    if setting.stage0 is not None:  # what its checkpoint depends on
+        stage = setting.stage0
+        policy = {**stage0_settings(stage), "seeds": stage.seeds, "copy_loss": stage.copy_loss}
+    return {
+        "env": setting.env,
+        "compaction": setting.compaction,
+        "sft": setting.sft,
+        "policy": policy,
+        "device": device,
+    }
+
+
+def setting_folder(runs_dir: str | Path, setting: Setting, device: str) -> Path:
+    return Path(runs_dir) / config_tag(setting.name, base_settings(setting, device))
+
+
+def seed_folder(runs_dir: str | Path, setting: Setting, seed: int, device: str) -> Path:
+    return setting_folder(runs_dir, setting, device) / f"s{seed}"
+
+
+def base_folder(runs_dir: str | Path, setting: Setting, seed: int, device: str) -> Path:
+    """The seed folder holding the seed's SFT base and its evaluations: the setting's own,
+    or that of the setting it takes its bases from (same task, compaction, SFT and start,
+    so the same hash)."""
+    tag = config_tag(setting.bases_owner, base_settings(setting, device))
+    return Path(runs_dir) / tag / f"s{seed}"
+
+
+def train_folder(seed_dir: Path, setting: Setting, arm: Arm) -> Path:
+    return seed_dir / "train" / config_tag(arm.name, arm_ppo(setting, arm))
+
+
+def eval_file(
+    seed_dir: Path, setting: Setting, arm: Arm | None, protocol: str | None = None
+) -> Path:
+    """An evaluation's file: under the setting's protocols, or ``protocol`` alone."""
+    ppo = None if arm is None else arm_ppo(setting, arm)
+    name = (BASE if arm is None else arm.name) + (f"@{protocol}" if protocol else "")
+    evaluation = under(setting, protocol).eval
+    return seed_dir / "eval" / f"{config_tag(name, {'ppo': ppo, 'eval': evaluation})}.json"
+
+
+def unit_eval_file(
+    runs_dir: str | Path,
+    setting: Setting,
+    arm: Arm | None,
+    seed: int,
+    device: str,
+    protocol: str | None = None,
+) -> Path:
+    """Where a unit's evaluation goes: the base's beside the base, an arm's in its setting."""
+    seed_dir = (base_folder if arm is None else seed_folder)(runs_dir, setting, seed, device)
+    return eval_file(seed_dir, setting, arm, protocol)
+
+
+def swap_eval_file(
+    runs_dir: str | Path,
+    setting: Setting,
+    arm: Arm | None,
+    summarizer: Arm | None,
+    seed: int,
+    device: str,
+    protocol: str,
+) -> Path:
+    """Where the evaluation of ``arm`` acting with ``summarizer``'s summaries goes: beside the
+    acting arm's own (the base's beside the base)."""
+    seed_dir = (base_folder if arm is None else seed_folder)(runs_dir, setting, seed, device)
+    settings = {
+        "acting": None if arm is None else arm_ppo(setting, arm),
+        "writing": None if summarizer is None else arm_ppo(setting, summarizer),
+        "eval": under(setting, protocol).eval,
+    }
+    name = f"{unit_name(arm)}+{unit_name(summarizer)}@{protocol}"
+    return seed_dir / "eval" / f"{config_tag(name, settings)}.json"
+
+
+def unit_name(arm: Arm | None) -> str:
+    return BASE if arm is None else arm.name
+
+
+def side_eval_file(study: Study, side: Side, runs_dir: str | Path, seed: int, device: str) -> Path:
+    """The evaluation file of one side of a claim on one seed."""
+    setting = study.setting(side.setting)
+    arm = None if side.arm == BASE else study.arm(side.arm)
+    if side.summarizer:
+        summarizer = None if side.summarizer == BASE else study.arm(side.summarizer)
+        return swap_eval_file(runs_dir, setting, arm, summarizer, seed, device, side.protocol)
+    protocol = None if side.protocol in setting.eval.protocols else side.protocol
+    return unit_eval_file(runs_dir, setting, arm, seed, device, protocol)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -226,27 +227,15 @@ def run(cfg: Config) -> dict[str, Any]:
     claim_run_dir(run_dir, recorded_settings(cfg), overwrite=cfg.overwrite)  # before any work
 
     from cxsim.experiments import evaluate as evaluate_entry
-    from cxsim.experiments import sft as sft_entry
-    from cxsim.experiments import train as train_entry
     from cxsim.experiments.report import Config as ReportConfig
     from cxsim.experiments.report import write_report
 
     timings: dict[str, float] = {}
-    stages = 2 + 2 * len(cfg.presets) * len(cfg.seeds)
-    stage = iter(range(1, stages + 1))
-
-    def announce(what: str) -> None:
-        say(f"[run {next(stage)} of {stages}, {time.perf_counter() - began:.0f}s] {what}")
+    announce = stage_announcer(2 + 2 * len(cfg.presets) * len(cfg.seeds), began)
 
     # 1. SFT base (reused when a previous run of this job made it)
-    sft_cfg = sft_config(cfg)
-    base_policy = Path(sft_cfg.run_dir) / "policy"
     tick = time.perf_counter()
-    if (base_policy / "config.json").is_file():
-        announce(f"SFT: reusing the base at {base_policy}")
-    else:
-        announce("SFT: behaviour cloning of the scripted agent")
-        sft_entry.run_sft(sft_cfg)
+    base_policy = sft_base(cfg, announce)
     timings["sft_s"] = time.perf_counter() - tick
 
     # 2. base evaluation
@@ -258,6 +247,51 @@ def run(cfg: Config) -> dict[str, Any]:
     timings["eval_base_s"] = time.perf_counter() - tick
 
     # 3. PPO per preset and seed, each evaluated
+    evals, policies = train_presets(cfg, base_policy, announce, timings)
+
+    # 4. report
+    results = write_results(cfg, base_eval, evals, policies[0], timings, began)
+    notes = report_notes(results["table"], {"config": to_dict(cfg), "base": to_dict(base_eval)})
+    # report.md, learning_curves.png and report/ from results.json, as `cxsim report` does
+    full_report = write_report(ReportConfig(run_dir=str(run_dir)))
+    say_where(run_dir, results, notes, full_report)
+    return results
+
+
+def stage_announcer(stages: int, began: float) -> Callable[[str], None]:
+    """``announce(what)``: one line per stage, numbered, with the seconds since ``began``."""
+    stage = iter(range(1, stages + 1))
+
+    def announce(what: str) -> None:
+        say(f"[run {next(stage)} of {stages}, {time.perf_counter() - began:.0f}s] {what}")
+
+    return announce
+
+
+def sft_base(cfg: Config, announce: Callable[[str], None]) -> Path:
+    """The SFT base's policy folder: made by behaviour cloning, or reused when a previous run
+    of this job made it."""
+    from cxsim.experiments import sft as sft_entry
+
+    sft_cfg = sft_config(cfg)
+    base_policy = Path(sft_cfg.run_dir) / "policy"
+    if (base_policy / "config.json").is_file():
+        announce(f"SFT: reusing the base at {base_policy}")
+    else:
+        announce("SFT: behaviour cloning of the scripted agent")
+        sft_entry.run_sft(sft_cfg)
+    return base_policy
+
+
+def train_presets(
+    cfg: Config, base_policy: Path, announce: Callable[[str], None], timings: dict[str, float]
+) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """PPO from the base per preset and seed, each evaluated (its time in ``timings``);
+    returns each preset's evaluations in seed order, and the trained policies in order."""
+    from cxsim.experiments import evaluate as evaluate_entry
+    from cxsim.experiments import train as train_entry
+
+    run_dir = Path(cfg.run_dir)
     evals: dict[str, list[dict[str, Any]]] = {}
     policies: list[str] = []
     for name in cfg.presets:
@@ -280,39 +314,52 @@ def run(cfg: Config) -> dict[str, Any]:
             )
             evals.setdefault(name, []).append(evaluated)
             timings[f"eval_{name}_s{seed}_s"] = time.perf_counter() - tick
+    return evals, policies
 
-    # 4. report
+
+def write_results(
+    cfg: Config,
+    base_eval: dict[str, Any],
+    evals: dict[str, list[dict[str, Any]]],
+    final_policy: str,
+    timings: dict[str, float],
+    began: float,
+) -> dict[str, Any]:
+    """results.json: the table (the base and each preset under each protocol, pooled over
+    seeds), the evaluations, timings and config; ``final_policy`` (the first preset's first
+    seed) copied to ``final/policy``, ready for ``cxsim eval``."""
+    run_dir = Path(cfg.run_dir)
     rows = [pooled("base (SFT)", [base_eval], p) for p in cfg.eval.protocols]
     for name, seed_evals in evals.items():
         rows += [pooled(name, seed_evals, p) for p in cfg.eval.protocols]
-    table = report_table(rows)
-    final = run_dir / "final" / "policy"  # the first preset's first seed, ready for `cxsim eval`
+    final = run_dir / "final" / "policy"
     shutil.rmtree(final, ignore_errors=True)
-    shutil.copytree(policies[0], final)
-    wall = time.perf_counter() - began
+    shutil.copytree(final_policy, final)
     results = {
         "table": rows,
         "base": base_eval,
         "evaluations": evals,
         "final_policy": str(final),
         "timings_s": timings,
-        "wall_time_s": wall,
+        "wall_time_s": time.perf_counter() - began,
         "config": cfg,
     }
     write_json(run_dir / "results.json", results)
-    notes = report_notes(rows, {"config": to_dict(cfg), "base": to_dict(base_eval)})
-    # report.md, learning_curves.png and report/ from results.json, as `cxsim report` does
-    full_report = write_report(ReportConfig(run_dir=str(run_dir)))
+    return results
+
+
+def say_where(run_dir: Path, results: dict[str, Any], notes: str, full_report: Path) -> None:
+    """The table with its footnotes, then where the report, its plots, the trained policy and
+    the TensorBoard logs are."""
     where = run_dir.absolute()  # the hints work from any folder
     tensorboard = Path(sys.executable).parent / "tensorboard"  # this environment's, if any
-    say(f"{table}\n\n{notes}\n")
-    say(f"[run] done in {wall:.0f}s")
+    say(f"{report_table(results['table'])}\n\n{notes}\n")
+    say(f"[run] done in {results['wall_time_s']:.0f}s")
     say(f"[run] report: {where / 'report.md'} (plots: {where / 'learning_curves.png'})")
     say(f"[run] full report: {full_report.absolute()} (plots: {where / 'report' / 'curves.png'})")
-    say(f"[run] trained policy: {final.absolute()}")
+    say(f"[run] trained policy: {Path(results['final_policy']).absolute()}")
     tensorboard_command = tensorboard if tensorboard.is_file() else "tensorboard"
     say(f"[run] TensorBoard: {tensorboard_command} --logdir {where}")
-    return results
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from cxsim.tracking import write_json
 if TYPE_CHECKING:  # torch-heavy; imported where used, so that --help is fast
     from cxsim.agents.chat import ChatFormat
     from cxsim.runtime import RolloutBatch
+    from cxsim.segments import SegmentBatch
 
 HELDOUT_SEED_OFFSET = EVAL_SEED_OFFSET // 2
 """Held-out demonstration seeds: away from training (0..) and evaluation seeds."""
@@ -196,16 +197,7 @@ def run_sft(cfg: Config) -> dict[str, Any]:
     from cxsim.devices import resolve_device
     from cxsim.evaluation import rollout_metrics
     from cxsim.preflight import preflight
-    from cxsim.sft import epoch_batches, sft_eval, sft_step
-    from cxsim.tracking import (
-        advance,
-        log_config,
-        log_scalars,
-        log_transcripts,
-        open_writer,
-        progress,
-        say,
-    )
+    from cxsim.tracking import log_config, log_transcripts, open_writer, say
 
     began = time.perf_counter()
     if cfg.threads:
@@ -219,10 +211,6 @@ def run_sft(cfg: Config) -> dict[str, Any]:
     data, batch, heldout_batch = demonstration_batches(cfg, chat)
     demo_stats = rollout_metrics(data.records)
 
-    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.sft.lr)
-    steps_per_epoch = math.ceil(len(batch) / cfg.sft.batch_rows)
-    total_steps = cfg.sft.epochs * steps_per_epoch
-    schedule = cosine_schedule(optimizer, total_steps)
     writer = open_writer(run_dir)
     log_config(writer, cfg)
     log_transcripts(writer, [r.transcript for r in data.records[:2]], 0)
@@ -232,6 +220,44 @@ def run_sft(cfg: Config) -> dict[str, Any]:
         f"summary recall {demo_stats['compaction/summary_recall']:.2f}); "
         f"policy {count_parameters(policy) / 1e6:.2f}M parameters on {device} ({cfg.precision})"
     )
+    history = fit_policy(cfg, policy, tokenizer, batch, heldout_batch, writer)
+    writer.close()
+    results = {
+        "policy": str(run_dir / "policy"),
+        "parameters": count_parameters(policy),
+        "segments": len(batch),
+        "trainable_tokens": batch.num_trainable,
+        "demonstrations": demo_stats,
+        "final": history[-1],
+        "history": history,
+        "wall_time_s": time.perf_counter() - began,
+        "config": cfg,
+    }
+    write_json(run_dir / "results.json", results)
+    return results
+
+
+def fit_policy(
+    cfg: Config,
+    policy: Any,
+    tokenizer: Any,
+    batch: SegmentBatch,
+    heldout: SegmentBatch,
+    writer: Any,
+) -> list[dict[str, float]]:
+    """The epochs of cross-entropy on ``batch`` (Adam, :func:`cosine_schedule`), each followed
+    by the held-out loss by role and the policy saved to ``run_dir/policy`` (usable if the run
+    is cut short); every step's and epoch's metrics logged to ``writer``. Returns each epoch's
+    last step and held-out metrics."""
+    import torch
+
+    from cxsim.sft import epoch_batches, sft_eval, sft_step
+    from cxsim.tracking import advance, log_scalars, progress
+
+    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.sft.lr)
+    steps_per_epoch = math.ceil(len(batch) / cfg.sft.batch_rows)
+    total_steps = cfg.sft.epochs * steps_per_epoch
+    schedule = cosine_schedule(optimizer, total_steps)
     bar = progress(total_steps, desc="sft", disable=not cfg.progress_bar)
     history: list[dict[str, float]] = []
     step = 0
@@ -250,26 +276,13 @@ def run_sft(cfg: Config) -> dict[str, Any]:
             log_scalars(writer, metrics, step)
             step += 1
             advance(bar, loss=f"{metrics['losses/sft']:.3f}")
-        heldout_metrics = sft_eval(policy, heldout_batch, cfg.micro_batch_rows, cfg.precision)
+        heldout_metrics = sft_eval(policy, heldout, cfg.micro_batch_rows, cfg.precision)
         log_scalars(writer, heldout_metrics, step)
         history.append({"epoch": epoch, **metrics, **heldout_metrics})
         # usable if the run is cut short
-        save_atomically(policy, tokenizer, run_dir / "policy", cfg.chat)
+        save_atomically(policy, tokenizer, Path(cfg.run_dir) / "policy", cfg.chat)
     bar.close()
-    writer.close()
-    results = {
-        "policy": str(run_dir / "policy"),
-        "parameters": count_parameters(policy),
-        "segments": len(batch),
-        "trainable_tokens": batch.num_trainable,
-        "demonstrations": demo_stats,
-        "final": history[-1],
-        "history": history,
-        "wall_time_s": time.perf_counter() - began,
-        "config": cfg,
-    }
-    write_json(run_dir / "results.json", results)
-    return results
+    return history
 
 
 def main(argv: list[str] | None = None) -> None:

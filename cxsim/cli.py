@@ -81,6 +81,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "a verdict on each of the paper's claims, from independent seeds",
     ),
     "study": ("cxsim.experiments.study", "your own claims from a study file, on paired seeds"),
+    "calibrate": (
+        "cxsim.experiments.calibrate",
+        "search an env's dials for a setting whose SFT base lands in a band of Pass@1",
+    ),
     "critic-probe": (
         "cxsim.experiments.critic_probe",
         "is the outcome in the context, and do the critic's features carry it",

@@ -1,8 +1,11 @@
 """Oracle pre-flight: before any training or evaluation, can the task be solved at all?
 
-``preflight`` first derives the compaction sizes left unset (``None``) from the
-environment's oracle episodes in the chat format's own tokens
-(``cxsim.compaction.fit_sizes``), then runs a few episodes of the scripted
+``preflight`` first checks that a word-level policy's tokenizer holds every word the
+environment declares (its vocabulary, system prompt and family's words) and the compaction
+instructions (one line names those it lacks; a BPE tokenizer reads anything). It then
+derives the compaction sizes left unset (``None``) from the oracle episodes of the
+environment's family (``cxsim.envs.family``) in the chat format's own tokens
+(``cxsim.compaction.fit_sizes``), and runs a few episodes of the scripted
 oracle with perfect summaries under the config's context strategy (Compacted by
 default). A run whose settings leave even the oracle unable to finish its tasks
 (observations that overflow the window, episodes longer than the windows allow, a
@@ -21,8 +24,8 @@ from cxsim.agents.chat import ChatFormat
 from cxsim.compaction import CompactionConfig, fit_sizes
 from cxsim.config import EnvConfig
 from cxsim.envs.defaults import PUBLISHED_SIZES, EpisodeText, sample_episodes
-from cxsim.envs.scripted import has_oracle
-from cxsim.runtime import collect_rollouts
+from cxsim.envs.family import family_of
+from cxsim.runtime import check_env_words, collect_rollouts
 
 SIZING_EPISODES = 128
 """Oracle episodes whose text sizes the window (their longest pieces, and all of them must fit)."""
@@ -33,14 +36,6 @@ PREFLIGHT_SEED = 50_000
 @lru_cache(maxsize=64)
 def _episodes(env_id: str, kwargs: tuple[tuple[str, int | float | bool], ...]) -> list[EpisodeText]:
     return sample_episodes(env_id, dict(kwargs), SIZING_EPISODES)
-
-
-@lru_cache(maxsize=64)
-def _has_oracle(env_id: str, kwargs: tuple[tuple[str, int | float | bool], ...]) -> bool:
-    env = gym.make(env_id, **dict(kwargs))
-    found = has_oracle(env)
-    env.close()
-    return found
 
 
 def preflight(
@@ -56,15 +51,23 @@ def preflight(
     strategy) plays ``episodes`` tasks under that strategy with the sized config; fewer
     than ``min_solved`` of them solved raises a ValueError with the numbers (solved, end
     reasons, sizes).
-    A user's own environment has no oracle: its sizes must all be given, and it
-    skips the pre-flight.
+    An environment that declares no family (``cxsim.envs.family``) has no oracle: its sizes
+    must all be given, and it skips the pre-flight. Before all that, a word-level ``chat``
+    must hold every word the env declares (``cxsim.runtime.check_env_words``).
     """
-    if not _has_oracle(env.env_id, tuple(sorted(env.kwargs.items()))):
+    made = gym.make(env.env_id, **env.kwargs)
+    try:
+        check_env_words(made, env.env_id, env.system_prompt, compaction, chat)
+        family = family_of(made)
+    finally:
+        made.close()
+    if family is None:
         if not compaction.sized:
             raise ValueError(
-                f"{env.env_id} has no scripted oracle to derive the window sizes from; set "
-                "--compaction.budget, --compaction.threshold, --compaction.max-response-tokens "
-                "and --compaction.max-summary-tokens"
+                f"{env.env_id} has no scripted oracle to derive the window sizes from (its class "
+                "declares no EnvFamily); set --compaction.budget, --compaction.threshold, "
+                "--compaction.max-response-tokens and --compaction.max-summary-tokens, or "
+                'declare its family (docs/environments.md, "Your own environment")'
             )
         compaction.validate(chat, env.system_prompt)
         return compaction

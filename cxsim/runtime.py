@@ -91,6 +91,7 @@ import cxsim.envs  # noqa: F401  (registers the cxsim/* environment ids)
 from cxsim.agent_api import Agent, TurnRequest
 from cxsim.agents.chat import ChatFormat, WordChatFormat
 from cxsim.compaction import CompactionConfig
+from cxsim.envs.family import declared_words
 from cxsim.rollout_records import RolloutRecord, fact_types_hook, recall_hook, stated_hook
 from cxsim.row_runner import Row, RowRunner
 from cxsim.segments import Segment
@@ -117,17 +118,17 @@ def env_system_prompt(env: gym.Env) -> str:
 def check_env_words(
     env: gym.Env, env_id: str, system_prompt: str, config: CompactionConfig, chat: ChatFormat
 ) -> None:
-    """Before any rollout: a word-level policy must have every word of the env's
-    ``vocabulary()`` (when it has one), its system prompt and the compaction instructions,
-    else a ValueError names the missing ones. Tasks and observations are checked as they
-    arrive (``WordChatFormat.encode``); a BPE tokenizer has no unknown words."""
+    """Before any rollout: a word-level policy must have every word the env declares
+    (``cxsim.envs.family.declared_words``: its ``vocabulary()`` when it has one, its family's
+    words), its system prompt and the compaction instructions, else a ValueError names the
+    missing ones. Tasks and observations are checked as they arrive
+    (``WordChatFormat.encode``); a BPE tokenizer has no unknown words."""
     if not isinstance(chat, WordChatFormat):
         return
-    vocabulary = getattr(env.unwrapped, "vocabulary", None)
-    words = [*(vocabulary() if callable(vocabulary) else ()), *system_prompt.split()]
-    words += config.strategy.words(config)
+    words = [*declared_words(env), *system_prompt.split(), *config.strategy.words(config)]
     where = (
-        f"environment {env_id!r} (its vocabulary(), system prompt) or the compaction instructions"
+        f"environment {env_id!r} (its vocabulary(), system prompt, family's words) or the "
+        "compaction instructions"
     )
     chat.check_words(words, where)
 

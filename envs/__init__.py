@@ -16,6 +16,7 @@ import gymnasium as gym
 from cxsim.envs.base import TextEnv
 from cxsim.envs.fact_trail import FactTrail
 from cxsim.envs.fact_update import FactUpdate
+from cxsim.envs.family import EnvFamily, family_of
 from cxsim.envs.key_recall import KeyRecall
 from cxsim.envs.sim_repo import SimRepo
 from cxsim.envs.vocab import ENV_CLASSES, env_class, vocabulary
@@ -46,11 +47,13 @@ _register()
 __all__ = [
     "ENV_CLASSES",
     "OUTSIDE_IDS",
+    "EnvFamily",
     "FactTrail",
     "FactUpdate",
     "KeyRecall",
     "SimRepo",
     "TextEnv",
     "env_class",
+    "family_of",
     "vocabulary",
 ]

@@ -2,10 +2,10 @@
 
 ``default_kwargs(env_id)`` gives the keyword arguments an id runs with when
 ``--env.kwargs`` is not passed (the registered preset, except for the main
-job's KeyRecall). ``sample_episodes`` plays the oracle and writes the perfect
-scripted summary before every action, so that the compaction sizes (response
-and summary caps, threshold, budget) can be measured in any chat format's
-tokens (``cxsim.compaction.fit_sizes``).
+job's KeyRecall). ``sample_episodes`` plays the oracle of the env's family
+(``cxsim.envs.family``) and writes its perfect scripted summary before every
+action, so that the compaction sizes (response and summary caps, threshold,
+budget) can be measured in any chat format's tokens (``cxsim.compaction.fit_sizes``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from cxsim.envs.scripted import ScriptedSummarizer, oracle_for, play
+from cxsim.envs.family import require_family
+from cxsim.envs.scripted import ScriptedSummarizer, play
 
 EnvKwargs = dict[str, int | float | bool]
 
@@ -65,6 +66,8 @@ class EpisodeText:
     observations: list[str]
     summaries: list[str]
     """``summaries[t]``: the scripted summary (omission 0) written just before action ``t``."""
+    commits: tuple[str, ...] = ()
+    """The first words of the actions that commit to a solution (the family's ``commits``)."""
 
 
 def sample_episodes(
@@ -78,19 +81,24 @@ def sample_episodes(
     these texts hold the longest episode whatever the seeds drew.
     """
     env = gym.make(env_id, **kwargs)
+    family = require_family(env, env_id)
     longest = getattr(env.unwrapped, "longest_episode_options", lambda: None)()
     plays: list[tuple[int, dict[str, Any] | None]] = [
         (s, None) for s in range(seed, seed + episodes)
     ]
     if longest is not None:
         plays.append((seed + episodes, longest))
-    summarizer = ScriptedSummarizer(omission_rate=0.0)
+    summarizer = ScriptedSummarizer(omission_rate=0.0, family=family)
     texts = []
     for s, options in plays:
-        episode = play(env, oracle_for(env), seed=s, options=options)
+        episode = play(env, family.oracle(), seed=s, options=options)
         everything = " ".join([episode.task, *episode.actions, *episode.observations])
         before = [episode.reset_info, *episode.infos[:-1]]
         summaries = [summarizer.summarize(everything, info) for info in before]
-        texts.append(EpisodeText(episode.task, episode.actions, episode.observations, summaries))
+        texts.append(
+            EpisodeText(
+                episode.task, episode.actions, episode.observations, summaries, family.commits
+            )
+        )
     env.close()
     return texts

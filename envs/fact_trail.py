@@ -20,8 +20,9 @@ import numpy as np
 
 from cxsim.envs.base import ERROR_WORDS, NOISE_WORD, words_of
 from cxsim.envs.corridor import CorridorEnv, Plan
+from cxsim.envs.family import EnvFamily
+from cxsim.envs.scripted import TRAIL_SUMMARY_WORDS, TrailOracle, fact_trail_summary, shown_facts
 from cxsim.envs.scripted import fact_types as code_types
-from cxsim.envs.scripted import shown_facts
 
 NAMES = ("red", "blue", "green", "gold", "gray", "pink", "white", "black")
 TASK = (
@@ -119,6 +120,14 @@ class FactTrail(CorridorEnv):
     """
 
     env_name: ClassVar[str] = "fact_trail"
+    family: ClassVar[EnvFamily] = EnvFamily(
+        oracle=TrailOracle,
+        summary=fact_trail_summary,
+        goal="codes",
+        notes={"*": "the {name} code is {value}"},
+        words=TRAIL_SUMMARY_WORDS,
+        commits=("answer",),
+    )
     system_prompt: ClassVar[str] = (
         "find the codes on your walk . codes may change ; keep the latest . say next to walk "
         "on . when asked , say answer and the code ."

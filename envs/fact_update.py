@@ -8,6 +8,8 @@ import numpy as np
 
 from cxsim.envs.base import ERROR_WORDS, NOISE_WORD, words_of
 from cxsim.envs.corridor import CorridorEnv, Plan
+from cxsim.envs.family import EnvFamily
+from cxsim.envs.scripted import CODE_SUMMARY_WORDS, CorridorOracle, fact_update_summary
 
 NAMES = ("red", "blue", "green", "gold", "gray", "pink", "white", "black")
 TASK_HEAD = "task : remember the codes ."
@@ -63,6 +65,14 @@ class FactUpdate(CorridorEnv):
     """
 
     env_name: ClassVar[str] = "fact_update"
+    family: ClassVar[EnvFamily] = EnvFamily(
+        oracle=CorridorOracle,
+        summary=fact_update_summary,
+        goal="codes",
+        notes={"*": "the {name} code is {value}"},
+        words=CODE_SUMMARY_WORDS,
+        commits=("answer",),
+    )
     system_prompt: ClassVar[str] = (
         "remember the codes . codes may change ; keep the latest . say next to walk on . "
         "when asked , say answer and the code ."

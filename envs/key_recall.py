@@ -8,6 +8,8 @@ import numpy as np
 
 from cxsim.envs.base import ERROR_WORDS, NOISE_WORD, words_of
 from cxsim.envs.corridor import CorridorEnv, Plan
+from cxsim.envs.family import EnvFamily
+from cxsim.envs.scripted import KEY_SUMMARY_WORDS, CorridorOracle, key_recall_summary
 
 PASSIVE_TASKS = (
     "task : remember the key . the key is {v} . say next to walk on . at the end , say answer and the key .",
@@ -97,6 +99,14 @@ class KeyRecall(CorridorEnv):
     """
 
     env_name: ClassVar[str] = "key_recall"
+    family: ClassVar[EnvFamily] = EnvFamily(
+        oracle=CorridorOracle,
+        summary=key_recall_summary,
+        goal="the key",
+        notes={"key": "the key is {value}"},
+        words=KEY_SUMMARY_WORDS,
+        commits=("answer",),
+    )
     system_prompt: ClassVar[str] = (
         "you walk a corridor . remember the key . say next to walk on . "
         "when asked , say answer and the key ."

@@ -1,14 +1,15 @@
 """Scripted agents for every cxsim environment, text in / text out like a model.
 
-* ``oracle_for(env)`` returns an oracle whose ``act(observation, info)`` solves
-  the environment. It decides from ``info`` alone (ground truth and the state
-  snapshot), so it keeps acting correctly after any compaction.
-* ``ScriptedSummarizer(omission_rate, seed).summarize(context_text, info)``
-  writes a short summary in the environments' vocabulary: each needed fact
-  whose current value is still a word of ``context_text`` is kept with
-  probability ``1 - omission_rate`` (a fact the context lost is never
-  recovered), plus the goal and any open question, since the rebuilt context
-  may lack the task text.
+* Each environment class declares its family (``cxsim.envs.family.EnvFamily``): the oracle
+  and the summary writer below are the shipped families' parts. ``oracle_for(env)``
+  returns a fresh oracle of ``env``'s family, whose ``act(observation, info)`` solves the
+  environment. It decides from ``info`` alone (ground truth and the state snapshot), so it
+  keeps acting correctly after any compaction.
+* ``ScriptedSummarizer(omission_rate, seed, family).summarize(context_text, info)``
+  writes a short summary with the family's writer: each needed fact whose current value
+  is still a word of ``context_text`` is kept with probability ``1 - omission_rate`` (a
+  fact the context lost is never recovered), plus the goal and any open question, since
+  the rebuilt context may lack the task text.
 * ``summary_recall(summary, info)`` says, per needed fact already shown when the
   summary was written, whether the summary holds its current value as a whole word.
 * ``fact_types(info)`` says, per needed fact already shown, what kind of fact it is at that
@@ -17,18 +18,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 
-from cxsim.envs.base import words_of
-
-
-class Oracle(Protocol):
-    def act(self, observation: str, info: dict[str, Any]) -> str: ...
+from cxsim.envs.family import EnvFamily, Oracle, family_of, require_family
 
 
 class CorridorOracle:
@@ -78,22 +74,16 @@ class SimRepoOracle:
         return "submit"
 
 
-ORACLES: dict[str, Callable[[], Oracle]] = {
-    "key_recall": CorridorOracle,
-    "fact_update": CorridorOracle,
-    "fact_trail": TrailOracle,
-    "sim_repo": SimRepoOracle,
-}
-
-
 def has_oracle(env: gym.Env) -> bool:
-    """Whether ``env`` is a cxsim env with a scripted oracle (a user's own env has none)."""
-    return getattr(env.unwrapped, "env_name", None) in ORACLES
+    """Whether ``env`` (wrapped or not) declares a family, and so a scripted oracle."""
+    return family_of(env) is not None
 
 
 def oracle_for(env: gym.Env) -> Oracle:
-    """A fresh oracle for ``env`` (a cxsim env, wrapped or not)."""
-    return ORACLES[env.unwrapped.env_name]()
+    """A fresh oracle of ``env``'s family (``env`` wrapped or not; a ValueError when it
+    declares none)."""
+    name = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+    return require_family(env, name).oracle()
 
 
 class RandomAgent:
@@ -163,7 +153,8 @@ CODE_GOAL = "goal : walk on with next . answer each question with the latest cod
 REPO_GOAL = "goal : run_tests to find the bug , edit the patch at the bug , run_tests , submit ."
 
 
-def _key_recall_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
+def key_recall_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
+    """The key (``unknown`` when lost), the goal, and the question once it is asked."""
     fact = f"the key is {kept['key']} ." if "key" in kept else "the key is unknown ."
     parts = ["summary :", fact, KEY_GOAL]
     if info["state"]["phase"] == "query":
@@ -171,7 +162,8 @@ def _key_recall_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _fact_update_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
+def fact_update_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
+    """Each code (``unknown`` when lost), the goal, and the question once it is asked."""
     parts = ["summary :"]
     for name in info["needed_facts"]:
         value = kept.get(name, "unknown")
@@ -182,7 +174,7 @@ def _fact_update_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _fact_trail_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
+def fact_trail_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
     """Each code (``unknown`` when lost), each door and gate word still needed that is kept."""
     parts = ["summary :"]
     for name in info["needed_facts"]:
@@ -200,7 +192,8 @@ def _fact_trail_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _sim_repo_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
+def sim_repo_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
+    """Where the bug is and the fix (``unknown`` when lost), the patch applied, the goal."""
     parts = ["summary :", f"the bug is at {kept.get('location', 'unknown')} ."]
     parts.append(f"the fix is {kept.get('patch', 'unknown')} .")
     if info["state"]["applied"] is not None:
@@ -209,41 +202,44 @@ def _sim_repo_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-SUMMARY_WRITERS: dict[str, Callable[[dict[str, str], dict[str, Any]], str]] = {
-    "key_recall": _key_recall_summary,
-    "fact_update": _fact_update_summary,
-    "fact_trail": _fact_trail_summary,
-    "sim_repo": _sim_repo_summary,
-}
-SUMMARY_WORDS = sorted(
-    words_of(
-        "summary : the key is unknown . question : what code ? bug at fix applied",
-        "behind door gate word",
-        KEY_GOAL,
-        CODE_GOAL,
-        REPO_GOAL,
-    )
-)
+KEY_SUMMARY_WORDS = f"summary : the key is unknown . question : what ? {KEY_GOAL}".split()
+"""Every word :func:`key_recall_summary` writes besides the key."""
+CODE_SUMMARY_WORDS = f"summary : the code is unknown . question : what ? {CODE_GOAL}".split()
+"""Every word :func:`fact_update_summary` writes besides the codes and the facts' names."""
+TRAIL_SUMMARY_WORDS = [*CODE_SUMMARY_WORDS, "behind", "door", "gate", "word"]
+"""Every word :func:`fact_trail_summary` writes besides the codes, doors, gate words and names."""
+REPO_SUMMARY_WORDS = f"summary : the bug is at unknown . fix applied {REPO_GOAL}".split()
+"""Every word :func:`sim_repo_summary` writes besides the location and the patches."""
 
 
 class ScriptedSummarizer:
-    """Summaries with a controllable omission rate (see module docstring)."""
+    """Summaries with a controllable omission rate, written by ``family``'s summary writer
+    (see module docstring; without a family it cannot summarize: a ValueError says so)."""
 
-    def __init__(self, omission_rate: float = 0.0, seed: int = 0) -> None:
+    def __init__(
+        self, omission_rate: float = 0.0, seed: int = 0, family: EnvFamily | None = None
+    ) -> None:
         if not 0.0 <= omission_rate <= 1.0:
             raise ValueError(f"omission_rate={omission_rate} must be in [0, 1]")
         self.omission_rate = omission_rate
         self.rng = np.random.default_rng(seed)
+        self.family = family
 
     def summarize(self, context_text: str, info: dict[str, Any]) -> str:
+        if self.family is None:
+            raise ValueError(
+                "the scripted summarizer has no summary writer: its environment declares no "
+                "EnvFamily (pass family=cxsim.envs.family_of(env))"
+            )
         present = set(context_text.split())
         kept = {}
-        for name in info["needed_facts"]:
-            value = info["key_facts"][name]
+        facts = info.get("key_facts", {})
+        for name in info.get("needed_facts", ()):
+            value = facts[name]
             # Draw for every present fact so the RNG stream does not depend on the rate.
             if value in present and self.rng.random() >= self.omission_rate:
                 kept[name] = value
-        return SUMMARY_WRITERS[info["state"]["env"]](kept, info)
+        return self.family.summary(kept, info)
 
 
 def shown_facts(info: dict[str, Any]) -> list[str]:

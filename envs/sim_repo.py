@@ -6,7 +6,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from cxsim.envs.base import ERROR_WORDS, NOISE_WORD, TextEnv, corrupt, words_of
-from cxsim.envs.scripted import fact_types, shown_facts
+from cxsim.envs.family import EnvFamily
+from cxsim.envs.scripted import (
+    REPO_SUMMARY_WORDS,
+    SimRepoOracle,
+    fact_types,
+    shown_facts,
+    sim_repo_summary,
+)
 
 FILES = (
     "calc.py",
@@ -186,6 +193,14 @@ class SimRepo(TextEnv):
     """
 
     env_name: ClassVar[str] = "sim_repo"
+    family: ClassVar[EnvFamily] = EnvFamily(
+        oracle=SimRepoOracle,
+        summary=sim_repo_summary,
+        goal="the bug",
+        notes={"location": "the bug is at {value}", "patch": "the fix is {value}"},
+        words=REPO_SUMMARY_WORDS,
+        commits=("edit", "submit"),
+    )
     system_prompt: ClassVar[str] = (
         "you fix a bug in a small repository . run_tests shows where the bug is . "
         "patches lists fixes ; edit the one at the bug and submit ."

@@ -13,9 +13,10 @@ game, written under a temporary name and renamed, so processes that share the ca
 read half a game. Seed ``s`` plays game ``s mod num_games``, so an episode is a function of
 its seed.
 
-Importing the module also gives the scripted agents their TextWorld parts: the oracle plays
-the commands TextWorld says finish the quest from the current state (``policy_commands``),
-and the scripted summary lists the commands left, each fact it lost written ``unknown``.
+The class declares its family (``cxsim.envs.family.EnvFamily``) for the scripted agents: the
+oracle plays the commands TextWorld says finish the quest from the current state
+(``policy_commands``), and the scripted summary lists the commands left, each fact it lost
+written ``unknown``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cxsim.envs.base import ERROR_WORDS, NOISE_WORD, TextEnv, words_of
-from cxsim.envs.scripted import ORACLES, SUMMARY_WRITERS
+from cxsim.envs.family import EnvFamily
 from cxsim.envs.textworld_text import (
     closed_words,
     mentions,
@@ -114,6 +115,25 @@ def _started(path: Path) -> Any:
         return textworld.start(str(path), request_infos=INFOS)
 
 
+class PlanOracle:
+    """The commands TextWorld says finish the quest from the current state, first one first
+    (``look`` when it says none: the quest is over)."""
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        plan = info["state"]["plan"]
+        return plan[0] if plan else "look"
+
+
+def plan_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
+    """``summary : to do : take key , then unlock box with key .``: the commands left, each
+    needed fact's value the summarizer did not keep written ``unknown``."""
+    lost = {info["key_facts"][n] for n in info["needed_facts"] if n not in kept}
+    steps = [
+        " ".join("unknown" if w in lost else w for w in c.split()) for c in info["state"]["plan"]
+    ]
+    return "summary : to do : " + (" , then ".join(steps) or "nothing") + " ."
+
+
 class TextWorldGames(TextEnv):
     """A TextWorld quest: do what the goal says in a generated house, one command a step.
 
@@ -152,6 +172,9 @@ class TextWorldGames(TextEnv):
     """
 
     env_name: ClassVar[str] = "textworld"
+    family: ClassVar[EnvFamily] = EnvFamily(
+        oracle=PlanOracle, summary=plan_summary, words=SUMMARY_TEXT.split()
+    )
     system_prompt: ClassVar[str] = (
         "play the text game . do what the goal says , one command at a time ."
     )
@@ -285,26 +308,3 @@ class TextWorldGames(TextEnv):
 
     def _state(self) -> dict[str, Any]:
         return {"env": self.env_name, "game": self._index, "plan": list(self._plan)}
-
-
-class PlanOracle:
-    """The commands TextWorld says finish the quest from the current state, first one first
-    (``look`` when it says none: the quest is over)."""
-
-    def act(self, observation: str, info: dict[str, Any]) -> str:
-        plan = info["state"]["plan"]
-        return plan[0] if plan else "look"
-
-
-def plan_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
-    """``summary : to do : take key , then unlock box with key .``: the commands left, each
-    needed fact's value the summarizer did not keep written ``unknown``."""
-    lost = {info["key_facts"][n] for n in info["needed_facts"] if n not in kept}
-    steps = [
-        " ".join("unknown" if w in lost else w for w in c.split()) for c in info["state"]["plan"]
-    ]
-    return "summary : to do : " + (" , then ".join(steps) or "nothing") + " ."
-
-
-ORACLES.setdefault(TextWorldGames.env_name, PlanOracle)
-SUMMARY_WRITERS.setdefault(TextWorldGames.env_name, plan_summary)

@@ -31,12 +31,11 @@ def env_class(env_id: str) -> type[TextEnv]:
 
 
 def vocabulary(env_ids: list[str] | None = None) -> list[str]:
-    """Sorted union of the vocabularies of ``env_ids`` (all cxsim envs by default),
-    plus every word the scripted summarizer writes and the masked-observation placeholder."""
-    from cxsim.envs.scripted import SUMMARY_WORDS
-
+    """Sorted union of the vocabularies of ``env_ids`` (all cxsim envs by default), with
+    every word their families' scripted agents write (``EnvFamily.written_words``), plus
+    the masked-observation placeholder."""
     classes = set(ENV_CLASSES.values()) if env_ids is None else {env_class(i) for i in env_ids}
-    words = {*SUMMARY_WORDS, *OBSERVATION_PLACEHOLDER.split()}
+    words = set(OBSERVATION_PLACEHOLDER.split())
     for cls in classes:
-        words.update(cls.vocabulary())
+        words.update(cls.vocabulary(), cls.family.written_words())
     return sorted(words)

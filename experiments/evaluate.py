@@ -130,6 +130,7 @@ def build_agent(cfg: Config) -> tuple[Agent | None, ChatFormat, str]:
     from cxsim.agents.lm_agent import LMAgent
     from cxsim.agents.scripted import RandomAgent
     from cxsim.devices import resolve_device
+    from cxsim.envs.family import family_of_id
     from cxsim.generation import SamplingConfig
 
     if cfg.policy is not None:
@@ -141,7 +142,8 @@ def build_agent(cfg: Config) -> tuple[Agent | None, ChatFormat, str]:
     chat = scripted_chat(cfg)
     if cfg.agent == "oracle":
         return None, chat, f"oracle (omission {cfg.omission_rate})"
-    return RandomAgent(chat, seed=cfg.eval.seed), chat, "random"
+    family = family_of_id(cfg.env.env_id)
+    return RandomAgent(chat, seed=cfg.eval.seed, family=family), chat, "random"
 
 
 def protocol_agents(

@@ -148,15 +148,16 @@ def starting_policy(cfg: Config, device: Any) -> tuple[Any, Any, ChatFormat]:
 
 
 def env_words(env: EnvConfig) -> list[str]:
-    """The words of ``env``'s own ``vocabulary()`` and system prompt, for a fresh word-level
-    model: an environment from outside cxsim's vocabulary (``cxsim/TextWorld-v0``, a user's)
-    brings words the shipped tokenizer lacks. Empty when the env lists none."""
+    """Every word ``env`` declares (its own ``vocabulary()``, system prompt and family's words:
+    ``cxsim.envs.family.declared_words``), for a fresh word-level model: an environment from
+    outside cxsim's vocabulary (``cxsim/TextWorld-v0``, a user's) brings words the shipped
+    tokenizer lacks. Empty when the env lists none."""
     import gymnasium as gym
 
+    from cxsim.envs.family import declared_words
+
     made = gym.make(env.env_id, **env.kwargs)
-    listed = getattr(made.unwrapped, "vocabulary", None)
-    prompt = str(getattr(made.unwrapped, "system_prompt", ""))
-    words = [*(listed() if callable(listed) else ()), *prompt.split()]
+    words = declared_words(made)
     made.close()
     return words
 

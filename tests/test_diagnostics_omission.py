@@ -17,6 +17,7 @@ from cxsim.diagnostics.omission import (
     outcome_ceiling,
     stated_ceiling,
 )
+from cxsim.envs.family import family_of
 from cxsim.envs.scripted import ScriptedSummarizer, summary_recall
 
 
@@ -106,7 +107,7 @@ def test_real_scripted_summarizer_at_0_3_measures_0_3():
     records = []
     for env_id in ("cxsim/KeyRecall-v0", "cxsim/FactUpdate-v0"):
         env = gym.make(env_id)
-        summarizer = ScriptedSummarizer(omission_rate=0.3, seed=0)
+        summarizer = ScriptedSummarizer(omission_rate=0.3, seed=0, family=family_of(env))
         for seed in range(500):
             _, info = env.reset(seed=seed)
             context = " ".join(info["key_facts"].values())  # every current value present

@@ -55,7 +55,7 @@ def run_doc(folder: Path, bash_blocks: list[str], timeout_s: float) -> str:
 
 def test_the_section_has_the_files_and_commands_it_describes():
     files, bash = doc_blocks()
-    assert set(files) == {"my_module.py", "make_policy.py"}
+    assert set(files) == {"my_module.py", "make_policy.py", "my_family.py"}
     assert "def vocabulary()" in files["my_module.py"]
     assert len(bash) == 2 and "python make_policy.py" in bash[0]
     assert (VENV_BIN / "cxsim").is_file()
@@ -69,6 +69,25 @@ def test_the_doc_wiring_check_runs_as_written(tmp_path: Path):
     for row in results["history"]:
         assert row["compaction/compactions_mean"] == 1.0  # every episode compacts once
         assert 0.0 <= row["compaction/summary_recall"] <= 1.0  # measured from key_facts
+
+
+FAMILY_SFT = (
+    "cxsim sft --policy None --env.env-id my_family:mine/RecallFamily-v0 --env.kwargs "
+    "--sft.episodes 16 --sft.epochs 1 --sft.heldout-episodes 4 --run-dir runs/sft"
+)
+"""Step 5's command (its inline text) at the budget it quotes."""
+
+
+def test_the_doc_family_gives_derived_sizes_and_sft_data(tmp_path: Path):
+    """Step 5: the env with its family declared (my_family.py) gets its sizes derived and SFT
+    demonstrations from its oracle, with no size flag."""
+    text = DOC.read_text()
+    assert FAMILY_SFT.split(" --sft.")[0] in " ".join(text.split())
+    run_doc(tmp_path, [FAMILY_SFT], timeout_s=300)
+    results = json.loads((tmp_path / "runs/sft/results.json").read_text())
+    assert results["demonstrations"]["charts/success_rate"] == 1.0
+    assert results["segments"] == 48  # as the doc says: the derived window compacts
+    assert results["config"]["compaction"]["budget"] is not None
 
 
 def _compacted(path: Path) -> dict:

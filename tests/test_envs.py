@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import cxsim.envs
 from cxsim.envs.base import CHARSET, INFO_KEYS
+from cxsim.envs.family import family_of
 from cxsim.envs.scripted import RandomAgent, ScriptedSummarizer, oracle_for, play
 
 ENV_IDS = sorted(
@@ -119,7 +120,7 @@ def test_vocabulary_is_closed(env_id: str) -> None:
     vocab = set(type(env).vocabulary())
     assert vocab <= set(cxsim.envs.vocabulary())
     assert set(cxsim.envs.vocabulary([env_id])) >= vocab
-    summarizer = ScriptedSummarizer(0.3, seed=0)
+    summarizer = ScriptedSummarizer(0.3, seed=0, family=family_of(env))
     seen: set[str] = set()
     for seed in range(60):
         agent = oracle_for(env) if seed % 2 else RandomAgent(sorted(vocab), seed)

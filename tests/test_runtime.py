@@ -14,6 +14,7 @@ from cxsim.agent_api import TurnRequest, TurnResponse
 from cxsim.agents.chat import WordChatFormat
 from cxsim.agents.scripted import RandomAgent, ScriptedAgent
 from cxsim.agents.tokenizer import default_tokenizer
+from cxsim.envs import KeyRecall
 from cxsim.runtime import CompactionConfig, RolloutBatch, collect_rollouts
 from cxsim.segments import EPISODE_ENDS, pack_segments
 
@@ -276,7 +277,7 @@ def test_bad_output_never_crashes_a_rollout():
     assert any(r.compactions > 0 for r in batch.records)
     assert all("" in r.summaries for r in batch.records if r.compactions)
 
-    garbage = RandomAgent(chat(), seed=0, garbage_rate=1.0)
+    garbage = RandomAgent(chat(), seed=0, garbage_rate=1.0, family=KeyRecall.family)
     batch = run(garbage, config=replace(CFG, max_turns=30), seeds=range(4))
     assert all(r.turns > 0 and not r.success for r in batch.records)
 

@@ -24,7 +24,7 @@ def _query_info(env: gym.Env, seed: int) -> tuple[str, dict]:
 @pytest.mark.parametrize("env_cls", [KeyRecall, FactUpdate])
 def test_omission_zero_keeps_every_present_fact(env_cls: type) -> None:
     env = env_cls()
-    summarizer = ScriptedSummarizer(0.0, seed=0)
+    summarizer = ScriptedSummarizer(0.0, seed=0, family=env_cls.family)
     for seed in range(20):
         context, info = _query_info(env, seed)
         summary = summarizer.summarize(context, info)
@@ -36,7 +36,7 @@ def test_omission_zero_keeps_every_present_fact(env_cls: type) -> None:
 def test_omission_one_keeps_nothing_and_rate_is_respected() -> None:
     env = FactUpdate(num_facts=4, num_questions=4)
     for rate, low, high in [(1.0, 0.0, 0.0), (0.3, 0.6, 0.8)]:
-        summarizer = ScriptedSummarizer(rate, seed=1)
+        summarizer = ScriptedSummarizer(rate, seed=1, family=env.family)
         kept = []
         for seed in range(100):
             context, info = _query_info(env, seed)
@@ -46,7 +46,7 @@ def test_omission_one_keeps_nothing_and_rate_is_respected() -> None:
 
 def test_never_recovers_a_lost_fact() -> None:
     env = KeyRecall(memory_length=6)
-    summarizer = ScriptedSummarizer(0.0, seed=0)
+    summarizer = ScriptedSummarizer(0.0, seed=0, family=env.family)
     context, info = _query_info(env, 0)
     key = info["key_facts"]["key"]
     lost = " ".join(w for w in context.split() if w != key)

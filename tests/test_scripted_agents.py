@@ -12,6 +12,7 @@ from cxsim.agent_api import TurnRequest
 from cxsim.agents.chat import WordChatFormat
 from cxsim.agents.scripted import RandomAgent, ScriptedAgent, ground_action
 from cxsim.agents.tokenizer import default_tokenizer
+from cxsim.envs import KeyRecall
 from cxsim.envs.scripted import ScriptedSummarizer, oracle_for
 from cxsim.runtime import CompactionConfig, collect_rollouts
 
@@ -61,7 +62,7 @@ def test_scripted_agent_emits_the_grounded_oracle_text_and_summaries():
     )
     assert act.token_ids == [*ch.encode("answer k3"), ch.end_id]
     assert act.text == "answer k3" and act.finished and act.logprobs == [0.0, 0.0, 0.0]
-    expected = ScriptedSummarizer(0.0, seed=0).summarize("the key is k3 .", info)
+    expected = ScriptedSummarizer(0.0, 0, KeyRecall.family).summarize("the key is k3 .", info)
     assert summ.text == expected and summ.token_ids[-1] == ch.end_id
     assert "k3" in summ.text
     assert cut.token_ids == ch.encode("answer")[:1] and not cut.finished

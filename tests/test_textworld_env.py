@@ -14,6 +14,7 @@ import pytest
 
 from cxsim.cli import main as cxsim
 from cxsim.envs import OUTSIDE_IDS
+from cxsim.envs.family import family_of
 from cxsim.envs.scripted import RandomAgent, ScriptedSummarizer, oracle_for, play, summary_recall
 
 ENV_ID = "cxsim/TextWorld-v0"
@@ -110,8 +111,8 @@ def test_every_word_is_in_the_vocabulary_and_summaries_keep_the_facts(kwargs: di
         assert set(" ".join(texts).split()) <= vocab
         oracle = play(env, oracle_for(env), seed=seed)
         info = oracle.reset_info
-        kept = ScriptedSummarizer(0.0).summarize(oracle.task, info)
-        lost = ScriptedSummarizer(1.0).summarize(oracle.task, info)
+        kept = ScriptedSummarizer(0.0, family=family_of(env)).summarize(oracle.task, info)
+        lost = ScriptedSummarizer(1.0, family=family_of(env)).summarize(oracle.task, info)
         assert set(kept.split()) | set(lost.split()) <= vocab
         shown = summary_recall(kept, info)
         assert shown and all(shown.values()) and not any(summary_recall(lost, info).values())

@@ -34,8 +34,9 @@ credited with the rollout's outcome.
 **Scripted oracle** (``scripted_agents_for``: ``cxsim.agents.scripted.FoldingOracle``
 around the usual oracle): explore in a child window, commit in the root. Before the
 episode's first action, unless that action already commits, it branches with its
-family's goal (:data:`GOALS`); in the child it acts as the oracle does until the oracle's
-next action would commit to a solution (:data:`COMMITS`: ``answer``, ``edit``,
+family's goal (``EnvFamily.goal``, declared with the env: ``cxsim.envs.family``); in the
+child it acts as the oracle does until the oracle's next action would commit to a solution
+(its first word one of the family's ``EnvFamily.commits``: ``answer``, ``edit``,
 ``submit``), then returns; the parent then finishes from the returned summary. SimRepo:
 the child lists the files, runs the tests, views the bug and lists the patches, and returns
 where the bug is and which patch fixes it; the root edits, re-tests and submits.
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     from cxsim.agents.chat import ChatFormat
     from cxsim.compaction import CompactionConfig
     from cxsim.envs.defaults import EpisodeText
+    from cxsim.envs.family import EnvFamily
 
 BRANCH_WORD = "find"
 """The first word of a response that opens a child window; the words after it are its goal."""
@@ -74,23 +76,13 @@ MAX_DEPTH = 1
 """Child windows nest at most this deep by default."""
 MAX_BRANCHES = 4
 """Child windows opened per episode, at most, by default."""
-COMMITS = ("answer", "edit", "submit")
-"""The scripted oracle's actions that commit to a solution: it takes them in the root
-window, from what its child returned."""
-GOALS = {
-    "key_recall": "the key",
-    "fact_update": "codes",
-    "fact_trail": "codes",
-    "sim_repo": "the bug",
-}
-"""The goal the scripted oracle branches with, per environment family (``info["state"]["env"]``)."""
-DEFAULT_GOAL = "the task"
 
 
-def commits(action: str) -> bool:
-    """Whether the oracle's ``action`` commits to a solution (its first word in :data:`COMMITS`)."""
-    words = action.split()
-    return bool(words) and words[0] in COMMITS
+def commits(action: str, words: tuple[str, ...]) -> bool:
+    """Whether the oracle's ``action`` commits to a solution: its first word is one of
+    ``words`` (its env family's ``commits``); the oracle takes it in the root window."""
+    split = action.split()
+    return bool(split) and split[0] in words
 
 
 class Folding(Compacted):
@@ -150,7 +142,9 @@ class Folding(Compacted):
         step with the summary returned before that action, then the rest). The call is
         counted at the response cap; an episode whose first action commits is one window."""
         actions = episode.actions
-        commit = next((i for i, a in enumerate(actions) if commits(a)), len(actions))
+        commit = next(
+            (i for i, a in enumerate(actions) if commits(a, episode.commits)), len(actions)
+        )
         if commit == 0:
             return [(first, steps)]
         assert config.max_response_tokens is not None
@@ -163,28 +157,30 @@ class Folding(Compacted):
         child = (first + call, [*steps[:commit], StepCost(back, back)])
         return [child, (first, [StepCost(turn, turn), *steps[commit:]])]
 
-    def scripted_move(self, request: TurnRequest, proposed: str) -> str | None:
+    def scripted_move(self, request: TurnRequest, proposed: str, family: EnvFamily) -> str | None:
         """What the scripted oracle answers instead of its ``proposed`` action, if anything:
-        the branching call before the episode's first action (unless it commits), ``return``
-        in a child before an action that commits. An environment with sub-tasks (its state
-        has ``subtask``: :meth:`subtask_move`) has each of them folded instead."""
+        the branching call with its env ``family``'s goal before the episode's first action
+        (unless it commits), ``return`` in a child before an action that commits (one of the
+        family's ``commits``). An environment with sub-tasks (its state has ``subtask``:
+        :meth:`subtask_move`) has each of them folded instead."""
         state = request.info.get("state", {})
+        committing = commits(proposed, family.commits)
         if "subtask" in state:
-            return self.subtask_move(request, proposed, state)
+            return self.subtask_move(request, committing, state)
         if request.depth > 0:
-            return RETURN_WORD if commits(proposed) else None
-        if request.info.get("step") != 0 or commits(proposed):
+            return RETURN_WORD if committing else None
+        if request.info.get("step") != 0 or committing:
             return None
-        family = request.info.get("state", {}).get("env")
-        return f"{BRANCH_WORD} {GOALS.get(family, DEFAULT_GOAL)}"
+        return f"{BRANCH_WORD} {family.goal}"
 
-    def subtask_move(self, request: TurnRequest, proposed: str, state: dict) -> str | None:
+    def subtask_move(self, request: TurnRequest, committing: bool, state: dict) -> str | None:
         """Sub-task folding: in the root, ``find <goal>`` at the step a sub-task opens
         (``state["subtask"]``, its goal words, opened at ``state["subtask_step"]``); in a
-        child, ``return`` once no sub-task is open (or before an action that commits), so the
-        child's window holds the sub-task's detail and the root only its returned summary."""
+        child, ``return`` once no sub-task is open (or before an action that commits:
+        ``committing``), so the child's window holds the sub-task's detail and the root only its
+        returned summary."""
         if request.depth > 0:
-            return RETURN_WORD if state["subtask"] is None or commits(proposed) else None
+            return RETURN_WORD if state["subtask"] is None or committing else None
         if state["subtask"] is None or request.info.get("step") != state.get("subtask_step"):
             return None
         return f"{BRANCH_WORD} {state['subtask']}"
@@ -197,9 +193,16 @@ class Folding(Compacted):
         options: ScriptedOptions = ScriptedOptions(),
     ) -> RolloutAgents:
         """The oracle, exploring in a child window and committing in the root
-        (:meth:`scripted_move`)."""
+        (:meth:`scripted_move`, with the goal and the commits of the env's family)."""
+        from cxsim.envs.family import require_family_of_id
+
+        family = require_family_of_id(env_id)
         agents = self.scripted_agents(env_id, chat, options)
-        return RolloutAgents(FoldingOracle(agents.actor, chat, self.scripted_move))
+
+        def move(request: TurnRequest, proposed: str) -> str | None:
+            return self.scripted_move(request, proposed, family)
+
+        return RolloutAgents(FoldingOracle(agents.actor, chat, move))
 
 
 FOLDING = Folding()

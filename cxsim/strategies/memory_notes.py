@@ -51,9 +51,9 @@ segments among a rollout's execution segments.
 **Scripted oracle** (``scripted_agents_for``: ``cxsim.agents.scripted.NotingOracle`` around
 the usual oracle): before each action, while notes are left, it notes a needed fact the
 environment has shown whose current value it has not noted yet (the first one, in the
-task's order; :data:`SENTENCES`: ``the key is k3``, ``the red code is k4``, ``the bug is at
-calc.py:13``, ``the fix is p2``), so a revision is noted too; it answers from its context,
-which always holds its notes. KeyRecall and FactUpdate's answers use the latest note of the
+task's order; in its env family's sentence, ``EnvFamily.notes``: ``the key is k3``, ``the
+red code is k4``, ``the bug is at calc.py:13``, ``the fix is p2``), so a revision is noted
+too; it answers from its context, which always holds its notes. KeyRecall and FactUpdate's answers use the latest note of the
 asked fact; SimRepo's final action (``submit``) uses none.
 """
 
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from cxsim.agents.chat import ChatFormat
     from cxsim.compaction import CompactionConfig
     from cxsim.envs.defaults import EpisodeText
+    from cxsim.envs.family import EnvFamily
     from cxsim.segments import Segment
 
 NOTE_WORD = "note"
@@ -89,25 +90,11 @@ MAX_NOTE_TOKENS = 6
 """Tokens of one note's words, at most, by default (the oracle's longest note: 5 words)."""
 LAST_NOTE_STEP = 99
 """The latest step a note may be written at: its tag is a number every cxsim tokenizer holds."""
-SENTENCES: dict[str, dict[str, str]] = {
-    "key_recall": {"key": "the key is {value}"},
-    "fact_update": {"*": "the {name} code is {value}"},
-    "fact_trail": {"*": "the {name} code is {value}"},
-    "sim_repo": {"location": "the bug is at {value}", "patch": "the fix is {value}"},
-}
-"""The scripted oracle's note of a needed fact, per environment family (``*``: any fact)."""
 
 
 def note_line(note: Note) -> str:
     """How a rebuilt window carries ``note``: ``note <step> : <words>``."""
     return f"{NOTE_WORD} {note.step} {TAG} {note.text}"
-
-
-def note_sentence(family: str, name: str, value: str) -> str | None:
-    """The scripted oracle's note of fact ``name`` = ``value`` in ``family`` (None: it has none)."""
-    sentences = SENTENCES.get(family, {})
-    template = sentences.get(name, sentences.get("*"))
-    return None if template is None else template.format(name=name, value=value)
 
 
 def used_notes(notes: Sequence[Note], final_action: str | None) -> list[Note]:
@@ -282,12 +269,16 @@ class MemoryNotes(Compacted):
 
     # -- the scripted oracle ------------------------------------------------------------
     def scripted_note(
-        self, chat: ChatFormat, request: TurnRequest, noted: Sequence[tuple[str, str]]
+        self,
+        chat: ChatFormat,
+        request: TurnRequest,
+        noted: Sequence[tuple[str, str]],
+        family: EnvFamily,
     ) -> tuple[str, str, str] | None:
         """What the scripted oracle notes before its action in ``request``, given what it
         noted so far in the episode (``noted``: (fact, value) in order): (fact, value, the
-        note's words) for the first needed fact shown whose current value it has not noted
-        and its context holds, while notes are left; else None."""
+        note's words, ``family.note``) for the first needed fact shown whose current value it
+        has not noted and its context holds, while notes are left; else None."""
         from cxsim.envs.scripted import shown_facts
 
         info: dict[str, Any] = request.info
@@ -297,12 +288,11 @@ class MemoryNotes(Compacted):
             return None
         latest = dict(noted)  # each fact's last noted value
         present = set(request.context_text.split())
-        family = info.get("state", {}).get("env", "")
         for name in shown_facts(info):
             value = info["key_facts"][name]
             if latest.get(name) == value or value not in present:
                 continue
-            text = note_sentence(family, name, value)
+            text = family.note(name, value)
             if text is not None and len(chat.encode(text)) <= self.max_note_tokens:
                 return name, value, text
         return None
@@ -314,11 +304,15 @@ class MemoryNotes(Compacted):
         chat: ChatFormat,
         options: ScriptedOptions = ScriptedOptions(),
     ) -> RolloutAgents:
-        """The oracle, noting each needed fact as it is shown (:meth:`scripted_note`)."""
+        """The oracle, noting each needed fact as it is shown (:meth:`scripted_note`, in the
+        sentences of the env's family)."""
+        from cxsim.envs.family import require_family_of_id
+
+        family = require_family_of_id(env_id)
         agents = self.scripted_agents(env_id, chat, options)
 
         def note(request: TurnRequest, noted: Sequence[tuple[str, str]]):
-            return self.scripted_note(chat, request, noted)
+            return self.scripted_note(chat, request, noted, family)
 
         return RolloutAgents(NotingOracle(agents.actor, chat, NOTE_WORD, note))
 

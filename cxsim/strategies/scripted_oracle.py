@@ -1,8 +1,8 @@
 """Scripted agents: the environment's oracle behind the LM agent's interface (``cxsim.agent_api.Agent``).
 
-They answer turn requests with text from the environments' scripted policies
-(``cxsim.envs.scripted``), encoded with the chat format and ended with
-``chat.end_id``; their log-probs are 0. Rollouts of them are the SFT data:
+They answer turn requests with text from the scripted oracle and summary writer the
+environment's family declares (``cxsim.envs.family``), encoded with the chat format and
+ended with ``chat.end_id``; their log-probs are 0. Rollouts of them are the SFT data:
 the trainable tokens of their segments are exactly the scripted actions and
 summaries.
 
@@ -33,7 +33,8 @@ import numpy as np
 import cxsim.envs  # noqa: F401  (registers the cxsim/* environment ids)
 from cxsim.agent_api import TurnRequest, TurnResponse
 from cxsim.envs import vocabulary
-from cxsim.envs.scripted import Oracle, ScriptedSummarizer, oracle_for
+from cxsim.envs.family import EnvFamily, require_family
+from cxsim.envs.scripted import Oracle, ScriptedSummarizer
 from cxsim.envs.scripted import RandomAgent as RandomPolicy
 
 if TYPE_CHECKING:
@@ -50,13 +51,14 @@ def ground_action(
     """
     words = action.split()
     present = set(context_text.split())
-    values = {info["key_facts"][name] for name in info["needed_facts"]}
+    facts = info.get("key_facts", {})
+    values = {facts[name] for name in info.get("needed_facts", ())}
     lost = [i for i, w in enumerate(words) if w in values and w not in present]
     if not lost:
         return action
     candidates = [
         a
-        for a in info["admissible_actions"]
+        for a in info.get("admissible_actions", ())
         if len(a.split()) == len(words)
         and all(
             w == v for i, (w, v) in enumerate(zip(a.split(), words, strict=True)) if i not in lost
@@ -68,9 +70,9 @@ def ground_action(
 class _TextAgent:
     """Shared plumbing: text per request -> tokens ended by ``end_id`` (cut at the cap)."""
 
-    def __init__(self, chat: ChatFormat, omission_rate: float, seed: int):
+    def __init__(self, chat: ChatFormat, omission_rate: float, seed: int, family: EnvFamily | None):
         self.chat = chat
-        self.summarizer = ScriptedSummarizer(omission_rate=omission_rate, seed=seed)
+        self.summarizer = ScriptedSummarizer(omission_rate, seed, family)
         self.rng = np.random.default_rng(seed)
 
     def act(self, request: TurnRequest) -> str:
@@ -115,23 +117,24 @@ class ScriptedAgent(_TextAgent):
             raise ValueError(f"epsilon ({epsilon}) must be in [0, 1]")
         if not 0.0 <= skip_rate <= 1.0:
             raise ValueError(f"skip_rate ({skip_rate}) must be in [0, 1]")
-        super().__init__(chat, omission_rate, seed)
-        self.env = gym.make(env_id)  # only names the oracle class
+        self.env = gym.make(env_id)  # only for its family
+        self.family = require_family(self.env, env_id)
+        super().__init__(chat, omission_rate, seed, self.family)
         self.epsilon = epsilon
         self.skip_rate = skip_rate
         self.oracles: dict[int, Oracle] = {}
 
     def act(self, request: TurnRequest) -> str:
         info = request.info
-        if request.row not in self.oracles or info["step"] == 0:
-            self.oracles[request.row] = oracle_for(self.env)
+        if request.row not in self.oracles or info.get("step") == 0:
+            self.oracles[request.row] = self.family.oracle()
         observation = self.chat.decode(request.append)
         oracle = self.oracles[request.row]
         action = oracle.act(observation, info)
         instead = getattr(oracle, "skippable", {}).get(action)
         if instead is not None and self.skip_rate and self.rng.random() < self.skip_rate:
             action = instead
-        if self.epsilon and self.rng.random() < self.epsilon and info["admissible_actions"]:
+        if self.epsilon and self.rng.random() < self.epsilon and info.get("admissible_actions"):
             actions = info["admissible_actions"]
             action = actions[int(self.rng.integers(len(actions)))]
         return ground_action(action, request.context_text, info, self.rng)
@@ -139,10 +142,17 @@ class ScriptedAgent(_TextAgent):
 
 class RandomAgent(_TextAgent):
     """A uniformly random admissible action (with probability ``garbage_rate`` random
-    vocabulary words instead); its summaries keep no fact (omission rate 1)."""
+    vocabulary words instead); its summaries, written by ``family``'s writer, keep no fact
+    (omission rate 1; without a family it cannot summarize)."""
 
-    def __init__(self, chat: ChatFormat, seed: int = 0, garbage_rate: float = 0.0):
-        super().__init__(chat, omission_rate=1.0, seed=seed)
+    def __init__(
+        self,
+        chat: ChatFormat,
+        seed: int = 0,
+        garbage_rate: float = 0.0,
+        family: EnvFamily | None = None,
+    ):
+        super().__init__(chat, omission_rate=1.0, seed=seed, family=family)
         self.policy = RandomPolicy(vocabulary(), seed=seed, garbage_rate=garbage_rate)
 
     def act(self, request: TurnRequest) -> str:

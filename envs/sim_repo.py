@@ -380,11 +380,11 @@ class SimRepo(TextEnv):
     def _run_tests(self) -> str:
         failing = self._failing()
         fail_names = {f.test for f in failing}
-        flaky = sorted(
+        flaky = [  # sorted first: one draw per test in a fixed order, whatever the hash seed
             t
-            for t in self._flaky
+            for t in sorted(self._flaky)
             if t not in fail_names and self.np_random.random() < self.flaky_rate
-        )
+        ]
         words = f"ran {len(self._funcs)} tests : {len(failing) + len(flaky)} failed .".split()
         for f in failing:
             test_line = 3 * self._funcs.index(f) + 2

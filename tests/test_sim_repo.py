@@ -101,3 +101,25 @@ def test_errors_and_horizon() -> None:
         assert error is None or info["error"] == error
     *_, terminated, truncated, info = env.step("ls")
     assert truncated and not terminated and not info["success"]
+
+
+def test_flaky_test_outputs_do_not_depend_on_the_hash_seed() -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "from cxsim.envs import SimRepo\n"
+        "env = SimRepo(num_flaky=3, flaky_rate=0.5)\n"
+        "for seed in range(4):\n"
+        "    env.reset(seed=seed)\n"
+        "    print([env.step('run_tests')[0] for _ in range(4)])\n"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True,
+            env={**os.environ, "PYTHONHASHSEED": str(hash_seed)},
+        ).stdout
+        for hash_seed in (0, 1, 2)
+    }  # fmt: skip
+    assert len(outputs) == 1

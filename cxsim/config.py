@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import gymnasium as gym
 import tyro
 
-from cxsim.best_policy import KeepBestRule
+from cxsim.best_policy import KEEP_BEST_RULES, KeepBestRule
 from cxsim.compaction import PROTOCOLS, CompactionConfig
 from cxsim.compaction import Protocol as TrainProtocol
 from cxsim.critics import VALUE_HEADS, VALUE_LOSSES, check_critic_settings
@@ -296,12 +296,14 @@ class PPOConfig:
     skip_uniform_batches: bool = when_set(True, recorded_default=False)
     """No actor step from a batch whose rollouts all ended alike: whitening would scale the
     critic's errors to unit variance (docs/results/stability.md). False: the old default."""
-    keep_best: bool = when_set(False)
-    """End with the policy version whose own batches (unseen tasks) succeeded most, not the
-    last (cxsim/best_policy.py); results.json names it, and the evaluation uses it."""
-    keep_best_rule: KeepBestRule = when_set("highest-bound")
-    """With --ppo.keep-best: ``highest-bound`` (the version with the highest lower 95% bound)
-    or ``unless-worse`` (the last, unless that one did better beyond chance)."""
+    keep_best: bool = when_set(True, recorded_default=False)
+    """Score each policy version on its own batches (unseen tasks) and end with the one
+    --ppo.keep-best-rule picks (cxsim/best_policy.py); results.json names it, and the
+    evaluation uses it. --ppo.no-keep-best: the last version (the default before)."""
+    keep_best_rule: KeepBestRule = when_set("unless-worse", recorded_default="highest-bound")
+    """``unless-worse``: the last version, unless the best-scored one did better beyond
+    chance; ``highest-bound``: the version with the highest lower 95% bound (the rule
+    before). Recorded as highest-bound under --ppo.no-keep-best, where it picks nothing."""
     track_reference: bool = when_set(True)
     """Keep a frozen copy of the starting policy to log the KL to it every iteration
     (stability/kl_to_reference); False saves its memory (a --ppo.kl-coef above 0 keeps it)."""
@@ -357,6 +359,9 @@ class PPOConfig:
         VALUE_LOSSES.check("value_loss", self.value_loss)
         check_critic_settings(self)  # cxsim/critics.py: the critic variants' settings
         check_stability_settings(self)  # cxsim/stability_settings.py
+        _one_of("keep_best_rule", self.keep_best_rule, KEEP_BEST_RULES)
+        if not self.keep_best:  # no rule applies: recorded as runs before the rule were
+            object.__setattr__(self, "keep_best_rule", "highest-bound")
         _one_of("lambda_scope", self.lambda_scope, LAMBDA_SCOPES)
         STRATEGIES.check("--ppo.protocol", self.protocol)
         if self.ratio_check_atol is not None and self.ratio_check_atol <= 0:

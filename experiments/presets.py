@@ -90,10 +90,15 @@ PUBLISHED_CRITIC: dict[str, Any] = {"value_head": "last", "critic_lam": None}
 value head on the last hidden state, trained on the actor's targets (the default until the
 tracking critic, ``context-ridge`` with Monte-Carlo targets, took its place). Their full
 budgets and study files set it, so they still reproduce what they publish."""
-PUBLISHED_RECIPE: dict[str, Any] = {"kl_coef": 0.0, "skip_uniform_batches": False}
+PUBLISHED_RECIPE: dict[str, Any] = {
+    "kl_coef": 0.0,
+    "skip_uniform_batches": False,
+    "keep_best": False,
+}
 """The PPO recipe of every page made before the KL penalty became the default (with 16
 iterations instead of 12) and the actor stopped stepping on batches whose rollouts all ended
-alike: no penalty, a step from every batch. The verdict and tables pages' full budgets and the
+alike: no penalty, a step from every batch, and the last version kept (no keep-best: a page
+made before keep-best became the default pins it off too). The verdict and tables pages' full budgets and the
 shipped studies made before it set it (and 12 iterations where they used the default), so
 they still reproduce what they publish (docs/results/stability.md)."""
 T = TypeVar("T")

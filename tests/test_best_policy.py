@@ -109,8 +109,8 @@ def _same_weights(a: str | Path, b: str | Path) -> bool:
 
 
 def test_keep_best_trains_alike_and_ends_with_the_version_it_names(tmp_path: Path):
-    plain = _train("pretrained", tmp_path / "plain")
-    kept = _train("pretrained", tmp_path / "kept", "--ppo.keep-best")
+    plain = _train("pretrained", tmp_path / "plain", "--ppo.no-keep-best")
+    kept = _train("pretrained", tmp_path / "kept", "--ppo.keep-best-rule", "highest-bound")
     assert _history(kept) == _history(plain)  # the flag only reads the batches
     best = kept["best_policy"]
     assert kept["policy"] == str(tmp_path / "kept" / "best" / "policy")
@@ -128,8 +128,7 @@ def test_keep_best_trains_alike_and_ends_with_the_version_it_names(tmp_path: Pat
 
 
 def test_unless_worse_ends_with_the_version_its_recorded_counts_choose(tmp_path: Path):
-    kept = _train("pretrained", tmp_path / "kept", "--ppo.keep-best",
-                  "--ppo.keep-best-rule", "unless-worse")  # fmt: skip
+    kept = _train("pretrained", tmp_path / "kept")  # the default: keep-best, unless-worse
     best = kept["best_policy"]
     tracker = BestPolicy.from_dict({k: v for k, v in best.items() if k in BestPolicy().as_dict()})
     assert best["rule"] == "unless-worse"
@@ -140,3 +139,17 @@ def test_unless_worse_ends_with_the_version_its_recorded_counts_choose(tmp_path:
     ]  # fmt: skip
     chosen = tmp_path / "kept" / "checkpoints" / f"iter-{1 + best['kept_version']:06d}"
     assert _same_weights(kept["policy"], chosen / "policy")
+
+
+def test_the_default_keeps_best_unless_worse_and_runs_without_it_keep_their_records():
+    from cxsim.config import PPOConfig
+    from cxsim.tracking import to_jsonable
+
+    default = to_jsonable(PPOConfig())
+    assert (default["keep_best"], default["keep_best_rule"]) == (True, "unless-worse")
+    before = to_jsonable(PPOConfig(keep_best=False, keep_best_rule="unless-worse"))
+    assert "keep_best" not in before and "keep_best_rule" not in before  # cache keys as before
+    highest = to_jsonable(PPOConfig(keep_best_rule="highest-bound"))
+    assert highest["keep_best"] is True and "keep_best_rule" not in highest
+    with pytest.raises(ValueError, match="keep_best_rule='latest' is unknown"):
+        PPOConfig(keep_best_rule="latest")  # type: ignore[arg-type]

@@ -278,7 +278,7 @@ def test_example_study_page_and_results(example: Path, first_run: dict):
     assert "**beats-base** (small)" in page and "floor-helps" not in page.split("## Arms")[0]
     for needed in ("sft.episodes 4", "ppo.rollouts-per-batch 2", "eval.episodes 2",
                    "eval.seed s", "eval.temperature 1", "env.kwargs memory_length 5",
-                   "policy pretrained", "iteration 1", "last 5 actor iterations"):  # fmt: skip
+                   "policy pretrained", "--ppo.keep-best kept", "last 5 actor iterations"):  # fmt: skip
         assert needed in page, needed
     per_seed = re.search(r"\| `compactionrl` \| ([\d.]+) \| ([\d.]+) \|", page)
     assert per_seed is not None

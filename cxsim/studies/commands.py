@@ -16,7 +16,7 @@ import json
 import shlex
 from dataclasses import MISSING, Field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, get_args, get_origin
 
 from cxsim.experiments.presets import preset_ppo
 from cxsim.pretrained import PRETRAINED
@@ -25,6 +25,7 @@ from cxsim.studies.selection import Selection, extra_protocols, swapped_sides
 from cxsim.studies.spec import BASE, Arm, Setting, Stage0, Study
 from cxsim.studies.stage0 import chosen_file
 from cxsim.studies.stages import arm_ppo, stage0_sft_config, under
+from cxsim.studies.values import type_hints
 from cxsim.studies.where import own_files
 
 
@@ -36,8 +37,11 @@ def field_default(f: Field) -> Any:
     return MISSING
 
 
-def flag(name: str, value: Any) -> list[str]:
-    """One field as command-line words (tyro's forms)."""
+def flag(name: str, value: Any, optional: bool = False) -> list[str]:
+    """One field as command-line words (tyro's forms); ``optional``: the field may be None
+    (a boolean that may be None is written ``--x True``, as tyro takes it)."""
+    if isinstance(value, bool) and optional:
+        return [f"--{name}", str(value)]
     if isinstance(value, bool):
         group, dot, leaf = name.rpartition(".")
         return [f"--{name}" if value else f"--{group}{dot}no-{leaf}"]
@@ -56,6 +60,7 @@ def config_flags(
     """Flags for the fields of ``config_type`` whose value in ``values`` differs from
     ``default``'s (an instance) or, without one, from the field's default; ``env`` always."""
     words: list[str] = []
+    hints = type_hints(config_type)
     for f in fields(config_type):
         if f.name not in values:
             continue
@@ -68,8 +73,15 @@ def config_flags(
             nested = base if is_dataclass(base) else None
             words += config_flags(field_values(value), type(value), nested, name + ".")
         elif value != base:
-            words += flag(name, value)
+            words += flag(name, value, may_be_none(hints[f.name]))
     return words
+
+
+def may_be_none(hint: Any) -> bool:
+    """Whether a field of type ``hint`` (``Annotated`` or not) takes None."""
+    if get_origin(hint) is Annotated:
+        hint = get_args(hint)[0]
+    return type(None) in get_args(hint)
 
 
 def field_values(config: Any) -> dict[str, Any]:

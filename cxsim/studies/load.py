@@ -13,6 +13,7 @@ from typing import Any
 from cxsim.studies.checks import budget_checks, parse_checks
 from cxsim.studies.claims import parse_claims
 from cxsim.studies.correction import CORRECTIONS
+from cxsim.studies.model_settings import FILE_KEYS, file_model_settings
 from cxsim.studies.settings import (
     attach_stage0,
     check_bases_from,
@@ -50,6 +51,7 @@ TOP_KEYS = (
     "reading",
     "tuning_seeds",
     "correction",
+    *FILE_KEYS,
 )
 
 
@@ -95,7 +97,12 @@ def load_study(
     chosen_budget = budget_table(parse_budgets(raw.get("budgets", {}), where), budget, where)
     arms = parse_arms(table_of(raw, "arms", where), where)
     settings = parse_settings(
-        table_of(raw, "settings", where), arms, chosen_budget, path.parent, where
+        table_of(raw, "settings", where),
+        arms,
+        chosen_budget,
+        path.parent,
+        where,
+        file_model_settings(raw, where),
     )
     stage0 = parse_stage0(
         table_of(raw, "stage0", where),

@@ -16,6 +16,7 @@ from typing import Any
 
 from cxsim.config import PPOConfig
 from cxsim.evaluation import EVAL_SEED_OFFSET
+from cxsim.studies.model_settings import CHAT, ModelSettings
 from cxsim.studies.selection import Selection
 from cxsim.studies.spec import BASE, Setting, Study
 from cxsim.tables import markdown_table
@@ -90,6 +91,12 @@ def setting_lines(
     """The settings section; ``groups``: each setting's config groups as recorded
     (:func:`setting_groups`; None: the study's as parsed now)."""
     groups = groups or setting_groups(study)
+    shown = [s for s in study.settings if s.name in runs]
+    computes = (
+        "in float32"
+        if all(s.model == ModelSettings() for s in shown)
+        else ", in float32 unless its setting's model row says otherwise"
+    )
     lines = [
         "## Every setting that decides a number",
         "",
@@ -98,12 +105,10 @@ def setting_lines(
         "are s * 1000000 + k (experiments/train.py), its evaluation tasks "
         f"{EVAL_SEED_OFFSET} + s * 10000 + i for i below `eval.episodes`, and repeat r samples "
         "with torch seeded s * 1000 + r (cxsim/evaluation.py). Every stage runs with one torch "
-        "thread in float32.",
+        f"thread {computes}.",
         "",
     ]
-    for setting in study.settings:
-        if setting.name not in runs:
-            continue
+    for setting in shown:
         first = next(iter(runs[setting.name].values()))[0]
         derived = first["sft"]["compaction"]
         ran = groups[setting.name]
@@ -117,26 +122,7 @@ def setting_lines(
                 f"env.env-id {setting.env.env_id}, env.kwargs "
                 f"{value_text(dict(setting.env.kwargs))}",
             ],
-            [
-                "starting checkpoint",
-                f"policy {value_text(setting.policy)} (each seed's SFT starts from it"
-                + (
-                    f": stage 0 `{setting.stage0.name}`, above)"
-                    if setting.stage0 is not None
-                    else ")"
-                ),
-            ],
-            *(
-                [
-                    [
-                        "SFT bases",
-                        f"setting **{setting.bases_from}**'s (bases_from: same task, "
-                        "compaction, SFT and start), with their evaluations",
-                    ]
-                ]
-                if setting.bases_from
-                else []
-            ),
+            *start_rows(setting),
             [
                 "compaction",
                 values_text(ran["compaction"], "compaction")
@@ -158,6 +144,38 @@ def setting_lines(
             "",
         ]
     return lines
+
+
+def start_rows(setting: Setting) -> list[list[str]]:
+    """What a setting's runs start from: its starting checkpoint, the setting whose SFT bases
+    it takes, and its model settings (precision, gradient checkpointing, chat options) when
+    they are not the defaults."""
+    stage0 = f": stage 0 `{setting.stage0.name}`, above)" if setting.stage0 is not None else ")"
+    rows = [
+        [
+            "starting checkpoint",
+            f"policy {value_text(setting.policy)} (each seed's SFT starts from it{stage0}",
+        ]
+    ]
+    if setting.bases_from:
+        rows.append(
+            [
+                "SFT bases",
+                f"setting **{setting.bases_from}**'s (bases_from: same task, "
+                "compaction, SFT and start), with their evaluations",
+            ]
+        )
+    model = setting.model
+    if model != ModelSettings():
+        rows.append(
+            [
+                "model",
+                f"precision {model.precision}, gradient-checkpointing "
+                f"{value_text(model.gradient_checkpointing)}, {group_text(model.chat, CHAT)}; "
+                "in every stage (SFT, PPO, evaluation)",
+            ]
+        )
+    return rows
 
 
 def arm_rows(

@@ -15,6 +15,7 @@ from cxsim.config import SFTConfig
 from cxsim.env_kwargs import check_env_kwargs
 from cxsim.experiments.presets import DEFAULT_PRESET, PRESETS
 from cxsim.pretrained import PRETRAINED, SHIPPED
+from cxsim.studies.model_settings import CHAT, OWN_KEYS, ModelSettings, model_settings, spelled
 from cxsim.studies.spec import (
     ARM_PREFIX,
     BASE,
@@ -73,7 +74,10 @@ def parse_settings(
     budget: dict[str, dict[str, Any]],
     folder: Path,
     where: str,
+    model: ModelSettings | None = None,
 ) -> tuple[Setting, ...]:
+    """The ``[settings.NAME]`` tables, each group over the command line's defaults with the
+    budget on top; ``model``: the file's model settings, which a setting's own keys change."""
     if not raw:
         raise StudyError(f"{where}: name at least one setting ([settings.NAME])")
     arm_names = [a.name for a in arms]
@@ -85,7 +89,7 @@ def parse_settings(
             raise StudyError(
                 f"{here}: 'arm' is kept for --only arm:NAME; call the setting otherwise"
             )
-        groups, own = split_groups(table, here, tuple(GROUPS), SETTING_OWN)
+        groups, own = split_groups(spelled(table), here, (*GROUPS, CHAT), (*SETTING_OWN, *OWN_KEYS))
         built = {}
         for group, default in GROUPS.items():
             values = {**normalised(groups.get(group, {})), **normalised(budget.get(group, {}))}
@@ -121,6 +125,9 @@ def parse_settings(
                 arms=tuple(chosen),
                 about=about,
                 bases_from=bases_from,
+                model=model_settings(
+                    {k: own[k] for k in OWN_KEYS if k in own}, groups.get(CHAT, {}), here, model
+                ),
                 **built,
             )
         )
@@ -186,6 +193,7 @@ def parse_stage0(
             seeds=parse_seeds(seeds, f"{here}: seeds"),
             copy_loss=copy_loss(budget.get("copy_loss", own.get("copy_loss", COPY_LOSS)), here),
             about=text_of(own, "about", here),
+            model=task_setting.model,
         )
         try:
             stage0_sft_config(stage, stage.seeds[0], Path(), "cpu")  # the SFT stage's checks
@@ -217,7 +225,7 @@ def attach_stage0(
 
 def check_bases_from(settings: tuple[Setting, ...], where: str) -> None:
     """``bases_from`` names another setting that makes its own bases, with the same task,
-    compaction, SFT and starting checkpoint."""
+    compaction, SFT, starting checkpoint and model settings."""
     by_name = {s.name: s for s in settings}
     for setting in settings:
         if not setting.bases_from:
@@ -231,9 +239,10 @@ def check_bases_from(settings: tuple[Setting, ...], where: str) -> None:
             raise StudyError(
                 f"{here}: that setting uses the bases of {other.bases_from!r}; name that one"
             )
-        for group in ("env", "compaction", "sft", "policy"):
+        for group in ("env", "compaction", "sft", "policy", "model"):
             if getattr(setting, group) != getattr(other, group):
                 raise StudyError(
                     f"{here}: its {group} differs from that setting's; bases are shared only "
-                    "between settings with the same task, compaction, SFT and policy"
+                    "between settings with the same task, compaction, SFT, policy and model "
+                    "settings (precision, gradient-checkpointing, chat.*)"
                 )

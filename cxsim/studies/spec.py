@@ -42,6 +42,9 @@ taken too), and a value is checked against the flag's type here, then by the con
 validation; ``"None"`` is None. A name the file gets wrong ends the command before any run
 with one line naming the key (:class:`StudyError`).
 
+A setting's model settings (``precision``, ``gradient-checkpointing``, ``chat.*``, at the file's
+top or in the setting): :mod:`cxsim.studies.model_settings`.
+
 A study's defaults are the command line's, except ``eval.protocols``: ``compacted`` only.
 An arm's PPO settings are its setting's ``ppo`` table, then its preset's changes on top (as
 ``cxsim run --presets`` applies them), then the arm's own ``ppo`` keys.
@@ -56,12 +59,13 @@ the checks in :mod:`cxsim.studies.checks`, and the file is read whole by
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
+from cxsim.studies.model_settings import ModelSettings
 from cxsim.studies.stats import METRICS
 from cxsim.studies.values import (
     StudyError,
@@ -129,6 +133,8 @@ class Stage0:
     """Candidate SFT seeds, tried in this order."""
     copy_loss: float = COPY_LOSS
     about: str = ""
+    model: ModelSettings = field(default_factory=ModelSettings)
+    """Precision, gradient checkpointing and chat options: its setting's."""
 
 
 @dataclass(frozen=True)
@@ -153,8 +159,10 @@ class Setting:
     stage0: Stage0 | None = None
     """The stage 0 whose checkpoint each seed's SFT starts from (``policy = "stage0:NAME"``)."""
     bases_from: str = ""
-    """Another setting (same task, compaction, SFT and start) whose SFT bases this one uses,
-    with their evaluations; empty: its own."""
+    """Another setting (same task, compaction, SFT, start and model settings) whose SFT bases
+    this one uses, with their evaluations; empty: its own."""
+    model: ModelSettings = field(default_factory=ModelSettings)
+    """Precision, gradient checkpointing and chat options of every stage of its units."""
 
     @property
     def bases_owner(self) -> str:

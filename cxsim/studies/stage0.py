@@ -33,12 +33,14 @@ from cxsim.tables import cached_json, config_tag
 
 
 def stage0_settings(stage: Stage0) -> dict[str, Any]:
-    """What a stage-0 candidate's SFT depends on besides its seed (and the device)."""
+    """What a stage-0 candidate's SFT depends on besides its seed (and the device); the model
+    settings where they differ from the defaults."""
     return {
         "env": stage.env,
         "compaction": stage.compaction,
         "sft": stage.sft,
         "policy": stage.policy,
+        **stage.model.recorded(),
     }
 
 

@@ -36,7 +36,8 @@ def main_job_config(
     start: str | None = None,
 ) -> run_entry.Config:
     """``cxsim run``'s config for one seed of a setting: SFT seed, training seed and evaluation
-    tasks all ``seed``; the study's stage configs are derived from it. ``start``: a stage-0
+    tasks all ``seed``, with the setting's model settings (precision, gradient checkpointing,
+    chat options); the study's stage configs are derived from it. ``start``: a stage-0
     setting's checkpoint (:func:`starting_point`)."""
     from cxsim.experiments import run as run_entry
 
@@ -54,6 +55,9 @@ def main_job_config(
         progress_bar=False,
         device=device,
         policy=starting_point(setting, start),
+        precision=setting.model.precision,
+        chat=setting.model.chat,
+        gradient_checkpointing=setting.model.gradient_checkpointing,
     )
 
 
@@ -74,6 +78,9 @@ def stage0_sft_config(stage: Stage0, seed: int, folder: Path, device: str) -> sf
         progress_bar=False,
         device=device,
         policy=stage.policy,
+        precision=stage.model.precision,
+        chat=stage.model.chat,
+        gradient_checkpointing=stage.model.gradient_checkpointing,
     )
     return run_entry.sft_config(rc)
 

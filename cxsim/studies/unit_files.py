@@ -11,7 +11,8 @@ The runs folder (``--runs-dir``)::
     stage0-<name>-<hash>/chosen-<hash>.json   the candidate that copies, and those tried
                                         (hash of the candidate seeds and copy loss)
     <setting>-<hash>/settings.json      what the hash stands for: task, compaction, SFT,
-                                        starting checkpoint, device
+                                        starting checkpoint, device, and precision,
+                                        gradient checkpointing and chat options when set
     <setting>-<hash>/s<seed>/sft/       the seed's SFT base (a ``bases_from`` setting: in
                                         that setting's folder, with its evaluation)
     <setting>-<hash>/s<seed>/train/<arm>-<hash of the arm's PPO config>/
@@ -37,7 +38,8 @@ from cxsim.tables import config_tag
 
 def base_settings(setting: Setting, device: str) -> dict[str, Any]:
     """What a seed's SFT base depends on besides the seed (the setting folder's hash); a
-    stage-0 setting's policy is the stage's settings."""
+    stage-0 setting's policy is the stage's settings; the model settings where they differ
+    from the defaults (a folder made before them keeps its name)."""
     policy: Any = setting.policy
     if setting.stage0 is not None:  # what its checkpoint depends on
         stage = setting.stage0
@@ -48,6 +50,7 @@ def base_settings(setting: Setting, device: str) -> dict[str, Any]:
         "sft": setting.sft,
         "policy": policy,
         "device": device,
+        **setting.model.recorded(),
     }
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from cxsim.env_kwargs import check_env_kwargs
+from cxsim.env_kwargs import check_env_kwargs, parse_scalar
 
 DialValue = int | float | bool
 SearchMode = Literal["grid", "bisect"]
@@ -135,14 +135,10 @@ class SearchOutcome:
 
 def parse_value(text: str, where: str) -> DialValue:
     """A dial value as ``--env.kwargs`` reads it: true/false, an int, else a float."""
-    if text in ("true", "True", "false", "False"):
-        return text in ("true", "True")
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    raise ValueError(f"{where}: {text!r} is not a number or true/false")
+    try:
+        return parse_scalar(text)
+    except ValueError:
+        raise ValueError(f"{where}: {text!r} is not a number or true/false") from None
 
 
 def parse_dial(text: str) -> Dial:

@@ -23,7 +23,9 @@ from typing import Annotated, Any
 import tyro
 
 
-def _scalar(text: str) -> int | float | bool:
+def parse_scalar(text: str) -> int | float | bool:
+    """An env keyword's value as the command line writes it: true/false, an int, else a
+    float; a ValueError otherwise."""
     if text in ("True", "true", "False", "false"):
         return text in ("True", "true")
     for cast in (int, float):
@@ -37,7 +39,7 @@ def _scalar(text: str) -> int | float | bool:
 def _parse_kwargs(args: list[str]) -> dict[str, int | float | bool]:
     if len(args) % 2:
         raise ValueError(f"--env.kwargs takes KEY VALUE pairs; got {args}")
-    return {key: _scalar(value) for key, value in zip(args[::2], args[1::2], strict=True)}
+    return {key: parse_scalar(value) for key, value in zip(args[::2], args[1::2], strict=True)}
 
 
 EnvKwargs = Annotated[

@@ -162,16 +162,21 @@ def key_recall_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def _with_code_question(parts: list[str], info: dict[str, Any]) -> str:
+    """A code family's summary ends alike: the goal, then the question once it is asked."""
+    parts.append(CODE_GOAL)
+    if info["state"]["phase"] == "query":
+        parts.append(f"question : what is the {info['state']['query_fact']} code ?")
+    return " ".join(parts)
+
+
 def fact_update_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
     """Each code (``unknown`` when lost), the goal, and the question once it is asked."""
     parts = ["summary :"]
     for name in info["needed_facts"]:
         value = kept.get(name, "unknown")
         parts.append(f"the {name} code is {value} .")
-    parts.append(CODE_GOAL)
-    if info["state"]["phase"] == "query":
-        parts.append(f"question : what is the {info['state']['query_fact']} code ?")
-    return " ".join(parts)
+    return _with_code_question(parts, info)
 
 
 def fact_trail_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
@@ -186,10 +191,7 @@ def fact_trail_summary(kept: dict[str, str], info: dict[str, Any]) -> str:
                 parts.append(f"the gate word is {kept[name]} .")
         else:
             parts.append(f"the {name} code is {kept.get(name, 'unknown')} .")
-    parts.append(CODE_GOAL)
-    if info["state"]["phase"] == "query":
-        parts.append(f"question : what is the {info['state']['query_fact']} code ?")
-    return " ".join(parts)
+    return _with_code_question(parts, info)
 
 
 def sim_repo_summary(kept: dict[str, str], info: dict[str, Any]) -> str:

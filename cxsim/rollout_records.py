@@ -98,7 +98,7 @@ class RolloutRecord:
     model_calls: int = 0
     """Requests the agents answered: actions, summaries and any state or note they wrote."""
     branches: int = 0
-    """Child windows opened (a strategy's ``branch_move``); 0 for a chain of windows."""
+    """Child windows opened (a strategy's ``branch`` moves); 0 for a chain of windows."""
     summary_stated: list[dict[str, bool]] = field(default_factory=list)
     """Per summary: needed fact -> the summary states a value of its kind, right or wrong
     (``stated_hook``; empty when the environment cannot say)."""

@@ -102,7 +102,7 @@ class Row:
     final_action: str | None = None
     """The response whose environment step terminated the episode."""
     notes: list[Note] = field(default_factory=list)
-    """The notes kept so far (``keeps_note``), in order."""
+    """The notes kept so far (``note`` moves), in order."""
     open_notes: list[int] = field(default_factory=list)
     """Indices into ``notes`` of those written in the current window (not recorded yet)."""
 
@@ -152,7 +152,7 @@ class RowRunner:
     def turn(row: Row) -> TurnState:
         return TurnState(
             len(row.window), row.compactions, row.new_steps, row.asked, row.seed, row.depth,
-            row.branches,
+            row.branches, row.env_steps, len(row.notes),
         )  # fmt: skip
 
     def author(self, request: TurnRequest) -> int:
@@ -219,36 +219,23 @@ class RowRunner:
         row.transcript.append(
             f"[assistant] {response.text}" + ("" if response.finished else " ...")
         )
-        strategy = self.strategy
-        move = strategy.branch_move(self.config, self.chat, response.text, self.turn(row))
-        if move == "branch":
+        move = self.strategy.response_move(self.config, self.chat, response.text, self.turn(row))
+        if move.kind == "branch":
             self.open_child(row, step_start)
             return
-        if move == "return":
+        if move.kind == "return":
             row.turns += 1
             row.returning = True
             return
-        if strategy.requests_compaction(self.config, response.text) and strategy.compactions_left(
-            self.config, row.compactions
-        ):  # the policy's decision to compact: no environment step
-            row.turns += 1
+        if move.kind == "compact" and self.strategy.compactions_left(self.config, row.compactions):
+            row.turns += 1  # the policy's decision to compact: no environment step
             row.asked = True
             return
-        kept = strategy.keeps_note(
-            self.config, self.chat, response.text, row.env_steps, len(row.notes)
-        )
-        if kept is not None:  # a note: recorded, no environment step
+        if move.kind == "note":  # recorded, no environment step
             row.turns += 1
             row.open_notes.append(len(row.notes))
-            row.notes.append(
-                Note(
-                    kept,
-                    row.env_steps,
-                    -1,
-                    observation_start - len(response.token_ids),
-                    observation_start,
-                )
-            )
+            start = observation_start - len(response.token_ids)
+            row.notes.append(Note(move.note, row.env_steps, -1, start, observation_start))
             return
         obs, reward, terminated, truncated, info = row.env.step(response.text)
         row.turns += 1

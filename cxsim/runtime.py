@@ -49,7 +49,7 @@ Decisions the paper leaves open, made here (each row's state machine,
 - **Rebuilds without a summary** count as compactions (bounded by ``max_compactions``, or
   by the strategy's own ``compactions_left``).
 - **Compaction requests.** A response the strategy reads as the policy's request to
-  compact (``requests_compaction``) is not sent to the environment while a compaction is
+  compact (a ``compact`` ``response_move``) is not sent to the environment while a compaction is
   left: its tokens stay in the window (trainable, a turn) and the strategy's trigger sees
   ``asked`` before the next response.
 - **Masked steps.** A strategy may copy a step into a rebuilt window with its observation
@@ -58,7 +58,7 @@ Decisions the paper leaves open, made here (each row's state machine,
 - **A summary written by another agent** (the strategy's ``summary_by``) is asked for
   with the whole summary prompt and ``reset=True``: that agent holds none of the row.
 - **Child windows.** A response the strategy reads as opening a child window
-  (``branch_move`` = ``branch``) closes the row's window as a segment, keeps it aside and
+  (a ``branch`` ``response_move``) closes the row's window as a segment, keeps it aside and
   starts a child window (``branch_prefix``); one read as returning (``return``) has the
   policy summarize the child (``h + q_sum``, as for a compaction), records it and resumes
   the parent, whose branching response gets the summary as its observation
@@ -66,7 +66,7 @@ Decisions the paper leaves open, made here (each row's state machine,
   returned summary counts among the rollout's summaries, not its compactions; a parent
   without room for it (``|h| + |turn| > C - reserve``) ends the episode
   (``observation_overflow``).
-- **Notes.** A response the strategy keeps as a note (``keeps_note``) steps no environment
+- **Notes.** A response the strategy keeps as a note (a ``note`` ``response_move``) steps no environment
   and counts as a turn; its tokens stay in the window, trainable, and the runtime records it
   (``Note``: its text, the environment steps before it, the window segment and tokens it
   was written at). A rebuilt window carries what the strategy makes of the notes so far

@@ -255,11 +255,15 @@ def test_a_branch_without_room_for_the_returned_turn_is_not_honoured():
     reserve = FOLDING.summary_reserve(config, chat())
     room = len(chat().observation("")) + config.max_summary_tokens
     fits = 200 - reserve - room  # the longest window after which a return still fits
-    assert FOLDING.branch_move(config, chat(), "find x", TurnState(fits, 0, 0)) == "branch"
-    assert FOLDING.branch_move(config, chat(), "find x", TurnState(fits + 1, 0, 0)) is None
-    assert FOLDING.branch_move(config, chat(), "return", TurnState(10, 0, 0)) is None
-    assert FOLDING.branch_move(config, chat(), "return", TurnState(10, 0, 0, depth=1)) == "return"
-    assert FOLDING.branch_move(config, chat(), "next", TurnState(10, 0, 0)) is None
+
+    def move(text: str, turn: TurnState) -> str:
+        return FOLDING.response_move(config, chat(), text, turn).kind
+
+    assert move("find x", TurnState(fits, 0, 0)) == "branch"
+    assert move("find x", TurnState(fits + 1, 0, 0)) == "act"
+    assert move("return", TurnState(10, 0, 0)) == "act"
+    assert move("return", TurnState(10, 0, 0, depth=1)) == "return"
+    assert move("next", TurnState(10, 0, 0)) == "act"
 
 
 # -- estimators on a tree ---------------------------------------------------------------------

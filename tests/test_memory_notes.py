@@ -29,7 +29,7 @@ from cxsim.preflight import preflight
 from cxsim.runtime import RolloutBatch, collect_rollouts, env_system_prompt
 from cxsim.segment_trees import segment_chains
 from cxsim.segments import Segment, pack_segments
-from cxsim.strategies import STRATEGIES, Note
+from cxsim.strategies import STRATEGIES, Note, TurnState
 from cxsim.strategies.memory_notes import (
     LAST_NOTE_STEP,
     MEMORY_NOTES,
@@ -125,16 +125,21 @@ def test_bad_bounds_are_one_line_errors(kwargs, message):
 
 def test_a_note_is_kept_within_its_bounds_only():
     config = CompactionConfig(protocol="memory-notes")
-    keeps = MEMORY_NOTES.keeps_note
-    assert keeps(config, chat(), "note the key is k3", step=0, notes=0) == "the key is k3"
-    assert keeps(config, chat(), "note the key is k3", step=LAST_NOTE_STEP, notes=5) is not None
-    assert keeps(config, chat(), "note the key is k3", step=LAST_NOTE_STEP + 1, notes=0) is None
-    assert keeps(config, chat(), "note the key is k3", step=5, notes=6) is None  # max_notes
+
+    def keeps(text: str, step: int, notes: int) -> str | None:
+        turn = TurnState(10, 0, 0, env_steps=step, notes=notes)
+        move = MEMORY_NOTES.response_move(config, chat(), text, turn)
+        return move.note if move.kind == "note" else None
+
+    assert keeps("note the key is k3", step=0, notes=0) == "the key is k3"
+    assert keeps("note the key is k3", step=LAST_NOTE_STEP, notes=5) is not None
+    assert keeps("note the key is k3", step=LAST_NOTE_STEP + 1, notes=0) is None
+    assert keeps("note the key is k3", step=5, notes=6) is None  # max_notes
     six = "the key is now k5 ."
-    assert keeps(config, chat(), f"note {six}", step=0, notes=0) == six
-    assert keeps(config, chat(), f"note {six} k5", step=0, notes=0) is None  # 7 tokens
+    assert keeps(f"note {six}", step=0, notes=0) == six
+    assert keeps(f"note {six} k5", step=0, notes=0) is None  # 7 tokens
     for action in ("note", "answer k3", "a note says k3", ""):
-        assert keeps(config, chat(), action, step=0, notes=0) is None
+        assert keeps(action, step=0, notes=0) is None
 
 
 def test_a_budget_without_room_for_the_notes_is_a_one_line_error():

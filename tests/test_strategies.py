@@ -615,8 +615,9 @@ def test_self_compaction_triggers_on_a_request_or_its_drawn_fallback():
         assert strategy.turn_trigger(config, TurnState(60, 1, 2, asked=True)) == "summarize"
         assert strategy.turn_trigger(config, TurnState(60, 2, 2, asked=True)) == "act"
         assert strategy.turn_trigger(config, TurnState(129, 2, 0)) == "end"
-        assert strategy.requests_compaction(config, COMPACTION_REQUEST)
-        assert not strategy.requests_compaction(config, "next")
+        turn = TurnState(60, 0, 1)
+        assert strategy.response_move(config, chat(), COMPACTION_REQUEST, turn).kind == "compact"
+        assert strategy.response_move(config, chat(), "next", turn).kind == "act"
     assert {SELF_COMPACTION.fallback(config, seed) for seed in range(50)} == {72}
     drawn = [SELF_COMPACTION_DRAWN.fallback(config, seed) for seed in range(200)]
     assert min(drawn) >= 72 and max(drawn) <= 72 + 36 and len(set(drawn)) > 10

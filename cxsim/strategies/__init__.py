@@ -28,10 +28,10 @@ from cxsim.strategies.single import SINGLE
 from cxsim.strategies.sliding_window import SLIDING_WINDOW
 from cxsim.strategies.strategy_types import (
     SUMMARY_AUTHORS,
-    BranchMove,
     KeptStep,
     Note,
     RebuiltWindow,
+    ResponseMove,
     StepCost,
     Trigger,
     TurnState,
@@ -40,11 +40,11 @@ from cxsim.strategies.strategy_types import (
 
 __all__ = [
     "STRATEGIES",
-    "BranchMove",
     "ContextStrategy",
     "KeptStep",
     "Note",
     "RebuiltWindow",
+    "ResponseMove",
     "RolloutAgents",
     "ScriptedOptions",
     "StepCost",

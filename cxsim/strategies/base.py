@@ -19,12 +19,11 @@ no protocol of their own: they ask the strategy
   tokens (:meth:`~ContextStrategy.window_segment`, :meth:`~ContextStrategy.summary_segment`);
 - **how much room it keeps**: the summary reserve, the checks that need the chat format
   (:meth:`~ContextStrategy.validate`) and the window sizes the sizing replays;
-- **what the policy may ask for**: a response that requests a compaction instead of acting
-  (:meth:`~ContextStrategy.requests_compaction`), or one that opens a child window or
-  returns from it (:meth:`~ContextStrategy.branch_move`; the child's first tokens,
-  :meth:`~ContextStrategy.branch_prefix`, and what the parent gets back,
-  :meth:`~ContextStrategy.returned_turn`), or one that keeps a note
-  (:meth:`~ContextStrategy.keeps_note`; what a rebuilt window carries of the notes,
+- **what the policy may ask for**: :meth:`~ContextStrategy.response_move` reads a response
+  as an action, a request to compact, one that opens a child window or returns from it (the
+  child's first tokens, :meth:`~ContextStrategy.branch_prefix`, and what the parent gets
+  back, :meth:`~ContextStrategy.returned_turn`), or a note to keep (what a rebuilt window
+  carries of the notes,
   :meth:`~ContextStrategy.rebuilt_notes`, and how a rollout's segments are rearranged once
   it ended, :meth:`~ContextStrategy.finished_segments`);
 - **what the scripted oracle does under it** (:meth:`~ContextStrategy.scripted_agents`, and
@@ -48,10 +47,10 @@ from typing import TYPE_CHECKING
 
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.strategy_types import (
-    BranchMove,
     KeptStep,
     Note,
     RebuiltWindow,
+    ResponseMove,
     StepCost,
     SummaryAuthor,
     TokenCount,
@@ -123,28 +122,26 @@ class ContextStrategy:
         and compactions alone."""
         return self.trigger(config, turn.length, turn.compactions)
 
-    def requests_compaction(self, config: CompactionConfig, text: str) -> bool:
-        """Whether a response (its text) is the policy's request to compact rather than an
-        action for the environment: its tokens stay in the window, trainable, the environment
-        is not stepped, and :meth:`turn_trigger` sees ``asked``. The runtime honours it while
-        :meth:`compactions_left`. By default no response is."""
-        return False
-
-    def branch_move(
+    def response_move(
         self, config: CompactionConfig, chat: ChatFormat, text: str, turn: TurnState
-    ) -> BranchMove | None:
-        """Whether a response (its text), given in ``turn`` (its ``length``: the window with the
-        response), opens a child window (``branch``) or returns from the current one
-        (``return``) instead of acting on the environment; None: neither (the default).
+    ) -> ResponseMove:
+        """What a response (its text), given in ``turn`` (its ``length``: the window with the
+        response), is: by default an action for the environment (``act``). The runtime
+        executes the move; every kind but ``act`` steps no environment and counts as a turn.
 
-        On ``branch`` the runtime records the window as a segment, keeps it aside and starts a
-        child window (:meth:`branch_prefix`), whose segments name that one as their parent.
-        On ``return`` the policy writes the child's summary (as it writes a compaction's:
-        ``h + q_sum``, a summary segment, the summary reserve kept free while a child is
-        open, :meth:`reserves_summary`); the child is recorded and closed, and its parent
-        continues with its branching response followed by :meth:`returned_turn`, as one step.
-        Both count as turns and step no environment."""
-        return None
+        - ``compact``: the policy's request to compact; its tokens stay in the window,
+          trainable, and :meth:`turn_trigger` sees ``asked``. Honoured while
+          :meth:`compactions_left`, else the response is an action.
+        - ``branch``: the runtime records the window as a segment, keeps it aside and starts
+          a child window (:meth:`branch_prefix`), whose segments name that one as their parent.
+        - ``return``: the policy writes the child's summary (as it writes a compaction's:
+          ``h + q_sum``, a summary segment, the summary reserve kept free while a child is
+          open, :meth:`reserves_summary`); the child is recorded and closed, and its parent
+          continues with its branching response followed by :meth:`returned_turn`, as one step.
+        - ``note``: a note to keep (``ResponseMove.note``, its words); its tokens stay in the
+          window, trainable, and the runtime records it (:class:`Note`) for
+          :meth:`rebuilt_notes` and :meth:`finished_segments`."""
+        return ResponseMove()
 
     def branch_prefix(
         self,
@@ -162,17 +159,6 @@ class ContextStrategy:
         """What a parent window gets back from its child: an observation turn with the
         child's summary (the branching response's observation)."""
         return chat.observation(summary)
-
-    def keeps_note(
-        self, config: CompactionConfig, chat: ChatFormat, text: str, step: int, notes: int
-    ) -> str | None:
-        """Whether a response (its text), written after ``step`` environment steps with
-        ``notes`` notes kept so far in the episode, is a note to keep rather than an action:
-        the note's text, or None (the default: no response is). A kept note steps no
-        environment and counts as a turn; its tokens stay in the window, trainable, and the
-        runtime records it (:class:`Note`) for :meth:`rebuilt_notes` and
-        :meth:`finished_segments`."""
-        return None
 
     def rebuilt_notes(
         self, config: CompactionConfig, chat: ChatFormat, notes: Sequence[Note]

@@ -59,7 +59,7 @@ from cxsim.agent_api import TurnResponse
 from cxsim.strategies.base import check_counts
 from cxsim.strategies.compacted import Compacted
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
-from cxsim.strategies.strategy_types import BranchMove, StepCost, TokenCount, TurnState
+from cxsim.strategies.strategy_types import ResponseMove, StepCost, TokenCount, TurnState
 
 if TYPE_CHECKING:
     from cxsim.agent_api import Agent, TurnRequest
@@ -101,19 +101,19 @@ class Folding(Compacted):
         self.max_depth = max_depth
         self.max_branches = max_branches
 
-    def branch_move(
+    def response_move(
         self, config: CompactionConfig, chat: ChatFormat, text: str, turn: TurnState
-    ) -> BranchMove | None:
-        """``find ...`` while depth and branches are left and the window keeps room for the
-        returned turn; ``return`` in a child window."""
+    ) -> ResponseMove:
+        """``find ...`` (``branch``) while depth and branches are left and the window keeps
+        room for the returned turn; ``return`` in a child window; else an action."""
         words = text.split()
         if words == [RETURN_WORD]:
-            return "return" if turn.depth > 0 else None
+            return ResponseMove("return" if turn.depth > 0 else "act")
         if not words or words[0] != BRANCH_WORD:
-            return None
+            return ResponseMove()
         if turn.depth >= self.max_depth or turn.branches >= self.max_branches:
-            return None
-        return "branch" if self.return_fits(config, chat, turn.length) else None
+            return ResponseMove()
+        return ResponseMove("branch" if self.return_fits(config, chat, turn.length) else "act")
 
     def return_fits(self, config: CompactionConfig, chat: ChatFormat, length: int) -> bool:
         """Whether a window of ``length`` tokens has room for a returned turn with a summary of

@@ -4,7 +4,7 @@ their step, and a note the final answer uses is credited with the outcome direct
 **Notes.** At any turn the policy may answer :data:`NOTE_WORD` followed by the note's words
 (``note the key is k3``; ``note``, the tags' numbers, ``:`` and ``;`` are words every cxsim
 tokenizer holds: ``cxsim.envs.vocab``) instead of an action. The runtime keeps it
-(``keeps_note``): no environment step, one turn, its tokens stay in the window, trainable,
+(a ``note`` move, ``response_move``): no environment step, one turn, its tokens stay in the window, trainable,
 and it is stored with the number of environment steps taken before it (its step). Bounds
 (``MemoryNotes(max_notes, max_note_tokens)``, validated): at most ``max_notes`` notes per
 episode, each of at most ``max_note_tokens`` tokens (the note word and the end token left
@@ -67,7 +67,7 @@ from cxsim.agent_api import TurnResponse
 from cxsim.strategies.base import _chat_count, check_counts
 from cxsim.strategies.compacted import Compacted
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
-from cxsim.strategies.strategy_types import Note, StepCost, TokenCount
+from cxsim.strategies.strategy_types import Note, ResponseMove, StepCost, TokenCount, TurnState
 
 if TYPE_CHECKING:
     from cxsim.agent_api import Agent, TurnRequest
@@ -178,18 +178,20 @@ class MemoryNotes(Compacted):
         self.max_note_tokens = max_note_tokens
 
     # -- the notes ------------------------------------------------------------------
-    def keeps_note(
-        self, config: CompactionConfig, chat: ChatFormat, text: str, step: int, notes: int
-    ) -> str | None:
-        """``note <words>`` while notes are left, at step :data:`LAST_NOTE_STEP` at the
-        latest, its words at most ``max_note_tokens`` tokens."""
+    def response_move(
+        self, config: CompactionConfig, chat: ChatFormat, text: str, turn: TurnState
+    ) -> ResponseMove:
+        """``note <words>`` (``note``) while notes are left, at step :data:`LAST_NOTE_STEP`
+        at the latest, its words at most ``max_note_tokens`` tokens; else an action."""
         words = text.split()
         if len(words) < 2 or words[0] != NOTE_WORD:
-            return None
-        if notes >= self.max_notes or step > LAST_NOTE_STEP:
-            return None
+            return ResponseMove()
+        if turn.notes >= self.max_notes or turn.env_steps > LAST_NOTE_STEP:
+            return ResponseMove()
         kept = " ".join(words[1:])
-        return kept if len(chat.encode(kept)) <= self.max_note_tokens else None
+        if len(chat.encode(kept)) > self.max_note_tokens:
+            return ResponseMove()
+        return ResponseMove("note", kept)
 
     def rebuilt_notes(
         self, config: CompactionConfig, chat: ChatFormat, notes: Sequence[Note]

@@ -41,7 +41,7 @@ import numpy as np
 from cxsim.agent_api import TurnResponse
 from cxsim.strategies.compacted import Compacted
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
-from cxsim.strategies.strategy_types import Trigger, TurnState, window_full
+from cxsim.strategies.strategy_types import ResponseMove, Trigger, TurnState, window_full
 
 if TYPE_CHECKING:
     from cxsim.agent_api import Agent, TurnRequest
@@ -93,8 +93,11 @@ class SelfCompaction(Compacted):
             return "act"
         return "summarize" if left else "end"
 
-    def requests_compaction(self, config: CompactionConfig, text: str) -> bool:
-        return text.strip() == COMPACTION_REQUEST
+    def response_move(
+        self, config: CompactionConfig, chat: ChatFormat, text: str, turn: TurnState
+    ) -> ResponseMove:
+        """``summary`` is the policy's request to compact (``compact``); else an action."""
+        return ResponseMove("compact" if text.strip() == COMPACTION_REQUEST else "act")
 
     def words(self, config: CompactionConfig) -> list[str]:
         return [*super().words(config), COMPACTION_REQUEST]

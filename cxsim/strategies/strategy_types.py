@@ -3,8 +3,8 @@ values the runtime (``cxsim.runtime``), the sizing (``cxsim.compaction``) and a 
 exchange, and the compaction rule they all read.
 
 - what a row does next (``Trigger``) and from what (:class:`TurnState`);
-- who writes a summary (``SummaryAuthor``), and a response that opens or closes a child
-  window (``BranchMove``);
+- who writes a summary (``SummaryAuthor``), and what a response is (:class:`ResponseMove`:
+  an action, a request to compact, a child window opened or closed, a note kept);
 - what a rebuilt window holds before its steps (:class:`RebuiltWindow`), what each step
   costs (:class:`StepCost`) and which steps it copies (``KeptStep``);
 - a note the policy kept (:class:`Note`), and how the sizing counts tokens
@@ -25,9 +25,10 @@ its window without a summary, or end (the window is full and nothing is left to 
 SummaryAuthor = Literal["policy", "summarizer"]
 """Who writes a summary: the acting policy (a trainable summary segment) or another agent."""
 SUMMARY_AUTHORS: tuple[SummaryAuthor, ...] = ("policy", "summarizer")
-BranchMove = Literal["branch", "return"]
-"""A response that opens a child window (``branch``) or closes the current child window
-(``return``) instead of acting on the environment (:meth:`ContextStrategy.branch_move`)."""
+ResponseKind = Literal["act", "compact", "branch", "return", "note"]
+"""What a response is (:meth:`ContextStrategy.response_move`): an action for the environment
+(``act``), the policy's request to compact (``compact``), one that opens a child window
+(``branch``) or closes the current one (``return``), or a note to keep (``note``)."""
 
 
 def window_full(budget: int, threshold: int, length: int) -> bool:
@@ -56,14 +57,30 @@ class TurnState(NamedTuple):
     new_steps: int
     """Steps (response + observation) taken since the window was built or rebuilt."""
     asked: bool = False
-    """The policy's last response asked for a compaction (:meth:`ContextStrategy.requests_compaction`)."""
+    """The policy's last response asked for a compaction (a ``compact`` :class:`ResponseMove`)."""
     seed: int | None = None
     """The row's task seed (rows of one task group share it); None where no row is meant
     (the sizing's replay)."""
     depth: int = 0
     """Child windows open above the current one (0: the episode's own window)."""
     branches: int = 0
-    """Child windows opened so far in the episode (:meth:`ContextStrategy.branch_move`)."""
+    """Child windows opened so far in the episode (each a ``branch`` move)."""
+    env_steps: int = 0
+    """Environment steps taken in the episode."""
+    notes: int = 0
+    """Notes kept so far in the episode (each a ``note`` move)."""
+
+
+class ResponseMove(NamedTuple):
+    """What a response is, as the strategy reads it (:meth:`ContextStrategy.response_move`);
+    the runtime executes it."""
+
+    kind: ResponseKind = "act"
+    """``act``: the environment steps on it; ``compact``: no step, :class:`TurnState`'s
+    ``asked`` is set (honoured while a compaction is left, else an action); ``branch`` /
+    ``return``: a child window opens / the current one closes; ``note``: kept, no step."""
+    note: str = ""
+    """The note's words (``note`` only)."""
 
 
 class StepCost(NamedTuple):
@@ -77,7 +94,7 @@ class StepCost(NamedTuple):
 
 
 class Note(NamedTuple):
-    """A note the policy kept (:meth:`ContextStrategy.keeps_note`), as the runtime records it."""
+    """A note the policy kept (a ``note`` :class:`ResponseMove`), as the runtime records it."""
 
     text: str
     """Its words, the word that marks a note left out."""

@@ -43,6 +43,7 @@ from cxsim.strategies import STRATEGIES, ContextStrategy, StepCost, TurnState, w
 if TYPE_CHECKING:  # annotations only: importing agents pulls torch, slowing every --help
     from cxsim.agents.chat import ChatFormat
     from cxsim.envs.defaults import EpisodeText
+    from cxsim.strategies.strategy_types import TokenCount
 
 PROTOCOLS: tuple[str, ...] = tuple(STRATEGIES)
 """The protocols cxsim holds (``cxsim.strategies.STRATEGIES``); plug-ins come on top."""
@@ -186,7 +187,7 @@ def fit_sizes(
     Sizes already set are kept. The derived ones, in order (each uses the ones before):
 
     - ``max_response_tokens``: the longest action + the end token (at least the strategy's
-      ``response_floor``: its own responses, such as a note);
+      ``StrategySizing.response_floor``: its own responses, such as a note);
     - ``max_summary_tokens``: the longest perfect summary + the end token;
     - ``threshold``: ``|q_sum| + max_summary_tokens + |assistant header| +
       max_response_tokens + the longest observation turn``: the room one step
@@ -214,7 +215,7 @@ def fit_sizes(
     strategy = config.strategy
     longest_action = max(count("encode", a) + 1 for e in episodes for a in e.actions)
     response = derived(
-        "max_response_tokens", max(longest_action, strategy.response_floor(config, count))
+        "max_response_tokens", max(longest_action, strategy.sizing(config, count).response_floor())
     )
     summary = derived(
         "max_summary_tokens", max(count("encode", s) + 1 for e in episodes for s in e.summaries)
@@ -229,7 +230,7 @@ def fit_sizes(
     system = count("system", system_prompt)
     plans = [_episode_plan(sized, measured, system, e) for e in episodes]
     firsts = max(first for p in plans for first, _ in p.windows)
-    low = max(strategy.rebuilt_floor(sized, count, system), firsts) + threshold
+    low = max(strategy.sizing(sized, count).rebuilt_floor(system), firsts) + threshold
     high = max(f + sum(step.full for step in s) for p in plans for f, s in p.windows) + threshold
     while low < high:  # smallest budget that fits every episode (the fit grows with budget)
         mid = (low + high) // 2
@@ -265,11 +266,13 @@ class _EpisodePlan:
     first: int
     rebuilt: int
     steps: list[StepCost]
+    count: TokenCount
+    """How the sizing counts tokens (the strategy's sizing reads it)."""
     reserve: int = 0
     """The strategy's summary reserve (its scripted oracle's compaction decisions read it)."""
     chains: tuple[tuple[int, list[StepCost]], ...] = ()
     """The strategy's own split of the episode into chains of windows, each (its first
-    window's fixed part, its steps), played in order (``sizing_windows``); empty: one, the
+    window's fixed part, its steps), played in order (``StrategySizing.windows``); empty: one, the
     episode's (``first``, ``steps``)."""
 
     @property
@@ -322,9 +325,9 @@ class _EpisodePlan:
     def oracle_asks(self, config: CompactionConfig, turn: TurnState) -> bool:
         """The scripted oracle asks to compact before acting (and a compaction is left)."""
         strategy = config.strategy
-        return strategy.compactions_left(config, turn.compactions) and strategy.scripted_compacts(
-            config, self.reserve, turn
-        )
+        if not strategy.compactions_left(config, turn.compactions):
+            return False
+        return strategy.sizing(config, self.count).oracle_compacts(self.reserve, turn)
 
 
 def _episode_plan(
@@ -332,7 +335,8 @@ def _episode_plan(
 ) -> _EpisodePlan:
     count = measured.count
     task = count("task", episode.task)
-    rebuilt = config.strategy.rebuilt_size(config, count, system, task, episode.summaries)
+    sizing = config.strategy.sizing(config, count)
+    rebuilt = sizing.rebuilt_size(system, task, episode.summaries)
     header = count("assistant_prefix")
     placeholder = config.strategy.placeholder
     steps = []
@@ -342,7 +346,12 @@ def _episode_plan(
         masked = full if placeholder is None else response + count("observation", placeholder)
         steps.append(StepCost(full, masked))
     reserve = config.strategy.summary_reserve(config, measured.chat)
-    chains = config.strategy.sizing_windows(config, count, system + task, steps, episode)
+    chains = sizing.windows(system + task, steps, episode)
     return _EpisodePlan(
-        first=system + task, rebuilt=rebuilt, steps=steps, reserve=reserve, chains=tuple(chains)
+        first=system + task,
+        rebuilt=rebuilt,
+        steps=steps,
+        count=count,
+        reserve=reserve,
+        chains=tuple(chains),
     )

@@ -153,9 +153,9 @@ def test_a_budget_without_room_for_the_notes_is_a_one_line_error():
     )  # fmt: skip
     count = lambda piece, *texts: len(getattr(chat(), piece)(*texts))  # noqa: E731
     assert MEMORY_NOTES.notes_room(config, count) == 61
-    floor = MEMORY_NOTES.rebuilt_floor(config, count, len(chat().system(system)))
-    compacted = replace(config, protocol="compacted").strategy
-    assert floor == compacted.rebuilt_floor(config, count, len(chat().system(system))) + 61
+    floor = MEMORY_NOTES.sizing(config, count).rebuilt_floor(len(chat().system(system)))
+    compacted = replace(config, protocol="compacted").strategy.sizing(config, count)
+    assert floor == compacted.rebuilt_floor(len(chat().system(system))) + 61
     MEMORY_NOTES.validate(replace(config, budget=floor + 72), chat(), system)
     with pytest.raises(ValueError, match=r"too small for a rebuilt window with notes") as info:
         MEMORY_NOTES.validate(replace(config, budget=floor + 71), chat(), system)

@@ -25,6 +25,7 @@ from cxsim.strategies.observation_masking import OBSERVATION_MASKING
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.self_compaction import SELF_COMPACTION, SELF_COMPACTION_DRAWN
 from cxsim.strategies.single import SINGLE
+from cxsim.strategies.sizing import StrategySizing
 from cxsim.strategies.sliding_window import SLIDING_WINDOW
 from cxsim.strategies.strategy_types import (
     SUMMARY_AUTHORS,
@@ -49,6 +50,7 @@ __all__ = [
     "ScriptedOptions",
     "StepCost",
     "StrategyRegistry",
+    "StrategySizing",
     "Trigger",
     "TurnState",
     "window_full",

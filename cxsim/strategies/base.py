@@ -28,8 +28,10 @@ no protocol of their own: they ask the strategy
   it ended, :meth:`~ContextStrategy.finished_segments`);
 - **what the scripted oracle does under it** (:meth:`~ContextStrategy.scripted_agents`, and
   :meth:`~ContextStrategy.scripted_agents_for` for a sized config, with its own compaction
-  decisions, :meth:`~ContextStrategy.scripted_compacts`, which the sizing replays): the
-  agents whose rollouts are demonstrations.
+  decisions, which the sizing replays): the
+  agents whose rollouts are demonstrations;
+- **how the sizing sees it**: :meth:`~ContextStrategy.sizing`, one
+  :class:`~cxsim.strategies.sizing.StrategySizing` (``cxsim.strategies.sizing``).
 
 What those decisions take and return (:class:`TurnState`, :class:`StepCost`, :class:`Note`,
 ``Trigger``, ...) is defined in ``cxsim.strategies.strategy_types``, with the compaction rule,
@@ -46,6 +48,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
+from cxsim.strategies.sizing import StrategySizing
 from cxsim.strategies.strategy_types import (
     KeptStep,
     Note,
@@ -63,7 +66,6 @@ if TYPE_CHECKING:
     from cxsim.agent_api import Agent
     from cxsim.agents.chat import ChatFormat
     from cxsim.compaction import CompactionConfig
-    from cxsim.envs.defaults import EpisodeText
     from cxsim.segments import Segment
 
 
@@ -185,12 +187,6 @@ class ContextStrategy:
         compaction is left (:meth:`compactions_left`)."""
         return self.compactions_left(config, turn.compactions)
 
-    def scripted_compacts(self, config: CompactionConfig, reserve: int, turn: TurnState) -> bool:
-        """Whether the scripted oracle asks to compact before its response in ``turn`` (its
-        agents ask it; the sizing replays it); ``reserve``: :meth:`summary_reserve`. By
-        default never: it leaves compaction to :meth:`trigger`."""
-        return False
-
     # -- what it asks for, and the room that keeps free -----------------------------
     def summary_prompt(self, config: CompactionConfig, chat: ChatFormat) -> list[int]:
         """q_sum: the tokens appended to a full window to ask for a summary ([]: none)."""
@@ -200,10 +196,13 @@ class ContextStrategy:
         """The most tokens a summary may take (0: no summary)."""
         return 0
 
-    def response_floor(self, config: CompactionConfig, count: TokenCount) -> int:
-        """The fewest tokens the response cap must hold for the strategy's own responses
-        (``fit_sizes`` derives ``max_response_tokens`` at least this); 0 by default."""
-        return 0
+    def sizing(self, config: CompactionConfig, count: TokenCount) -> StrategySizing:
+        """What the sizing (``fit_sizes``) and the checks read of the strategy's window sizes
+        under ``config``, in the tokens ``count`` measures (:class:`StrategySizing`: the
+        response cap's floor, the rebuilt windows' sizes, the oracle episode's chains of
+        windows, the scripted oracle's own compaction decisions); a strategy sized
+        differently returns its own subclass."""
+        return StrategySizing(self, config, count)
 
     def summary_reserve(self, config: CompactionConfig, chat: ChatFormat) -> int:
         """Tokens kept free in a window while a compaction is left, so that the summary prompt
@@ -238,7 +237,7 @@ class ContextStrategy:
 
         - ``threshold >= |q_sum| + max_summary_tokens + |assistant header| + 1``, so that
           whenever a response is allowed at least one token of it fits;
-        - the smallest rebuilt window (:meth:`rebuilt_floor`) is not full.
+        - the smallest rebuilt window (:meth:`StrategySizing.rebuilt_floor`) is not full.
         """
         header = len(chat.assistant_prefix())
         q_sum = len(self.summary_prompt(config, chat))
@@ -253,7 +252,8 @@ class ContextStrategy:
             )
         if not self.compacts:
             return
-        rebuilt = self.rebuilt_floor(config, _chat_count(chat), len(chat.system(system_prompt)))
+        sizing = self.sizing(config, _chat_count(chat))
+        rebuilt = sizing.rebuilt_floor(len(chat.system(system_prompt)))
         if self.full(config, rebuilt):
             raise ValueError(
                 f"budget ({config.budget}) is too small for a rebuilt window: system prompt and "
@@ -283,43 +283,6 @@ class ContextStrategy:
         if layout.summary and summary is not None:
             tokens += chat.resume(config.resume_instruction, summary)
         return tokens
-
-    def rebuilt_floor(self, config: CompactionConfig, count: TokenCount, system: int) -> int:
-        """The smallest rebuilt window any episode gets: the system prompt and, when it
-        carries a summary, the resume turn with a summary of ``max_summary_tokens`` (a task
-        kept with ``keep_task`` varies per episode and is left out)."""
-        if not self.layout(config).summary:
-            return system
-        return system + count("resume", config.resume_instruction, "") + self.summary_tokens(config)
-
-    def rebuilt_size(
-        self,
-        config: CompactionConfig,
-        count: TokenCount,
-        system: int,
-        task: int,
-        summaries: Sequence[str],
-    ) -> int:
-        """One episode's rebuilt window before its steps, with its longest summary."""
-        layout = self.layout(config)
-        size = system + (task if layout.task else 0)
-        if layout.summary:
-            size += max(count("resume", config.resume_instruction, s) for s in summaries)
-        return size
-
-    def sizing_windows(
-        self,
-        config: CompactionConfig,
-        count: TokenCount,
-        first: int,
-        steps: list[StepCost],
-        episode: EpisodeText,
-    ) -> list[tuple[int, list[StepCost]]]:
-        """The oracle episode's chains of windows as the sizing replays them (``fit_sizes``),
-        in the order the runtime plays them: each (its first window's fixed part, the steps
-        taken in it and its rebuilt windows); the compactions add up across them. By default
-        one: the episode's first window (``first`` = system prompt + task) and every step."""
-        return [(first, steps)]
 
     def steps_kept(self, config: CompactionConfig, prefix: int, steps: Sequence[int]) -> int | None:
         """k: how many of the last ``steps`` (their sizes, oldest first) a rebuilt window of

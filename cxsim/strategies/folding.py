@@ -59,6 +59,7 @@ from cxsim.agent_api import TurnResponse
 from cxsim.strategies.base import check_counts
 from cxsim.strategies.compacted import Compacted
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
+from cxsim.strategies.sizing import StrategySizing
 from cxsim.strategies.strategy_types import ResponseMove, StepCost, TokenCount, TurnState
 
 if TYPE_CHECKING:
@@ -129,33 +130,8 @@ class Folding(Compacted):
     def words(self, config: CompactionConfig) -> list[str]:
         return [*super().words(config), BRANCH_WORD, RETURN_WORD]
 
-    def sizing_windows(
-        self,
-        config: CompactionConfig,
-        count: TokenCount,
-        first: int,
-        steps: list[StepCost],
-        episode: EpisodeText,
-    ) -> list[tuple[int, list[StepCost]]]:
-        """The scripted oracle's windows: the child (``first`` + the branching call, the steps
-        before the first committing action, then ``return``), then the root (the branching
-        step with the summary returned before that action, then the rest). The call is
-        counted at the response cap; an episode whose first action commits is one window."""
-        actions = episode.actions
-        commit = next(
-            (i for i, a in enumerate(actions) if commits(a, episode.commits)), len(actions)
-        )
-        if commit == 0:
-            return [(first, steps)]
-        assert config.max_response_tokens is not None
-        header = count("assistant_prefix")
-        call = header + config.max_response_tokens
-        if commit == len(actions):  # it never commits: the episode ends in the child
-            return [(first + call, steps)]
-        back = header + count("encode", RETURN_WORD) + 1
-        turn = call + count("observation", episode.summaries[commit])
-        child = (first + call, [*steps[:commit], StepCost(back, back)])
-        return [child, (first, [StepCost(turn, turn), *steps[commit:]])]
+    def sizing(self, config: CompactionConfig, count: TokenCount) -> FoldingSizing:
+        return FoldingSizing(self, config, count)
 
     def scripted_move(self, request: TurnRequest, proposed: str, family: EnvFamily) -> str | None:
         """What the scripted oracle answers instead of its ``proposed`` action, if anything:
@@ -203,6 +179,34 @@ class Folding(Compacted):
             return self.scripted_move(request, proposed, family)
 
         return RolloutAgents(FoldingOracle(agents.actor, chat, move))
+
+
+class FoldingSizing(StrategySizing):
+    """Folding's sizes: the scripted oracle's child and root windows (:meth:`windows`)."""
+
+    def windows(
+        self, first: int, steps: list[StepCost], episode: EpisodeText
+    ) -> list[tuple[int, list[StepCost]]]:
+        """The scripted oracle's windows: the child (``first`` + the branching call, the steps
+        before the first committing action, then ``return``), then the root (the branching
+        step with the summary returned before that action, then the rest). The call is
+        counted at the response cap; an episode whose first action commits is one window."""
+        config, count = self.config, self.count
+        actions = episode.actions
+        commit = next(
+            (i for i, a in enumerate(actions) if commits(a, episode.commits)), len(actions)
+        )
+        if commit == 0:
+            return [(first, steps)]
+        assert config.max_response_tokens is not None
+        header = count("assistant_prefix")
+        call = header + config.max_response_tokens
+        if commit == len(actions):  # it never commits: the episode ends in the child
+            return [(first + call, steps)]
+        back = header + count("encode", RETURN_WORD) + 1
+        turn = call + count("observation", episode.summaries[commit])
+        child = (first + call, [*steps[:commit], StepCost(back, back)])
+        return [child, (first, [StepCost(turn, turn), *steps[commit:]])]
 
 
 FOLDING = Folding()

@@ -19,7 +19,7 @@ room that takes is bounded by the bounds, and the sizing keeps it free
 (:meth:`MemoryNotes.notes_room`: in the first window and in every rebuilt one, so the
 derived budget holds any notes within the bounds, raw or carried; ``validate`` checks that a
 rebuilt window with a full summary and that room is not full; the response cap holds a note
-of ``max_note_tokens``, ``response_floor``).
+of ``max_note_tokens``, :class:`NotesSizing`).
 
 **Credit: a used note is a leaf.** A note is *used* when the episode terminated (the
 environment ended it) and one of the final action's words after its first (``answer k3``:
@@ -67,6 +67,7 @@ from cxsim.agent_api import TurnResponse
 from cxsim.strategies.base import _chat_count, check_counts
 from cxsim.strategies.compacted import Compacted
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
+from cxsim.strategies.sizing import StrategySizing
 from cxsim.strategies.strategy_types import Note, ResponseMove, StepCost, TokenCount, TurnState
 
 if TYPE_CHECKING:
@@ -226,38 +227,12 @@ class MemoryNotes(Compacted):
         return route_note_credit(segments, notes, final_action)
 
     # -- sizes and checks -------------------------------------------------------------
-    def response_floor(self, config: CompactionConfig, count: TokenCount) -> int:
-        """A note of ``max_note_tokens``: the note word, its words, the end token."""
-        return count("encode", NOTE_WORD) + self.max_note_tokens + 1
-
-    def rebuilt_floor(self, config: CompactionConfig, count: TokenCount, system: int) -> int:
-        return super().rebuilt_floor(config, count, system) + self.notes_room(config, count)
-
-    def rebuilt_size(
-        self,
-        config: CompactionConfig,
-        count: TokenCount,
-        system: int,
-        task: int,
-        summaries: Sequence[str],
-    ) -> int:
-        room = self.notes_room(config, count)
-        return super().rebuilt_size(config, count, system, task, summaries) + room
-
-    def sizing_windows(
-        self,
-        config: CompactionConfig,
-        count: TokenCount,
-        first: int,
-        steps: list[StepCost],
-        episode: EpisodeText,
-    ) -> list[tuple[int, list[StepCost]]]:
-        """The episode's window with the notes' room kept free (as every rebuilt window)."""
-        return [(first + self.notes_room(config, count), steps)]
+    def sizing(self, config: CompactionConfig, count: TokenCount) -> NotesSizing:
+        return NotesSizing(self, config, count)
 
     def validate(self, config: CompactionConfig, chat: ChatFormat, system_prompt: str) -> None:
-        count = _chat_count(chat)
-        rebuilt = self.rebuilt_floor(config, count, len(chat.system(system_prompt)))
+        sizing = self.sizing(config, _chat_count(chat))
+        rebuilt = sizing.rebuilt_floor(len(chat.system(system_prompt)))
         assert config.budget is not None and config.threshold is not None
         if self.full(config, rebuilt):
             raise ValueError(
@@ -317,6 +292,32 @@ class MemoryNotes(Compacted):
             return self.scripted_note(chat, request, noted, family)
 
         return RolloutAgents(NotingOracle(agents.actor, chat, NOTE_WORD, note))
+
+
+class NotesSizing(StrategySizing):
+    """Memory-notes' sizes: the notes' room kept free in every window, and a note's
+    response."""
+
+    strategy: MemoryNotes
+
+    def notes_room(self) -> int:
+        return self.strategy.notes_room(self.config, self.count)
+
+    def response_floor(self) -> int:
+        """A note of ``max_note_tokens``: the note word, its words, the end token."""
+        return self.count("encode", NOTE_WORD) + self.strategy.max_note_tokens + 1
+
+    def rebuilt_floor(self, system: int) -> int:
+        return super().rebuilt_floor(system) + self.notes_room()
+
+    def rebuilt_size(self, system: int, task: int, summaries: Sequence[str]) -> int:
+        return super().rebuilt_size(system, task, summaries) + self.notes_room()
+
+    def windows(
+        self, first: int, steps: list[StepCost], episode: EpisodeText
+    ) -> list[tuple[int, list[StepCost]]]:
+        """The episode's window with the notes' room kept free (as every rebuilt window)."""
+        return [(first + self.notes_room(), steps)]
 
 
 MEMORY_NOTES = MemoryNotes()

@@ -27,7 +27,7 @@ window is within one step of the highest fallback, ``C - |h| < T_hi + (T_comp - 
 (``T_comp - reserve`` is the room the threshold keeps for one step:
 assistant header, response, observation), so it compacts slightly before the fallback
 would, and its demonstrations teach the decision; the sizing (``fit_sizes``) replays the
-same rule (``scripted_compacts``).
+same rule (``oracle_compacts``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,14 @@ import numpy as np
 from cxsim.agent_api import TurnResponse
 from cxsim.strategies.compacted import Compacted
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
-from cxsim.strategies.strategy_types import ResponseMove, Trigger, TurnState, window_full
+from cxsim.strategies.sizing import StrategySizing
+from cxsim.strategies.strategy_types import (
+    ResponseMove,
+    TokenCount,
+    Trigger,
+    TurnState,
+    window_full,
+)
 
 if TYPE_CHECKING:
     from cxsim.agent_api import Agent, TurnRequest
@@ -102,8 +109,13 @@ class SelfCompaction(Compacted):
     def words(self, config: CompactionConfig) -> list[str]:
         return [*super().words(config), COMPACTION_REQUEST]
 
-    def scripted_compacts(self, config: CompactionConfig, reserve: int, turn: TurnState) -> bool:
-        """After a step, once the window is within one step of the highest fallback."""
+    def sizing(self, config: CompactionConfig, count: TokenCount) -> SelfCompactionSizing:
+        return SelfCompactionSizing(self, config, count)
+
+    def oracle_compacts(self, config: CompactionConfig, reserve: int, turn: TurnState) -> bool:
+        """Whether the scripted oracle asks to compact before its response in ``turn``
+        (``reserve``: the summary reserve; the sizing replays it): after a step, once the
+        window is within one step of the highest fallback."""
         assert config.budget is not None and config.threshold is not None
         zone = self.fallback(config, None) + config.threshold - reserve
         return turn.new_steps > 0 and window_full(config.budget, zone, turn.length)
@@ -125,16 +137,25 @@ class SelfCompaction(Compacted):
         chat: ChatFormat,
         options: ScriptedOptions = ScriptedOptions(),
     ) -> RolloutAgents:
-        """The oracle, asking to compact slightly before the fallback (``scripted_compacts``)."""
+        """The oracle, asking to compact slightly before the fallback (``oracle_compacts``)."""
         agents = self.scripted_agents(env_id, chat, options)
         reserve = self.summary_reserve(config, chat)
 
         def asks(turn: TurnState) -> bool:
-            return self.compactions_left(config, turn.compactions) and self.scripted_compacts(
+            return self.compactions_left(config, turn.compactions) and self.oracle_compacts(
                 config, reserve, turn
             )
 
         return RolloutAgents(CompactingOracle(agents.actor, chat, COMPACTION_REQUEST, asks))
+
+
+class SelfCompactionSizing(StrategySizing):
+    """Self-compaction's sizes: the scripted oracle's own compaction decisions."""
+
+    strategy: SelfCompaction
+
+    def oracle_compacts(self, reserve: int, turn: TurnState) -> bool:
+        return self.strategy.oracle_compacts(self.config, reserve, turn)
 
 
 SELF_COMPACTION = SelfCompaction()

@@ -357,8 +357,9 @@ class RowRunner:
         (``rebuilt_steps``: by default the last k, k lowered until the window is not full),
         each verbatim or with its observation masked."""
         cfg = self.config
-        base = self.strategy.rebuilt_prefix(cfg, self.chat, self.system, row.task, summary)
-        base += self.strategy.rebuilt_notes(cfg, self.chat, row.notes)
+        base = self.strategy.rebuilt_prefix(
+            cfg, self.chat, self.system, row.task, summary, row.notes
+        )
         old, steps = row.window, row.steps
         costs = [self.step_cost(start, observation, end) for start, observation, end in steps]
         kept = self.strategy.rebuilt_steps(cfg, len(base), costs)

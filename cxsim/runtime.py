@@ -70,7 +70,7 @@ Decisions the paper leaves open, made here (each row's state machine,
   and counts as a turn; its tokens stay in the window, trainable, and the runtime records it
   (``Note``: its text, the environment steps before it, the window segment and tokens it
   was written at). A rebuilt window carries what the strategy makes of the notes so far
-  (``rebuilt_notes``, after the rebuilt prefix, untrainable), and once the episode ended
+  (``rebuilt_prefix``, given the notes: after the prefix, untrainable), and once the episode ended
   the strategy may rearrange the rollout's segments around them (``finished_segments``,
   given the response whose step terminated the episode).
 - **Segment parents.** Each recorded segment names the one its window continues from
@@ -160,7 +160,8 @@ def collect_rollouts(
     unused otherwise). ``group_ids`` (one per seed) tags rollouts of the same task for
     group estimators.
     """
-    config.strategy.check_agents(config.protocol, summarizer_agent)
+    if config.strategy.summary_by == "summarizer" and summarizer_agent is None:
+        raise ValueError(f"protocol {config.protocol!r} needs a summarizer_agent")
     if group_ids is not None and len(group_ids) != len(seeds):
         raise ValueError(f"group_ids has {len(group_ids)} entries for {len(seeds)} seeds")
     envs = [gym.make(env_id, **env_kwargs) for _ in seeds]
@@ -202,7 +203,7 @@ def _lockstep(runner: RowRunner, rows: list[Row], agents: tuple[Agent, Agent | N
         for batch, who in zip(batches, agents, strict=True):
             if not batch:
                 continue
-            assert who is not None  # check_agents: a strategy that needs a summarizer has one
+            assert who is not None  # checked above: a strategy that needs a summarizer has one
             responses = who.respond([request for _, request in batch])
             if len(responses) != len(batch):
                 raise RuntimeError(f"agent answered {len(responses)} of {len(batch)} requests")

@@ -5,13 +5,13 @@ A :class:`ContextStrategy` is one protocol for bounding a row's context. The run
 (``cxsim.runtime``), the configuration checks and the sizing (``cxsim.compaction``) hold
 no protocol of their own: they ask the strategy
 
-- **when to act**: :meth:`~ContextStrategy.trigger` turns a row's context length into
-  ``act``, ``summarize``, ``rebuild`` (a new window without a summary) or ``end``
-  (:meth:`~ContextStrategy.turn_trigger` sees the whole :class:`TurnState`: the steps taken
-  since the window was built too; :meth:`~ContextStrategy.compactions_left` bounds them);
+- **when to act**: :meth:`~ContextStrategy.turn_trigger` turns what the runtime knows of a
+  row (:class:`TurnState`: its window's length, the steps taken since the window was built,
+  ...) into ``act``, ``summarize``, ``rebuild`` (a new window without a summary) or ``end``
+  (:meth:`~ContextStrategy.compactions_left` bounds them);
 - **what the next context is**: :meth:`~ContextStrategy.layout` (system prompt, then the
   task and / or the resume turn with the summary), then the last k steps that still fit
-  (:meth:`~ContextStrategy.steps_kept`), or any steps, each verbatim or with its
+  (:meth:`~ContextStrategy.rebuilt_steps`), or any steps, each verbatim or with its
   observation replaced by the strategy's ``placeholder`` (:meth:`~ContextStrategy.rebuilt_steps`);
 - **what it asks for**: the summary prompt q_sum (:meth:`~ContextStrategy.summary_prompt`)
   and who writes the summary (``summary_by``: the acting policy, another agent, or nobody);
@@ -23,8 +23,7 @@ no protocol of their own: they ask the strategy
   as an action, a request to compact, one that opens a child window or returns from it (the
   child's first tokens, :meth:`~ContextStrategy.branch_prefix`, and what the parent gets
   back, :meth:`~ContextStrategy.returned_turn`), or a note to keep (what a rebuilt window
-  carries of the notes,
-  :meth:`~ContextStrategy.rebuilt_notes`, and how a rollout's segments are rearranged once
+  carries of the notes, :meth:`~ContextStrategy.rebuilt_prefix`, and how a rollout's segments are rearranged once
   it ended, :meth:`~ContextStrategy.finished_segments`);
 - **what the scripted oracle does under it** (:meth:`~ContextStrategy.scripted_agents`, and
   :meth:`~ContextStrategy.scripted_agents_for` for a sized config, with its own compaction
@@ -63,7 +62,6 @@ from cxsim.strategies.strategy_types import (
 )
 
 if TYPE_CHECKING:
-    from cxsim.agent_api import Agent
     from cxsim.agents.chat import ChatFormat
     from cxsim.compaction import CompactionConfig
     from cxsim.segments import Segment
@@ -109,20 +107,16 @@ class ContextStrategy:
         the summary reserve stays free): ``compactions < max_compactions``."""
         return compactions < config.max_compactions
 
-    def trigger(self, config: CompactionConfig, length: int, compactions: int) -> Trigger:
-        """What a row whose window holds ``length`` tokens, after ``compactions``
-        compactions, does before its next response."""
-        if not self.full(config, length):
-            return "act"
-        if not self.compacts or not self.compactions_left(config, compactions):
-            return "end"
-        return "summarize" if self.summarizes else "rebuild"
-
     def turn_trigger(self, config: CompactionConfig, turn: TurnState) -> Trigger:
         """What the row does before its next response, from all the runtime knows of it (the
-        runtime and the sizing ask this); by default :meth:`trigger`, on the window's length
-        and compactions alone."""
-        return self.trigger(config, turn.length, turn.compactions)
+        runtime and the sizing ask this). By default on the window's length and compactions
+        alone: act while the window is not full; else summarize (or rebuild, without a
+        summary) while a compaction is left; else end."""
+        if not self.full(config, turn.length):
+            return "act"
+        if not self.compacts or not self.compactions_left(config, turn.compactions):
+            return "end"
+        return "summarize" if self.summarizes else "rebuild"
 
     def response_move(
         self, config: CompactionConfig, chat: ChatFormat, text: str, turn: TurnState
@@ -142,7 +136,7 @@ class ContextStrategy:
           continues with its branching response followed by :meth:`returned_turn`, as one step.
         - ``note``: a note to keep (``ResponseMove.note``, its words); its tokens stay in the
           window, trainable, and the runtime records it (:class:`Note`) for
-          :meth:`rebuilt_notes` and :meth:`finished_segments`."""
+          :meth:`rebuilt_prefix` and :meth:`finished_segments`."""
         return ResponseMove()
 
     def branch_prefix(
@@ -161,13 +155,6 @@ class ContextStrategy:
         """What a parent window gets back from its child: an observation turn with the
         child's summary (the branching response's observation)."""
         return chat.observation(summary)
-
-    def rebuilt_notes(
-        self, config: CompactionConfig, chat: ChatFormat, notes: Sequence[Note]
-    ) -> list[int]:
-        """The tokens a rebuilt window carries of the episode's ``notes`` after its prefix
-        (:meth:`rebuilt_prefix`) and before its steps, untrainable; by default none."""
-        return []
 
     def finished_segments(
         self,
@@ -274,8 +261,10 @@ class ContextStrategy:
         system: list[int],
         task: list[int],
         summary: str | None,
+        notes: Sequence[Note] = (),
     ) -> list[int]:
-        """A rebuilt window's tokens before its steps: ``(s) [+ u] [+ u_resume(S)]``."""
+        """A rebuilt window's tokens before its steps: ``(s) [+ u] [+ u_resume(S)]``, then
+        what it carries of the episode's ``notes`` (untrainable; by default nothing)."""
         layout = self.layout(config)
         tokens = list(system)
         if layout.task:
@@ -284,26 +273,18 @@ class ContextStrategy:
             tokens += chat.resume(config.resume_instruction, summary)
         return tokens
 
-    def steps_kept(self, config: CompactionConfig, prefix: int, steps: Sequence[int]) -> int | None:
-        """k: how many of the last ``steps`` (their sizes, oldest first) a rebuilt window of
-        ``prefix`` tokens copies: ``keep_last``, lowered until the window is not full;
-        None when even k = 0 leaves it full."""
-        for k in range(min(config.keep_last, len(steps)), -1, -1):
-            if not self.full(config, prefix + sum(steps[len(steps) - k :])):
-                return k
-        return None
-
     def rebuilt_steps(
         self, config: CompactionConfig, prefix: int, steps: Sequence[StepCost]
     ) -> list[KeptStep] | None:
         """The steps of a full window (``steps``, oldest first) that its rebuilt window of
         ``prefix`` tokens copies, oldest first, each verbatim or masked; None when no choice
         leaves the window not full (the episode ends, ``window_full``). By default the last
-        :meth:`steps_kept` steps, verbatim."""
-        k = self.steps_kept(config, prefix, [step.full for step in steps])
-        if k is None:
-            return None
-        return [(i, False) for i in range(len(steps) - k, len(steps))]
+        ``keep_last`` steps verbatim, fewer until the window is not full."""
+        sizes = [step.full for step in steps]
+        for k in range(min(config.keep_last, len(steps)), -1, -1):
+            if not self.full(config, prefix + sum(sizes[len(sizes) - k :])):
+                return [(i, False) for i in range(len(steps) - k, len(steps))]
+        return None
 
     # -- what it records ------------------------------------------------------------
     def window_segment(
@@ -339,11 +320,6 @@ class ContextStrategy:
         return None
 
     # -- agents ---------------------------------------------------------------------
-    def check_agents(self, name: str, summarizer_agent: Agent | None) -> None:
-        """Raises ValueError when the strategy needs a summarizer agent and none is given."""
-        if self.summary_by == "summarizer" and summarizer_agent is None:
-            raise ValueError(f"protocol {name!r} needs a summarizer_agent")
-
     def scripted_agents(
         self, env_id: str, chat: ChatFormat, options: ScriptedOptions = ScriptedOptions()
     ) -> RolloutAgents:

@@ -194,13 +194,21 @@ class MemoryNotes(Compacted):
             return ResponseMove()
         return ResponseMove("note", kept)
 
-    def rebuilt_notes(
-        self, config: CompactionConfig, chat: ChatFormat, notes: Sequence[Note]
+    def rebuilt_prefix(
+        self,
+        config: CompactionConfig,
+        chat: ChatFormat,
+        system: list[int],
+        task: list[int],
+        summary: str | None,
+        notes: Sequence[Note] = (),
     ) -> list[int]:
-        """One observation turn with every note, ``note <step> : <words>``, joined by ``;``."""
+        """The compacted prefix, then one observation turn with every note,
+        ``note <step> : <words>``, joined by ``;`` (none without notes)."""
+        tokens = super().rebuilt_prefix(config, chat, system, task, summary)
         if not notes:
-            return []
-        return chat.observation(f" {SEPARATOR} ".join(note_line(n) for n in notes))
+            return tokens
+        return tokens + chat.observation(f" {SEPARATOR} ".join(note_line(n) for n in notes))
 
     def notes_room(self, config: CompactionConfig, count: TokenCount) -> int:
         """The most tokens notes within the bounds take in one window: each of the

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from cxsim.strategies.compacted import Compacted
-from cxsim.strategies.strategy_types import RebuiltWindow, Trigger, TurnState
+from cxsim.strategies.strategy_types import KeptStep, RebuiltWindow, StepCost, Trigger, TurnState
 
 if TYPE_CHECKING:
     from cxsim.compaction import CompactionConfig
@@ -65,10 +65,15 @@ class MemoryState(Compacted):
     def layout(self, config: CompactionConfig) -> RebuiltWindow:
         return RebuiltWindow(task=True, summary=True)
 
-    def steps_kept(self, config: CompactionConfig, prefix: int, steps: Sequence[int]) -> int | None:
-        """The latest step; None when that leaves the window full (the episode ends)."""
+    def rebuilt_steps(
+        self, config: CompactionConfig, prefix: int, steps: Sequence[StepCost]
+    ) -> list[KeptStep] | None:
+        """The latest step, verbatim; None when that leaves the window full (the episode
+        ends)."""
         k = min(LATEST_STEPS, len(steps))
-        return None if self.full(config, prefix + sum(steps[len(steps) - k :])) else k
+        if self.full(config, prefix + sum(step.full for step in steps[len(steps) - k :])):
+            return None
+        return [(i, False) for i in range(len(steps) - k, len(steps))]
 
 
 MEMORY_STATE = MemoryState()

@@ -133,9 +133,9 @@ class FactTrail(CorridorEnv):
         "on . when asked , say answer and the code ."
     )
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
-        "easy": {
+        "easy": {  # calibrated: docs/results/calibration/FactTrail-easy.toml (0.39 on 8 seeds)
             "num_facts": 1,
-            "num_distractors": 1,
+            "num_distractors": 0,
             "num_revisions": 0,
             "num_hops": 0,
             "num_subtasks": 0,

@@ -136,7 +136,7 @@ class CompactionConfig:
     @property
     def summarizes(self) -> bool:
         """True for the protocols whose rebuilt windows carry a summary."""
-        return self.strategy.summarizes
+        return self.strategy.summary_by is not None
 
     @property
     def compacts(self) -> bool:
@@ -150,7 +150,8 @@ class CompactionConfig:
         Responses and observations never eat into it, so the summary prompt plus
         the summary always fits in the budget.
         """
-        return self.strategy.summary_reserve(self, chat)
+        strategy = self.strategy
+        return len(strategy.summary_prompt(self, chat)) + strategy.summary_tokens(self)
 
     def validate(self, chat: ChatFormat, system_prompt: str) -> None:
         """Checks that need the chat format; raises ValueError saying what to change.
@@ -221,7 +222,7 @@ def fit_sizes(
         "max_summary_tokens", max(count("encode", s) + 1 for e in episodes for s in e.summaries)
     )
     caps = replace(config, max_response_tokens=response, max_summary_tokens=summary, threshold=None)
-    reserve = strategy.summary_reserve(caps, chat)
+    reserve = caps.summary_reserve(chat)
     longest_obs = max(count("observation", o) for e in episodes for o in e.observations)
     threshold = derived("threshold", reserve + header + response + longest_obs)
     sized = replace(caps, threshold=threshold)
@@ -345,7 +346,7 @@ def _episode_plan(
         full = response + count("observation", observation)
         masked = full if placeholder is None else response + count("observation", placeholder)
         steps.append(StepCost(full, masked))
-    reserve = config.strategy.summary_reserve(config, measured.chat)
+    reserve = config.summary_reserve(measured.chat)
     chains = sizing.windows(system + task, steps, episode)
     return _EpisodePlan(
         first=system + task,

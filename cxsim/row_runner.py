@@ -138,7 +138,7 @@ class RowRunner:
         self.system = chat.system(system_prompt)
         self.header = chat.assistant_prefix()
         self.q_sum = self.strategy.summary_prompt(config, chat)
-        self.reserve = self.strategy.summary_reserve(config, chat)
+        self.reserve = config.summary_reserve(chat)
         placeholder = self.strategy.placeholder
         self.masked = None if placeholder is None else chat.observation(placeholder)
         """The observation turn of a masked step (None: the strategy masks none)."""
@@ -157,7 +157,7 @@ class RowRunner:
 
     def author(self, request: TurnRequest) -> int:
         """Who answers ``request``: 0 the acting agent, 1 the summarizer agent."""
-        return int(request.kind == "summarize" and not self.strategy.policy_summarizes)
+        return int(request.kind == "summarize" and self.strategy.summary_by != "policy")
 
     # -- deciding the next turn ------------------------------------------
     def next_request(self, row: Row) -> TurnRequest | None:
@@ -186,7 +186,7 @@ class RowRunner:
         is given the whole summary prompt."""
         row.pending = "summarize"
         prompt = row.window + self.q_sum
-        if self.strategy.policy_summarizes:
+        if self.strategy.summary_by == "policy":
             append, reset = prompt[row.sent :], row.reset
         else:
             append, reset = prompt, True

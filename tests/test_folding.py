@@ -252,7 +252,7 @@ def test_depth_and_branches_are_bounded_and_calls_beyond_reach_the_environment()
 
 def test_a_branch_without_room_for_the_returned_turn_is_not_honoured():
     config = CompactionConfig(protocol="folding", budget=200, threshold=72)
-    reserve = FOLDING.summary_reserve(config, chat())
+    reserve = config.summary_reserve(chat())
     room = len(chat().observation("")) + config.max_summary_tokens
     fits = 200 - reserve - room  # the longest window after which a return still fits
 

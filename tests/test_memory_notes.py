@@ -104,7 +104,7 @@ def note_leaves(segs: list[Segment]) -> list[Segment]:
 def test_memory_notes_is_registered_and_writes_words_every_tokenizer_holds():
     assert STRATEGIES["memory-notes"] is MEMORY_NOTES
     config = CompactionConfig(protocol="memory-notes")
-    assert config.compacts and config.summarizes and MEMORY_NOTES.policy_summarizes
+    assert config.compacts and config.summarizes and MEMORY_NOTES.summary_by == "policy"
     words = set(MEMORY_NOTES.words(config))
     assert {NOTE_WORD, ":", ";", "0", str(LAST_NOTE_STEP)} <= words <= set(vocabulary())
 

@@ -86,16 +86,6 @@ class ContextStrategy:
     """The text that stands in for a masked observation in a rebuilt window (its words must
     be in a word-level tokenizer: ``cxsim.envs.vocab``); None: observations are never masked."""
 
-    @property
-    def summarizes(self) -> bool:
-        """Rebuilt windows carry a summary."""
-        return self.summary_by is not None
-
-    @property
-    def policy_summarizes(self) -> bool:
-        """The acting policy writes the summaries (they are its actions, and trained)."""
-        return self.summary_by == "policy"
-
     # -- when to act ----------------------------------------------------------------
     def full(self, config: CompactionConfig, length: int) -> bool:
         """Whether a window of ``length`` tokens is full under ``config`` (:func:`window_full`)."""
@@ -116,7 +106,7 @@ class ContextStrategy:
             return "act"
         if not self.compacts or not self.compactions_left(config, turn.compactions):
             return "end"
-        return "summarize" if self.summarizes else "rebuild"
+        return "rebuild" if self.summary_by is None else "summarize"
 
     def response_move(
         self, config: CompactionConfig, chat: ChatFormat, text: str, turn: TurnState
@@ -191,17 +181,12 @@ class ContextStrategy:
         differently returns its own subclass."""
         return StrategySizing(self, config, count)
 
-    def summary_reserve(self, config: CompactionConfig, chat: ChatFormat) -> int:
-        """Tokens kept free in a window while a compaction is left, so that the summary prompt
-        plus the summary always fit in the budget: ``|q_sum| + max_summary_tokens``."""
-        return len(self.summary_prompt(config, chat)) + self.summary_tokens(config)
-
     def words(self, config: CompactionConfig) -> list[str]:
         """The words the runtime itself writes into a window under this strategy (a
         word-level policy's tokenizer must hold them): the summary and resume instructions
         when rebuilt windows carry a summary, and the ``placeholder``."""
         words: list[str] = []
-        if self.summarizes:
+        if self.summary_by is not None:
             words += [*config.summary_instruction.split(), *config.resume_instruction.split()]
         if self.placeholder is not None:
             words += self.placeholder.split()
@@ -210,7 +195,7 @@ class ContextStrategy:
     def check(self, config: CompactionConfig) -> None:
         """Checks of ``config`` that need no chat format; raises a one-line ValueError."""
         summary, threshold = config.max_summary_tokens, config.threshold
-        if summary is None or threshold is None or not self.summarizes:
+        if summary is None or threshold is None or self.summary_by is None:
             return
         if summary >= threshold:
             raise ValueError(

@@ -121,7 +121,7 @@ class Folding(Compacted):
         ``max_summary_tokens`` tokens on top of the summary reserve."""
         assert config.budget is not None and config.max_summary_tokens is not None
         room = len(self.returned_turn(config, chat, "")) + config.max_summary_tokens
-        return length + room <= config.budget - self.summary_reserve(config, chat)
+        return length + room <= config.budget - config.summary_reserve(chat)
 
     def reserves_summary(self, config: CompactionConfig, turn: TurnState) -> bool:
         """While a compaction is left, and always in a child window (its return summary)."""

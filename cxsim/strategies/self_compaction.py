@@ -139,7 +139,7 @@ class SelfCompaction(Compacted):
     ) -> RolloutAgents:
         """The oracle, asking to compact slightly before the fallback (``oracle_compacts``)."""
         agents = self.scripted_agents(env_id, chat, options)
-        reserve = self.summary_reserve(config, chat)
+        reserve = config.summary_reserve(chat)
 
         def asks(turn: TurnState) -> bool:
             return self.compactions_left(config, turn.compactions) and self.oracle_compacts(

@@ -317,7 +317,8 @@ class RowRunner:
 
     def open_child(self, row: Row, call_start: int) -> None:
         """The response at ``call_start`` opened a child window: the window is recorded and
-        kept aside, and the child starts from the strategy's ``branch_prefix``."""
+        kept aside, and the child starts from the system prompt, the task and the branching
+        response (untrainable)."""
         row.turns += 1
         call = row.window[call_start:]
         self.close_window(row)
@@ -329,12 +330,12 @@ class RowRunner:
         row.depth += 1
         row.branches += 1
         self.clear_window(row)
-        row.extend(self.strategy.branch_prefix(self.config, self.chat, self.system, row.task, call))
+        row.extend([*self.system, *row.task, *call])
         row.transcript.append(f"== branch {row.branches} (depth {row.depth}) ==")
 
     def close_child(self, row: Row, summary: str) -> None:
         """The child window (recorded) returned ``summary``: its parent resumes, untrainable
-        up to its branching response, which gets the strategy's ``returned_turn``."""
+        up to its branching response, which gets ``summary`` as its observation turn."""
         parent = row.suspended.pop()
         row.depth -= 1
         row.returning = False
@@ -342,7 +343,7 @@ class RowRunner:
         row.parent = parent.segment
         row.extend(parent.window)
         row.steps, row.new_steps = parent.steps, parent.new_steps
-        turn = self.strategy.returned_turn(self.config, self.chat, summary)
+        turn = self.chat.observation(summary)
         row.transcript.append(f"== return (depth {row.depth}) ==")
         if len(row.window) + len(turn) > self.config.budget - self.reserved(row):
             self.end(row, "observation_overflow")

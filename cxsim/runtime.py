@@ -59,20 +59,21 @@ Decisions the paper leaves open, made here (each row's state machine,
   with the whole summary prompt and ``reset=True``: that agent holds none of the row.
 - **Child windows.** A response the strategy reads as opening a child window
   (a ``branch`` ``response_move``) closes the row's window as a segment, keeps it aside and
-  starts a child window (``branch_prefix``); one read as returning (``return``) has the
-  policy summarize the child (``h + q_sum``, as for a compaction), records it and resumes
-  the parent, whose branching response gets the summary as its observation
-  (``returned_turn``): one step. Neither steps the environment; both count as turns. A
-  returned summary counts among the rollout's summaries, not its compactions; a parent
-  without room for it (``|h| + |turn| > C - reserve``) ends the episode
+  starts a child window (system prompt, task, the branching response); one read as
+  returning (``return``) has the policy summarize the child (``h + q_sum``, as for a
+  compaction), records it and resumes the parent, whose branching response gets the
+  summary as its observation turn: one step. Neither steps the environment; both count as
+  turns. A returned summary counts among the rollout's summaries, not its compactions; a
+  parent without room for it (``|h| + |turn| > C - reserve``) ends the episode
   (``observation_overflow``).
-- **Notes.** A response the strategy keeps as a note (a ``note`` ``response_move``) steps no environment
-  and counts as a turn; its tokens stay in the window, trainable, and the runtime records it
-  (``Note``: its text, the environment steps before it, the window segment and tokens it
-  was written at). A rebuilt window carries what the strategy makes of the notes so far
-  (``rebuilt_prefix``, given the notes: after the prefix, untrainable), and once the episode ended
-  the strategy may rearrange the rollout's segments around them (``finished_segments``,
-  given the response whose step terminated the episode).
+- **Notes.** A response the strategy keeps as a note (a ``note`` ``response_move``) steps
+  no environment and counts as a turn; its tokens stay in the window, trainable, and the
+  runtime records it (``Note``: its text, the environment steps before it, the window
+  segment and tokens it was written at). A rebuilt window carries what the strategy makes
+  of the notes so far (``rebuilt_prefix``, given the notes: after the prefix,
+  untrainable), and once the episode ended the strategy may rearrange the rollout's
+  segments around them (``finished_segments``, given the response whose step terminated
+  the episode).
 - **Segment parents.** Each recorded segment names the one its window continues from
   (``Segment.parent``): the previous one, except that a child window and its parent's
   continuation both name the window that opened the child (a tree,

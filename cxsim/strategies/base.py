@@ -21,10 +21,9 @@ no protocol of their own: they ask the strategy
   (:meth:`~ContextStrategy.validate`) and the window sizes the sizing replays;
 - **what the policy may ask for**: :meth:`~ContextStrategy.response_move` reads a response
   as an action, a request to compact, one that opens a child window or returns from it (the
-  child's first tokens, :meth:`~ContextStrategy.branch_prefix`, and what the parent gets
-  back, :meth:`~ContextStrategy.returned_turn`), or a note to keep (what a rebuilt window
-  carries of the notes, :meth:`~ContextStrategy.rebuilt_prefix`, and how a rollout's segments are rearranged once
-  it ended, :meth:`~ContextStrategy.finished_segments`);
+  runtime lays out both, the same for every strategy), or a note to keep (what a rebuilt
+  window carries of the notes, :meth:`~ContextStrategy.rebuilt_prefix`, and how a
+  rollout's segments are rearranged once it ended, :meth:`~ContextStrategy.finished_segments`);
 - **what the scripted oracle does under it** (:meth:`~ContextStrategy.scripted_agents`, and
   :meth:`~ContextStrategy.scripted_agents_for` for a sized config, with its own compaction
   decisions, which the sizing replays): the
@@ -119,32 +118,17 @@ class ContextStrategy:
           trainable, and :meth:`turn_trigger` sees ``asked``. Honoured while
           :meth:`compactions_left`, else the response is an action.
         - ``branch``: the runtime records the window as a segment, keeps it aside and starts
-          a child window (:meth:`branch_prefix`), whose segments name that one as their parent.
+          a child window, ``(s) + (u) +`` the branching response (assistant header, response,
+          end token; untrainable in the child), whose segments name that one as their parent.
         - ``return``: the policy writes the child's summary (as it writes a compaction's:
           ``h + q_sum``, a summary segment, the summary reserve kept free while a child is
           open, :meth:`reserves_summary`); the child is recorded and closed, and its parent
-          continues with its branching response followed by :meth:`returned_turn`, as one step.
+          continues with its branching response followed by an observation turn with the
+          child's summary, as one step.
         - ``note``: a note to keep (``ResponseMove.note``, its words); its tokens stay in the
           window, trainable, and the runtime records it (:class:`Note`) for
           :meth:`rebuilt_prefix` and :meth:`finished_segments`."""
         return ResponseMove()
-
-    def branch_prefix(
-        self,
-        config: CompactionConfig,
-        chat: ChatFormat,
-        system: list[int],
-        task: list[int],
-        call: list[int],
-    ) -> list[int]:
-        """A child window's first tokens: ``(s) + (u) +`` the parent's branching response
-        (``call``: assistant header, response, end token), untrainable in the child."""
-        return [*system, *task, *call]
-
-    def returned_turn(self, config: CompactionConfig, chat: ChatFormat, summary: str) -> list[int]:
-        """What a parent window gets back from its child: an observation turn with the
-        child's summary (the branching response's observation)."""
-        return chat.observation(summary)
 
     def finished_segments(
         self,

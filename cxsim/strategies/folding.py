@@ -120,7 +120,7 @@ class Folding(Compacted):
         """Whether a window of ``length`` tokens has room for a returned turn with a summary of
         ``max_summary_tokens`` tokens on top of the summary reserve."""
         assert config.budget is not None and config.max_summary_tokens is not None
-        room = len(self.returned_turn(config, chat, "")) + config.max_summary_tokens
+        room = len(chat.observation("")) + config.max_summary_tokens  # the returned turn
         return length + room <= config.budget - config.summary_reserve(chat)
 
     def reserves_summary(self, config: CompactionConfig, turn: TurnState) -> bool:

@@ -1,15 +1,16 @@
 """``memory-notes``: the policy keeps notes that every rebuilt window carries, tagged with
 their step, and a note the final answer uses is credited with the outcome directly.
 
-**Notes.** At any turn the policy may answer :data:`NOTE_WORD` followed by the note's words
-(``note the key is k3``; ``note``, the tags' numbers, ``:`` and ``;`` are words every cxsim
-tokenizer holds: ``cxsim.envs.vocab``) instead of an action. The runtime keeps it
-(a ``note`` move, ``response_move``): no environment step, one turn, its tokens stay in the window, trainable,
-and it is stored with the number of environment steps taken before it (its step). Bounds
-(``MemoryNotes(max_notes, max_note_tokens)``, validated): at most ``max_notes`` notes per
-episode, each of at most ``max_note_tokens`` tokens (the note word and the end token left
-out), written at step :data:`LAST_NOTE_STEP` at the latest (the numbers every cxsim
-tokenizer holds); a note beyond them is not kept and reaches the environment as an action.
+**Notes.** At any turn the policy may answer :data:`NOTE_WORD` followed by the note's
+words (``note the key is k3``; ``note``, the tags' numbers, ``:`` and ``;`` are words
+every cxsim tokenizer holds: ``cxsim.envs.vocab``) instead of an action. The runtime keeps
+it (a ``note`` move, ``response_move``): no environment step, one turn, its tokens stay in
+the window, trainable, and it is stored with the number of environment steps taken before
+it (its step). Bounds (``MemoryNotes(max_notes, max_note_tokens)``, validated): at most
+``max_notes`` notes per episode, each of at most ``max_note_tokens`` tokens (the note word
+and the end token left out), written at step :data:`LAST_NOTE_STEP` at the latest (the
+numbers every cxsim tokenizer holds); a note beyond them is not kept and reaches the
+environment as an action.
 
 **Compaction** is ``compacted``'s (the threshold, the summary written by the policy),
 except that every rebuilt window also carries the notes so far, after the resume turn and

@@ -143,6 +143,12 @@ class CompactionConfig:
         """True for the protocols that rebuild a full window instead of failing."""
         return self.strategy.compacts
 
+    def full(self, length: int) -> bool:
+        """Whether a window of ``length`` tokens is full under this (sized) config, the one
+        compaction rule ``budget - length < threshold`` (:func:`window_full`)."""
+        assert self.budget is not None and self.threshold is not None
+        return window_full(self.budget, self.threshold, length)
+
     def summary_reserve(self, chat: ChatFormat) -> int:
         """Tokens kept free in a window while a compaction is left: ``|q_sum| + max_summary_tokens``
         (0 without a summary).

@@ -57,7 +57,6 @@ from cxsim.strategies.strategy_types import (
     TokenCount,
     Trigger,
     TurnState,
-    window_full,
 )
 
 if TYPE_CHECKING:
@@ -86,11 +85,6 @@ class ContextStrategy:
     be in a word-level tokenizer: ``cxsim.envs.vocab``); None: observations are never masked."""
 
     # -- when to act ----------------------------------------------------------------
-    def full(self, config: CompactionConfig, length: int) -> bool:
-        """Whether a window of ``length`` tokens is full under ``config`` (:func:`window_full`)."""
-        assert config.budget is not None and config.threshold is not None
-        return window_full(config.budget, config.threshold, length)
-
     def compactions_left(self, config: CompactionConfig, compactions: int) -> bool:
         """Whether a row may still compact after ``compactions`` compactions (while it may,
         the summary reserve stays free): ``compactions < max_compactions``."""
@@ -101,7 +95,7 @@ class ContextStrategy:
         runtime and the sizing ask this). By default on the window's length and compactions
         alone: act while the window is not full; else summarize (or rebuild, without a
         summary) while a compaction is left; else end."""
-        if not self.full(config, turn.length):
+        if not config.full(turn.length):
             return "act"
         if not self.compacts or not self.compactions_left(config, turn.compactions):
             return "end"
@@ -210,7 +204,7 @@ class ContextStrategy:
             return
         sizing = self.sizing(config, _chat_count(chat))
         rebuilt = sizing.rebuilt_floor(len(chat.system(system_prompt)))
-        if self.full(config, rebuilt):
+        if config.full(rebuilt):
             raise ValueError(
                 f"budget ({config.budget}) is too small for a rebuilt window: system prompt and "
                 f"resume turn with a full summary take {rebuilt} tokens, leaving "
@@ -251,7 +245,7 @@ class ContextStrategy:
         ``keep_last`` steps verbatim, fewer until the window is not full."""
         sizes = [step.full for step in steps]
         for k in range(min(config.keep_last, len(steps)), -1, -1):
-            if not self.full(config, prefix + sum(sizes[len(sizes) - k :])):
+            if not config.full(prefix + sum(sizes[len(sizes) - k :])):
                 return [(i, False) for i in range(len(steps) - k, len(steps))]
         return None
 

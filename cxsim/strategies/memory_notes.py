@@ -243,7 +243,7 @@ class MemoryNotes(Compacted):
         sizing = self.sizing(config, _chat_count(chat))
         rebuilt = sizing.rebuilt_floor(len(chat.system(system_prompt)))
         assert config.budget is not None and config.threshold is not None
-        if self.full(config, rebuilt):
+        if config.full(rebuilt):
             raise ValueError(
                 f"budget ({config.budget}) is too small for a rebuilt window with notes: system "
                 f"prompt, resume turn with a full summary and {self.max_notes} notes of "

@@ -60,7 +60,7 @@ class MemoryState(Compacted):
         """A new step: rewrite the state first; else act, unless the window is full."""
         if turn.new_steps > 0:
             return "summarize"
-        return "end" if self.full(config, turn.length) else "act"
+        return "end" if config.full(turn.length) else "act"
 
     def layout(self, config: CompactionConfig) -> RebuiltWindow:
         return RebuiltWindow(task=True, summary=True)
@@ -71,7 +71,7 @@ class MemoryState(Compacted):
         """The latest step, verbatim; None when that leaves the window full (the episode
         ends)."""
         k = min(LATEST_STEPS, len(steps))
-        if self.full(config, prefix + sum(step.full for step in steps[len(steps) - k :])):
+        if config.full(prefix + sum(step.full for step in steps[len(steps) - k :])):
             return None
         return [(i, False) for i in range(len(steps) - k, len(steps))]
 

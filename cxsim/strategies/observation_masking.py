@@ -60,7 +60,7 @@ class ObservationMasking(ContextStrategy):
         size = (
             prefix + sum(s.masked for s in steps[:verbatim]) + sum(s.full for s in steps[verbatim:])
         )
-        return None if self.full(config, size) else kept
+        return None if config.full(size) else kept
 
 
 OBSERVATION_MASKING = ObservationMasking()

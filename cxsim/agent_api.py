@@ -63,6 +63,12 @@ class TurnResponse:
     finished: bool
     """True when the response ended with ``chat.end_id`` (it is the last of ``token_ids``)."""
 
+    @classmethod
+    def scripted(cls, ids: list[int], chat: Any) -> TurnResponse:
+        """A response whose tokens were chosen, not sampled (log-probs 0.0): ``chat`` decodes
+        them and names the end token (``decode``, ``end_id``)."""
+        return cls(ids, [0.0] * len(ids), chat.decode(ids), bool(ids) and ids[-1] == chat.end_id)
+
 
 class Agent(Protocol):
     """Anything that answers a batch of turn requests, one response per request, in order."""

@@ -94,14 +94,7 @@ class NaiveAgent:
         for r, prompt in zip(requests, prompts, strict=True):
             ids = new[r.row]
             self.context[r.row] = prompt + ids
-            responses.append(
-                TurnResponse(
-                    token_ids=ids,
-                    logprobs=[0.0] * len(ids),
-                    text=self.chat.decode(ids),
-                    finished=ids[-1] == self.chat.end_id,
-                )
-            )
+            responses.append(TurnResponse.scripted(ids, self.chat))
         return responses
 
     @torch.inference_mode()

@@ -86,14 +86,7 @@ class _TextAgent:
             else:
                 text = self.act(request)
             ids = [*self.chat.encode(text), self.chat.end_id][: request.max_new_tokens]
-            responses.append(
-                TurnResponse(
-                    token_ids=ids,
-                    logprobs=[0.0] * len(ids),
-                    text=self.chat.decode(ids),
-                    finished=ids[-1] == self.chat.end_id,
-                )
-            )
+            responses.append(TurnResponse.scripted(ids, self.chat))
         return responses
 
 

@@ -20,7 +20,8 @@ from cxsim.studies import runner
 from cxsim.studies.load import load_study
 from cxsim.studies.selection import select, swapped_sides
 from cxsim.studies.spec import StudyError
-from cxsim.studies.stats import compare, verdict
+from cxsim.studies.stats import compare, seed_values, verdict
+from cxsim.studies.stats import interval as seed_mean_interval
 from cxsim.studies.where import own_files
 from cxsim.tables import Interval
 from cxsim.tracking import to_jsonable
@@ -149,6 +150,23 @@ def test_compare_a_same_claim_by_seed():
     assert moved.difference.low > 0.05 and moved.verdict == "contradicted"
     near = compare(treatment, treatment[1:] + treatment[:1], "pass_at_1", "same", 0.05)
     assert near.difference.low < 0 < near.difference.high and near.verdict == "not resolved"
+
+
+def test_survival_by_round_is_read_from_each_seeds_evaluation():
+    """``survival_round{k}``: the k-th share of the evaluation's ``survival`` entry; a seed
+    whose summaries never reached round k (or wrote none) gives no value, not a zero."""
+    seeds = [
+        {"survival": {"share": [1.0, 0.5, 0.25], "facts": [4, 4, 4], "cliff_round": 3}},
+        {"survival": {"share": [0.75, 0.25], "facts": [4, 4], "cliff_round": 2}},
+        {"survival": {}},
+    ]
+    assert seed_values(seeds, "survival_round1")[:2] == [1.0, 0.75]
+    second = seed_values(seeds, "survival_round2")
+    assert second[:2] == [0.5, 0.25] and math.isnan(second[2])
+    third = seed_mean_interval(seeds, "survival_round3")
+    assert third.mean == 0.25 and third.n == 1  # one seed reached round 3
+    low = seed_mean_interval(seeds[:2], "survival_round2")
+    assert low.mean == pytest.approx(0.375) and low.low == 0.0  # clipped to the share's range
 
 
 # -- the file's new keys, validated -----------------------------------------------------------

@@ -73,8 +73,18 @@ METRICS: dict[str, Metric] = {
         (0.0, math.inf),
     ),
     "model_calls": Metric("requests the agents answered per episode", (0.0, math.inf)),
+    **{
+        f"survival_round{k}": Metric(
+            f"fact survival at compaction round {k}: the share of the needed facts shown before "
+            f"summary {k} that it kept (docs/diagnostics.md; no fact counted there: no value)",
+            (0.0, 1.0),
+        )
+        for k in (1, 2, 3)
+    },
 }
-"""The evaluation metrics (cxsim/evaluation.py ``evaluate_protocol``'s result keys)."""
+"""The evaluation metrics (cxsim/evaluation.py ``evaluate_protocol``'s result keys; the
+``survival_round{k}`` ones read its ``survival`` entry's ``share``)."""
+SURVIVAL_PREFIX = "survival_round"
 
 THRESHOLD_METRIC = "iterations_to_success"
 TRAINING_METRICS: dict[str, Metric] = {
@@ -129,7 +139,12 @@ def seed_values(results: Sequence[dict[str, Any]], metric: str) -> list[Any]:
             Proportion(float(sum(r["per_task_success"])), len(r["per_task_success"]))
             for r in results
         ]
-    values = [r.get(metric) for r in results]
+    if metric.startswith(SURVIVAL_PREFIX):
+        k = int(metric.removeprefix(SURVIVAL_PREFIX))
+        shares = [(r.get("survival") or {}).get("share", []) for r in results]
+        values = [s[k - 1] if len(s) >= k else None for s in shares]
+    else:
+        values = [r.get(metric) for r in results]
     return [math.nan if v is None else float(v) for v in values]
 
 

@@ -3,9 +3,9 @@
 Every needed fact of KeyRecall and FactUpdate is in the task text, so every strategy that
 keeps the task keeps it too. Here the task only names the codes to find; each arrives in an
 observation, at a place set by ``fact_position``, a share of the corridor (0: its first steps,
-before any compaction; 0.6: between the first two compactions at the default dials' derived
-budget, where the first window, which also holds the task, ends near the corridor's middle;
-1: its last steps, in the window of the questions),
+before any compaction; 0.6: between the first two compactions at the derived budget of two
+codes with the other dials off, where the first window, which also holds the task, ends near
+the corridor's middle; 1: its last steps, in the window of the questions),
 with the dials that tell context strategies apart: look-alike distractors, revisions,
 ``num_facts`` codes needed together, codes behind a door a sign points to (two hops), and
 sub-tasks (a gate whose word is needed only until the gate).
@@ -113,7 +113,10 @@ class FactTrail(CorridorEnv):
     ``num_facts``, ``fact_position``, ``num_distractors``, ``num_revisions``,
     ``num_hops``, ``num_subtasks``, ``subtask_length``, and the corridor's
     ``memory_length``, ``credit_length``, ``num_values``, ``obs_words_mean`` /
-    ``obs_words_std``, ``noise``, ``error_penalty``, ``horizon``. Presets in ``PRESETS``.
+    ``obs_words_std``, ``noise``, ``error_penalty``, ``horizon``. Presets in ``PRESETS``;
+    the defaults are the calibrated ``default`` preset (one code, a distractor, a revision).
+    Every dial on, the defaults before calibration (bases at 0.00): ``num_facts=2,
+    num_distractors=2, num_revisions=1, num_hops=1, num_subtasks=1``.
 
     ## Version history
     * v0: initial version.
@@ -143,7 +146,13 @@ class FactTrail(CorridorEnv):
             "obs_words_mean": 10.0,
             "obs_words_std": 3.0,
         },
-        "default": {},
+        "default": {  # calibrated: docs/results/calibration/FactTrail-default.toml (0.35 on 8 seeds)
+            "num_facts": 1,
+            "num_distractors": 1,
+            "num_revisions": 1,
+            "num_hops": 0,
+            "num_subtasks": 0,
+        },
         "hard": {
             "num_facts": 3,
             "fact_position": 0.0,
@@ -160,12 +169,12 @@ class FactTrail(CorridorEnv):
 
     def __init__(
         self,
-        num_facts: int = 2,
+        num_facts: int = 1,
         fact_position: float | str = 0.6,
-        num_distractors: int = 2,
+        num_distractors: int = 1,
         num_revisions: int = 1,
-        num_hops: int = 1,
-        num_subtasks: int = 1,
+        num_hops: int = 0,
+        num_subtasks: int = 0,
         subtask_length: int = 3,
         memory_length: int = 16,
         credit_length: int = 0,

@@ -19,6 +19,15 @@ from cxsim.runtime import collect_rollouts
 ENV_ID = "cxsim/FactTrail-v0"
 BARE = {"num_facts": 2, "num_distractors": 0, "num_revisions": 0, "num_hops": 0, "num_subtasks": 0}
 """Every dial off but the two codes (the tests turn one on at a time)."""
+EVERY_DIAL = {
+    "num_facts": 2,
+    "num_distractors": 2,
+    "num_revisions": 1,
+    "num_hops": 1,
+    "num_subtasks": 1,
+}
+"""Every dial on: FactTrail's defaults before the calibrated default (whose bases solve 0.00);
+the default preset (``cxsim/FactTrail-v0``) is one code, a distractor and a revision."""
 TASKS = 16
 CHAT = WordChatFormat(default_tokenizer())
 

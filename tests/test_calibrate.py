@@ -236,7 +236,7 @@ def test_a_candidate_the_env_refuses_fails_before_any_base(tmp_path):
             "--env.env-id",
             "cxsim/FactTrail-v0",
             "--dials",
-            "num_hops=1,3",
+            "num_hops=0,3",
             "--runs-dir",
             str(tmp_path / "runs"),
         ]

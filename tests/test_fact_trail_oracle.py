@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fact_trail_runs import dials, oracle_at_derived_budget
+from tests.fact_trail_runs import EVERY_DIAL, dials, oracle_at_derived_budget
 
 SETTINGS = {
     "early": dials(fact_position=0.0),
@@ -18,7 +18,8 @@ SETTINGS = {
     "k3": dials(num_facts=3),
     "hops": dials(num_hops=1),
     "subtasks": dials(num_subtasks=2),
-    "default": {},
+    "every dial": EVERY_DIAL,
+    "default": {},  # the calibrated default preset: one code, a distractor, a revision
 }
 SERVING = (
     "compacted",

@@ -33,12 +33,15 @@ and ``cxsim.preflight.preflight`` does so for every entry point before any work.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated
 
 import tyro
 
+from cxsim.env_kwargs import key_value_flag
 from cxsim.strategies import STRATEGIES, ContextStrategy, StepCost, TurnState, window_full
+from cxsim.strategies.settings import configured
+from cxsim.tracking import RECORDED_WHEN_SET
 
 if TYPE_CHECKING:  # annotations only: importing agents pulls torch, slowing every --help
     from cxsim.agents.chat import ChatFormat
@@ -50,6 +53,8 @@ PROTOCOLS: tuple[str, ...] = tuple(STRATEGIES)
 # A name the registry holds, an installed plug-in's name, or module:name (cxsim/plugins.py);
 # CompactionConfig checks it when it is built.
 Protocol = Annotated[str, tyro.conf.arg(metavar="{" + ",".join(PROTOCOLS) + "}|MODULE:NAME")]
+StrategyOptions = key_value_flag("--compaction.strategy-options")
+"""A strategy's settings as one flag of KEY VALUE pairs (``cxsim.strategies.settings``)."""
 SIZES: tuple[str, ...] = ("budget", "threshold", "max_response_tokens", "max_summary_tokens")
 """The sizes ``fit_sizes`` derives when they are None."""
 
@@ -99,9 +104,19 @@ class CompactionConfig:
     ``sliding-window`` rebuilds."""
     max_turns: int = 250
     """Assistant responses per episode (paper: 250); the episode is truncated and fails after."""
+    strategy_options: StrategyOptions = field(
+        default_factory=dict, metadata={RECORDED_WHEN_SET: True}
+    )
+    """Settings of the strategy ``protocol`` names, as KEY VALUE pairs: its constructor's
+    keywords (``folding``: ``max_depth``, ``max_branches``; ``memory-notes``: ``max_notes``,
+    ``max_note_tokens``; ``self-compaction``: ``threshold_draw``), e.g.
+    ``--compaction.strategy-options max_depth 2``; none: the strategy's defaults. They belong
+    to that strategy: the config of another protocol (an evaluation under another strategy,
+    :meth:`for_protocol`) drops them."""
 
     def __post_init__(self) -> None:
         STRATEGIES.check("protocol", self.protocol)  # plug-ins: imported and validated
+        configured(STRATEGIES[self.protocol], self.strategy_options)  # one line if unknown
         for name in (*SIZES, "max_turns"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(
@@ -130,8 +145,16 @@ class CompactionConfig:
 
     @property
     def strategy(self) -> ContextStrategy:
-        """The context strategy ``protocol`` names (``cxsim.strategies.STRATEGIES``)."""
-        return STRATEGIES[self.protocol]
+        """The context strategy ``protocol`` names (``cxsim.strategies.STRATEGIES``), built
+        with ``strategy_options`` (``cxsim.strategies.settings``)."""
+        return configured(STRATEGIES[self.protocol], self.strategy_options)
+
+    def for_protocol(self, protocol: str) -> CompactionConfig:
+        """This config under another strategy: the same sizes; the strategy options kept only
+        for the same protocol (they are that strategy's settings)."""
+        if protocol == self.protocol:
+            return self
+        return replace(self, protocol=protocol, strategy_options={})
 
     @property
     def summarizes(self) -> bool:

@@ -36,22 +36,28 @@ def parse_scalar(text: str) -> int | float | bool:
     raise ValueError(f"env kwarg value {text!r} is not an int, float or bool")
 
 
-def _parse_kwargs(args: list[str]) -> dict[str, int | float | bool]:
+def parse_pairs(args: list[str], flag: str) -> dict[str, int | float | bool]:
+    """``KEY VALUE ...`` as the flag ``flag`` takes them: each value an int, float or bool."""
     if len(args) % 2:
-        raise ValueError(f"--env.kwargs takes KEY VALUE pairs; got {args}")
+        raise ValueError(f"{flag} takes KEY VALUE pairs; got {args}")
     return {key: parse_scalar(value) for key, value in zip(args[::2], args[1::2], strict=True)}
 
 
-EnvKwargs = Annotated[
-    dict[str, int | float | bool],
-    tyro.constructors.PrimitiveConstructorSpec(
-        nargs="*",
-        metavar="KEY VALUE ...",
-        instance_from_str=_parse_kwargs,
-        is_instance=lambda x: isinstance(x, dict),
-        str_from_instance=lambda d: [s for k, v in d.items() for s in (k, str(v))],
-    ),
-]
+def key_value_flag(flag: str) -> Any:
+    """A dict field's type as one flag of ``KEY VALUE`` pairs (``flag`` names it in errors)."""
+    return Annotated[
+        dict[str, int | float | bool],
+        tyro.constructors.PrimitiveConstructorSpec(
+            nargs="*",
+            metavar="KEY VALUE ...",
+            instance_from_str=lambda args: parse_pairs(args, flag),
+            is_instance=lambda x: isinstance(x, dict),
+            str_from_instance=lambda d: [s for k, v in d.items() for s in (k, str(v))],
+        ),
+    ]
+
+
+EnvKwargs = key_value_flag("--env.kwargs")
 """Env keyword arguments as one flag of KEY VALUE pairs (replacing the defaults as a whole)."""
 
 

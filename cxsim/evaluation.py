@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -136,7 +136,7 @@ def pass_at_1(success: np.ndarray) -> PassAt1:
 def protocol_config(compaction: CompactionConfig, protocol: RuntimeProtocol) -> CompactionConfig:
     """The runtime config of a protocol (Single: no compaction, same budget); any context
     strategy's name, a plug-in's too (an unknown one raises the registry's one-line error)."""
-    return replace(compaction, protocol=protocol)
+    return compaction.for_protocol(protocol)
 
 
 def summary_recall(records: list[RolloutRecord]) -> float:

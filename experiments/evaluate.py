@@ -28,7 +28,7 @@ from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, check_policy_dir
 from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
 from cxsim.pretrained import policy_path
-from cxsim.strategies import STRATEGIES, RolloutAgents, ScriptedOptions
+from cxsim.strategies import RolloutAgents, ScriptedOptions
 from cxsim.tracking import say, write_json
 
 if TYPE_CHECKING:  # torch-heavy; imported where used, so that --help is fast
@@ -153,10 +153,10 @@ def protocol_agents(
     oracle: the protocol's scripted actor for these sizes) and, where another agent writes
     the summaries (``summary_by="summarizer"``), the protocol's scripted summarizer, with
     --omission-rate."""
-    strategy = STRATEGIES[protocol]
+    runtime = cfg.compaction.for_protocol(protocol)
+    strategy = runtime.strategy
     if agent is not None and strategy.summary_by != "summarizer":
         return RolloutAgents(agent)
-    runtime = replace(cfg.compaction, protocol=protocol)
     options = ScriptedOptions(omission_rate=cfg.omission_rate, seed=cfg.eval.seed)
     scripted = strategy.scripted_agents_for(runtime, cfg.env.env_id, chat, options)
     return RolloutAgents(scripted.actor if agent is None else agent, scripted.summarizer)

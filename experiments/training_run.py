@@ -149,7 +149,7 @@ class TrainingRun:
         """This rank's share of the rollouts: whole task groups, with the rollout ids of a
         one-process run, under the training protocol."""
         shard = shard_seeds(seeds, self.ctx, groups)
-        runtime = replace(self.cfg.compaction, protocol=self.cfg.ppo.protocol)
+        runtime = self.cfg.compaction.for_protocol(self.cfg.ppo.protocol)
         env = self.cfg.env
         batch = collect_rollouts(
             env.env_id, env.kwargs, agent, runtime, shard.seeds, agent.chat,

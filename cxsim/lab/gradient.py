@@ -27,8 +27,9 @@ units. Reported:
   decisions (1 when it weighs every event token alike);
 
 each with a 95% percentile bootstrap interval over the batches. ``|E[g]|`` is estimated
-without the upward bias of a noisy mean's norm (its squared norm less ``tr Cov / K``), so a
-cosine near 1 may come out a little above it.
+without the upward bias of a noisy mean's norm (its squared norm less ``tr Cov / K``); a
+cosine near 1 can then come out a little above it, so the cosine and its interval are clipped
+to [-1, 1], the range a cosine has.
 """
 
 from __future__ import annotations
@@ -181,6 +182,7 @@ def check_gradient(
         mean = g.mean(0)
         norm = _debiased_norm(g)
         cos = float(mean @ truth) / (norm * float(np.linalg.norm(truth))) if norm else math.nan
+        cos = min(max(cos, -1.0), 1.0)  # the debiased norm can put it a little past 1
         return cos, norm / float(np.linalg.norm(target))
 
     cos, rel = figures(grads)

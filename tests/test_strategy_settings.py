@@ -49,7 +49,7 @@ def test_options_build_the_strategy_the_run_uses():
 
 def test_a_setting_reaches_the_sizing():
     """memory-notes keeps room for its notes in every window: fewer notes, a smaller
-    derived budget (FactUpdate: 350 tokens for 4 notes, 300 for 1)."""
+    derived budget (FactUpdate-v0: 337 tokens at the default 6 notes, 287 for 1)."""
     chat = scripted_chat(EvalConfig(agent="oracle", tokenizer="pretrained"))
     env = EnvConfig(env_id="cxsim/FactUpdate-v0")
     default = preflight(env, CompactionConfig(protocol="memory-notes", **UNSET), chat)
@@ -105,5 +105,5 @@ def test_a_study_file_sets_them_and_a_typo_fails_naming_the_setting(tmp_path: Pa
     (setting,) = load_study(path).settings
     assert setting.compaction.strategy.max_depth == 2
     path.write_text(STUDY.replace("max_depth = 2", "max_dept = 2"))
-    with pytest.raises(StudyError, match="settings.fold.*max_dept: folding takes max_depth"):
+    with pytest.raises(StudyError, match=r"settings.fold.*max_dept: folding takes max_depth"):
         load_study(path)

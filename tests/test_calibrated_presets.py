@@ -1,0 +1,42 @@
+"""The shipped presets that come from ``cxsim calibrate`` are what their records chose: each
+record in docs/results/calibration names a preset (``FactTrail-default``), and the family's
+``PRESETS`` entry, its registered id and, for the default, the constructor's defaults build
+the env the record's ``full-kwargs`` and ``[settings]`` build: the same oracle episodes
+(issue #39)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+from cxsim.calibration_preset import make_env
+from cxsim.envs import ENV_CLASSES
+from cxsim.envs.scripted import oracle_for, play
+from cxsim.studies.load import read_toml
+
+RECORDS = sorted((Path(__file__).parents[1] / "docs/results/calibration").glob("*.toml"))
+
+
+def test_the_calibrated_records_are_there() -> None:
+    names = {p.stem for p in RECORDS}
+    assert {"FactTrail-easy", "FactTrail-default", "FactUpdate-default"} <= names
+
+
+@pytest.mark.parametrize("path", RECORDS, ids=lambda p: p.stem)
+def test_each_record_is_its_shipped_preset(path: Path) -> None:
+    raw = read_toml(path)
+    family, preset = raw["preset"].rsplit("-", 1)
+    cls = ENV_CLASSES[family]
+    assert cls.PRESETS[preset] == raw["search"]["full-kwargs"]
+    env_id = f"cxsim/{family}-v0" if preset == "default" else f"cxsim/{family}-{preset}-v0"
+    assert raw["env-id"] == env_id and gym.registry[env_id].kwargs == cls.PRESETS[preset]
+    shipped = [gym.make(env_id)]
+    if preset == "default":
+        shipped.append(cls())
+    recorded = make_env(path)
+    for env in shipped:
+        for seed in range(4):
+            mine, theirs = (play(e, oracle_for(e), seed=seed) for e in (env, recorded))
+            assert [mine.task, *mine.observations] == [theirs.task, *theirs.observations]

@@ -166,6 +166,11 @@ class CompactionConfig:
         """True for the protocols that rebuild a full window instead of failing."""
         return self.strategy.compacts
 
+    def compactions_left(self, compactions: int) -> bool:
+        """Whether a row may still compact after ``compactions`` compactions:
+        ``compactions < max_compactions`` (while it may, the summary reserve stays free)."""
+        return compactions < self.max_compactions
+
     def full(self, length: int) -> bool:
         """Whether a window of ``length`` tokens is full under this (sized) config, the one
         compaction rule ``budget - length < threshold`` (:func:`window_full`)."""
@@ -179,14 +184,13 @@ class CompactionConfig:
         Responses and observations never eat into it, so the summary prompt plus
         the summary always fits in the budget.
         """
-        strategy = self.strategy
-        return len(strategy.summary_prompt(self, chat)) + strategy.summary_tokens(self)
+        return self.strategy.summary(self).reserve(chat)
 
     def validate(self, chat: ChatFormat, system_prompt: str) -> None:
         """Checks that need the chat format; raises ValueError saying what to change.
 
         The sizes must be set; then the strategy's checks
-        (``cxsim.strategies.ContextStrategy.validate``):
+        (``cxsim.strategies.ContextStrategy.check`` with the chat format):
 
         - ``threshold >= |q_sum| + max_summary_tokens + |assistant header| + 1``, so
           that whenever a response is allowed at least one token of it fits;
@@ -202,7 +206,7 @@ class CompactionConfig:
                 "(the entry points do) or set --compaction.budget/threshold/max_response_tokens/"
                 "max_summary_tokens"
             )
-        self.strategy.validate(self, chat, system_prompt)
+        self.strategy.check(self, chat, system_prompt)
 
 
 def fit_sizes(
@@ -354,10 +358,9 @@ class _EpisodePlan:
 
     def oracle_asks(self, config: CompactionConfig, turn: TurnState) -> bool:
         """The scripted oracle asks to compact before acting (and a compaction is left)."""
-        strategy = config.strategy
-        if not strategy.compactions_left(config, turn.compactions):
+        if not config.compactions_left(turn.compactions):
             return False
-        return strategy.sizing(config, self.count).oracle_compacts(self.reserve, turn)
+        return config.strategy.sizing(config, self.count).oracle_compacts(self.reserve, turn)
 
 
 def _episode_plan(

@@ -137,7 +137,8 @@ class RowRunner:
         self.chat = chat
         self.system = chat.system(system_prompt)
         self.header = chat.assistant_prefix()
-        self.q_sum = self.strategy.summary_prompt(config, chat)
+        self.summary = self.strategy.summary(config)
+        self.q_sum = self.summary.prompt(chat)
         self.reserve = config.summary_reserve(chat)
         placeholder = self.strategy.placeholder
         self.masked = None if placeholder is None else chat.observation(placeholder)
@@ -146,7 +147,7 @@ class RowRunner:
     def reserved(self, row: Row) -> int:
         """The summary reserve, while the strategy keeps it (by default while the row may
         still compact), else 0."""
-        return self.reserve if self.strategy.reserves_summary(self.config, self.turn(row)) else 0
+        return self.reserve if self.summary.kept_free(self.turn(row)) else 0
 
     @staticmethod
     def turn(row: Row) -> TurnState:
@@ -227,7 +228,7 @@ class RowRunner:
             row.turns += 1
             row.returning = True
             return
-        if move.kind == "compact" and self.strategy.compactions_left(self.config, row.compactions):
+        if move.kind == "compact" and self.config.compactions_left(row.compactions):
             row.turns += 1  # the policy's decision to compact: no environment step
             row.asked = True
             return

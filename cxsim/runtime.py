@@ -12,7 +12,8 @@ agent serves all rows (acting and summarizing rows together).
 Decisions the paper leaves open, made here (each row's state machine,
 ``cxsim.row_runner``, makes them by asking the strategy):
 
-- **Room for the summary.** While a compaction is left, responses and
+- **Room for the summary.** While a compaction is left (the strategy's
+  ``summary(config).kept_free``), responses and
   observations never use the last ``|q_sum| + max_summary_tokens`` tokens of the
   budget, so the summary prompt plus the summary always fits in C.
 - **Response cap.** ``min(max_response_tokens, C - |h_t| - |header| - reserve)``;
@@ -46,8 +47,8 @@ Decisions the paper leaves open, made here (each row's state machine,
   not recorded (they carry no training signal); summary segments are recorded
   only when the acting policy wrote the summary (a summary another agent wrote is
   not the policy's action). Segment indices count the recorded segments in time order.
-- **Rebuilds without a summary** count as compactions (bounded by ``max_compactions``, or
-  by the strategy's own ``compactions_left``).
+- **Rebuilds without a summary** count as compactions (``max_compactions`` bounds what
+  the strategy's trigger and the policy's requests may ask: ``CompactionConfig.compactions_left``).
 - **Compaction requests.** A response the strategy reads as the policy's request to
   compact (a ``compact`` ``response_move``) is not sent to the environment while a compaction is
   left: its tokens stay in the window (trainable, a turn) and the strategy's trigger sees

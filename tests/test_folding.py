@@ -107,7 +107,7 @@ def test_contexts_fit_and_the_policys_tokens_are_trainable(env_id: str):
     config = sized(env_id)
     batch = oracle_rollouts(env_id, config, range(8))
     header, end = chat().assistant_prefix(), chat().end_id
-    q_sum = FOLDING.summary_prompt(config, chat())
+    q_sum = FOLDING.summary(config).prompt(chat())
     for rec in batch.records:
         assert rec.success and rec.branches == 1 and rec.peak_context <= config.budget
         segs = by_rollout(batch)[rec.rollout_id]

@@ -156,9 +156,9 @@ def test_a_budget_without_room_for_the_notes_is_a_one_line_error():
     floor = MEMORY_NOTES.sizing(config, count).rebuilt_floor(len(chat().system(system)))
     compacted = replace(config, protocol="compacted").strategy.sizing(config, count)
     assert floor == compacted.rebuilt_floor(len(chat().system(system))) + 61
-    MEMORY_NOTES.validate(replace(config, budget=floor + 72), chat(), system)
+    MEMORY_NOTES.check(replace(config, budget=floor + 72), chat(), system)
     with pytest.raises(ValueError, match=r"too small for a rebuilt window with notes") as info:
-        MEMORY_NOTES.validate(replace(config, budget=floor + 71), chat(), system)
+        MEMORY_NOTES.check(replace(config, budget=floor + 71), chat(), system)
     assert "\n" not in str(info.value) and "raise --compaction.budget" in str(info.value)
 
 

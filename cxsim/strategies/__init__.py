@@ -57,6 +57,17 @@ __all__ = [
 ]
 
 
+RENAMED: dict[str, str] = {
+    "compactions_left": "turn_trigger (the bound itself: CompactionConfig.compactions_left)",
+    "reserves_summary": "summary (its SummaryPlan.kept_free)",
+    "summary_prompt": "summary (its SummaryPlan.instruction / prompt)",
+    "summary_tokens": "summary (its SummaryPlan.max_tokens)",
+    "validate": "check (with chat and system_prompt)",
+}
+"""Members ``ContextStrategy`` no longer has (issue #38), each with the one that took it over:
+a plug-in that still defines one fails in one line naming it."""
+
+
 class StrategyRegistry(Registry[ContextStrategy]):
     """A :class:`~cxsim.plugins.Registry` whose entries are ``ContextStrategy`` instances
     (a strategy is a class with methods, not a dataclass of functions)."""
@@ -83,6 +94,12 @@ class StrategyRegistry(Registry[ContextStrategy]):
                 f"cxsim.strategies.ContextStrategy; declare it in {module} as "
                 f"`{attribute} = {self.declaration}`"
             )
+        for old, new in RENAMED.items():
+            if hasattr(found, old):
+                raise PluginError(
+                    f"{where} defines {old}, which ContextStrategy no longer has: define {new} "
+                    'instead (docs/training.md, "Your own context strategy")'
+                )
         for name, kind, ok in (
             ("name", "a str", isinstance(found.name, str)),
             ("help", "a str", isinstance(found.help, str)),

@@ -8,17 +8,19 @@ no protocol of their own: they ask the strategy
 - **when to act**: :meth:`~ContextStrategy.turn_trigger` turns what the runtime knows of a
   row (:class:`TurnState`: its window's length, the steps taken since the window was built,
   ...) into ``act``, ``summarize``, ``rebuild`` (a new window without a summary) or ``end``
-  (:meth:`~ContextStrategy.compactions_left` bounds them);
+  (``CompactionConfig.compactions_left`` bounds them);
 - **what the next context is**: :meth:`~ContextStrategy.layout` (system prompt, then the
   task and / or the resume turn with the summary), then the last k steps that still fit
   (:meth:`~ContextStrategy.rebuilt_steps`), or any steps, each verbatim or with its
   observation replaced by the strategy's ``placeholder`` (:meth:`~ContextStrategy.rebuilt_steps`);
-- **what it asks for**: the summary prompt q_sum (:meth:`~ContextStrategy.summary_prompt`)
-  and who writes the summary (``summary_by``: the acting policy, another agent, or nobody);
+- **what it asks for**: its summaries (:meth:`~ContextStrategy.summary`, a
+  :class:`~cxsim.strategies.parts.SummaryPlan`: the summary prompt q_sum, the summary's cap
+  and when the summary reserve stays free) and who writes them (``summary_by``: the acting
+  policy, another agent, or nobody);
 - **what it records**: the segment a closed window or a summary yields and its trainable
   tokens (:meth:`~ContextStrategy.window_segment`, :meth:`~ContextStrategy.summary_segment`);
-- **how much room it keeps**: the summary reserve, the checks that need the chat format
-  (:meth:`~ContextStrategy.validate`) and the window sizes the sizing replays;
+- **how much room it keeps**: the summary reserve, its checks, with the chat format or
+  without (:meth:`~ContextStrategy.check`), and the window sizes the sizing replays;
 - **what the policy may ask for**: :meth:`~ContextStrategy.response_move` reads a response
   as an action, a request to compact, one that opens a child window or returns from it (the
   runtime lays out both, the same for every strategy), or a note to keep (what a rebuilt
@@ -45,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from cxsim.strategies.parts import SummaryPlan
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.sizing import StrategySizing
 from cxsim.strategies.strategy_types import (
@@ -85,11 +88,6 @@ class ContextStrategy:
     be in a word-level tokenizer: ``cxsim.envs.vocab``); None: observations are never masked."""
 
     # -- when to act ----------------------------------------------------------------
-    def compactions_left(self, config: CompactionConfig, compactions: int) -> bool:
-        """Whether a row may still compact after ``compactions`` compactions (while it may,
-        the summary reserve stays free): ``compactions < max_compactions``."""
-        return compactions < config.max_compactions
-
     def turn_trigger(self, config: CompactionConfig, turn: TurnState) -> Trigger:
         """What the row does before its next response, from all the runtime knows of it (the
         runtime and the sizing ask this). By default on the window's length and compactions
@@ -97,7 +95,7 @@ class ContextStrategy:
         summary) while a compaction is left; else end."""
         if not config.full(turn.length):
             return "act"
-        if not self.compacts or not self.compactions_left(config, turn.compactions):
+        if not self.compacts or not config.compactions_left(turn.compactions):
             return "end"
         return "rebuild" if self.summary_by is None else "summarize"
 
@@ -109,14 +107,14 @@ class ContextStrategy:
         executes the move; every kind but ``act`` steps no environment and counts as a turn.
 
         - ``compact``: the policy's request to compact; its tokens stay in the window,
-          trainable, and :meth:`turn_trigger` sees ``asked``. Honoured while
-          :meth:`compactions_left`, else the response is an action.
+          trainable, and :meth:`turn_trigger` sees ``asked``. Honoured while a compaction is
+          left (``CompactionConfig.compactions_left``), else the response is an action.
         - ``branch``: the runtime records the window as a segment, keeps it aside and starts
           a child window, ``(s) + (u) +`` the branching response (assistant header, response,
           end token; untrainable in the child), whose segments name that one as their parent.
         - ``return``: the policy writes the child's summary (as it writes a compaction's:
           ``h + q_sum``, a summary segment, the summary reserve kept free while a child is
-          open, :meth:`reserves_summary`); the child is recorded and closed, and its parent
+          open, :meth:`summary`'s ``kept_free``); the child is recorded and closed, and its parent
           continues with its branching response followed by an observation turn with the
           child's summary, as one step.
         - ``note``: a note to keep (``ResponseMove.note``, its words); its tokens stay in the
@@ -137,19 +135,12 @@ class ContextStrategy:
         them (indices from 0 in time order, each parent earlier). By default unchanged."""
         return segments
 
-    def reserves_summary(self, config: CompactionConfig, turn: TurnState) -> bool:
-        """Whether the summary reserve stays free in the window of ``turn``: while a
-        compaction is left (:meth:`compactions_left`)."""
-        return self.compactions_left(config, turn.compactions)
-
     # -- what it asks for, and the room that keeps free -----------------------------
-    def summary_prompt(self, config: CompactionConfig, chat: ChatFormat) -> list[int]:
-        """q_sum: the tokens appended to a full window to ask for a summary ([]: none)."""
-        return []
-
-    def summary_tokens(self, config: CompactionConfig) -> int:
-        """The most tokens a summary may take (0: no summary)."""
-        return 0
+    def summary(self, config: CompactionConfig) -> SummaryPlan:
+        """What its summaries are under ``config`` (:class:`SummaryPlan`): the summary prompt
+        q_sum, the summary's token cap and when the summary reserve stays free (by default
+        while a compaction is left). By default no summary: no q_sum, a cap of 0."""
+        return SummaryPlan(config)
 
     def sizing(self, config: CompactionConfig, count: TokenCount) -> StrategySizing:
         """What the sizing (``fit_sizes``) and the checks read of the strategy's window sizes
@@ -170,28 +161,31 @@ class ContextStrategy:
             words += self.placeholder.split()
         return words
 
-    def check(self, config: CompactionConfig) -> None:
-        """Checks of ``config`` that need no chat format; raises a one-line ValueError."""
-        summary, threshold = config.max_summary_tokens, config.threshold
-        if summary is None or threshold is None or self.summary_by is None:
-            return
-        if summary >= threshold:
-            raise ValueError(
-                f"max_summary_tokens ({summary}) must be < threshold ({threshold}) so that q_sum "
-                "and the summary fit: lower --compaction.max_summary_tokens or raise "
-                "--compaction.threshold"
-            )
-
-    def validate(self, config: CompactionConfig, chat: ChatFormat, system_prompt: str) -> None:
-        """Checks that need the chat format (``config`` sized); raises a one-line ValueError.
+    def check(
+        self, config: CompactionConfig, chat: ChatFormat | None = None, system_prompt: str = ""
+    ) -> None:
+        """Checks of ``config``; raises a one-line ValueError. Without a chat format, those
+        that need none; with one (``config`` sized, ``system_prompt`` the env's), also:
 
         - ``threshold >= |q_sum| + max_summary_tokens + |assistant header| + 1``, so that
           whenever a response is allowed at least one token of it fits;
         - the smallest rebuilt window (:meth:`StrategySizing.rebuilt_floor`) is not full.
         """
+        summary, threshold = config.max_summary_tokens, config.threshold
+        sized = summary is not None and threshold is not None
+        if sized and self.summary_by is not None and summary >= threshold:  # type: ignore[operator]
+            raise ValueError(
+                f"max_summary_tokens ({summary}) must be < threshold ({threshold}) so that "
+                "q_sum and the summary fit: lower --compaction.max_summary_tokens or raise "
+                "--compaction.threshold"
+            )
+        if chat is not None:
+            self._check_sized(config, chat, system_prompt)
+
+    def _check_sized(self, config: CompactionConfig, chat: ChatFormat, system_prompt: str) -> None:
         header = len(chat.assistant_prefix())
-        q_sum = len(self.summary_prompt(config, chat))
-        summary = self.summary_tokens(config)
+        plan = self.summary(config)
+        q_sum, summary = len(plan.prompt(chat)), plan.max_tokens
         need = q_sum + summary + header + 1
         assert config.threshold is not None and config.budget is not None
         if config.threshold < need:

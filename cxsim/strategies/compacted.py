@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cxsim.strategies.base import ContextStrategy
+from cxsim.strategies.parts import SummaryPlan
 from cxsim.strategies.strategy_types import RebuiltWindow, SummaryAuthor
 
 if TYPE_CHECKING:
-    from cxsim.agents.chat import ChatFormat
     from cxsim.compaction import CompactionConfig
     from cxsim.segments import Segment
 
@@ -32,12 +32,10 @@ class Compacted(ContextStrategy):
     compacts = True
     summary_by: SummaryAuthor | None = "policy"
 
-    def summary_prompt(self, config: CompactionConfig, chat: ChatFormat) -> list[int]:
-        return chat.summary_request(config.summary_instruction)
-
-    def summary_tokens(self, config: CompactionConfig) -> int:
+    def summary(self, config: CompactionConfig) -> SummaryPlan:
+        """q_sum asks with the summary instruction; a summary of ``max_summary_tokens``."""
         assert config.max_summary_tokens is not None
-        return config.max_summary_tokens
+        return SummaryPlan(config, config.summary_instruction, config.max_summary_tokens)
 
     def layout(self, config: CompactionConfig) -> RebuiltWindow:
         return RebuiltWindow(task=config.keep_task, summary=True)

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING
 from cxsim.agent_api import TurnResponse
 from cxsim.strategies.base import check_counts
 from cxsim.strategies.compacted import Compacted
+from cxsim.strategies.parts import SummaryPlan
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.sizing import StrategySizing
 from cxsim.strategies.strategy_types import ResponseMove, StepCost, TokenCount, TurnState
@@ -123,9 +124,9 @@ class Folding(Compacted):
         room = len(chat.observation("")) + config.max_summary_tokens  # the returned turn
         return length + room <= config.budget - config.summary_reserve(chat)
 
-    def reserves_summary(self, config: CompactionConfig, turn: TurnState) -> bool:
-        """While a compaction is left, and always in a child window (its return summary)."""
-        return turn.depth > 0 or self.compactions_left(config, turn.compactions)
+    def summary(self, config: CompactionConfig) -> FoldingSummary:
+        plan = super().summary(config)
+        return FoldingSummary(plan.config, plan.instruction, plan.max_tokens)
 
     def words(self, config: CompactionConfig) -> list[str]:
         return [*super().words(config), BRANCH_WORD, RETURN_WORD]
@@ -179,6 +180,14 @@ class Folding(Compacted):
             return self.scripted_move(request, proposed, family)
 
         return RolloutAgents(FoldingOracle(agents.actor, chat, move))
+
+
+class FoldingSummary(SummaryPlan):
+    """Folding's summaries: the reserve stays free while a compaction is left, and always in
+    a child window (its return summary)."""
+
+    def kept_free(self, turn: TurnState) -> bool:
+        return turn.depth > 0 or super().kept_free(turn)
 
 
 class FoldingSizing(StrategySizing):

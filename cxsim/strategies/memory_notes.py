@@ -18,7 +18,7 @@ before the steps it copies: one observation turn ``note 0 : the key is k3 ; note
 key is now k5`` (each note tagged with its step, in the order written), untrainable. The
 room that takes is bounded by the bounds, and the sizing keeps it free
 (:meth:`MemoryNotes.notes_room`: in the first window and in every rebuilt one, so the
-derived budget holds any notes within the bounds, raw or carried; ``validate`` checks that a
+derived budget holds any notes within the bounds, raw or carried; ``check`` checks that a
 rebuilt window with a full summary and that room is not full; the response cap holds a note
 of ``max_note_tokens``, :class:`NotesSizing`).
 
@@ -239,7 +239,16 @@ class MemoryNotes(Compacted):
     def sizing(self, config: CompactionConfig, count: TokenCount) -> NotesSizing:
         return NotesSizing(self, config, count)
 
-    def validate(self, config: CompactionConfig, chat: ChatFormat, system_prompt: str) -> None:
+    def check(
+        self, config: CompactionConfig, chat: ChatFormat | None = None, system_prompt: str = ""
+    ) -> None:
+        """Also, with a chat format (``config`` sized): a rebuilt window with a full summary
+        and the notes' room is not full."""
+        if chat is not None:
+            self.check_notes_room(config, chat, system_prompt)
+        super().check(config, chat, system_prompt)
+
+    def check_notes_room(self, config: CompactionConfig, chat: ChatFormat, system_prompt: str):
         sizing = self.sizing(config, _chat_count(chat))
         rebuilt = sizing.rebuilt_floor(len(chat.system(system_prompt)))
         assert config.budget is not None and config.threshold is not None
@@ -251,7 +260,6 @@ class MemoryNotes(Compacted):
                 f"{config.budget - rebuilt} < threshold ({config.threshold}); raise "
                 "--compaction.budget or lower --compaction.threshold / max_summary_tokens"
             )
-        super().validate(config, chat, system_prompt)
 
     # -- the scripted oracle ------------------------------------------------------------
     def scripted_note(

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from cxsim.strategies.compacted import Compacted
+from cxsim.strategies.parts import SummaryPlan
 from cxsim.strategies.strategy_types import KeptStep, RebuiltWindow, StepCost, Trigger, TurnState
 
 if TYPE_CHECKING:
@@ -53,8 +54,9 @@ class MemoryState(Compacted):
         "prompt, the task, the state and the latest step (MEM1-like)"
     )
 
-    def compactions_left(self, config: CompactionConfig, compactions: int) -> bool:
-        return True  # a state after every step, bounded by max_turns
+    def summary(self, config: CompactionConfig) -> SummaryPlan:
+        plan = super().summary(config)
+        return StateSummary(plan.config, plan.instruction, plan.max_tokens)
 
     def turn_trigger(self, config: CompactionConfig, turn: TurnState) -> Trigger:
         """A new step: rewrite the state first; else act, unless the window is full."""
@@ -74,6 +76,14 @@ class MemoryState(Compacted):
         if config.full(prefix + sum(step.full for step in steps[len(steps) - k :])):
             return None
         return [(i, False) for i in range(len(steps) - k, len(steps))]
+
+
+class StateSummary(SummaryPlan):
+    """Memory-state's states: the summary reserve always stays free (a state is written after
+    every step, as many as ``max_turns`` allows: ``max_compactions`` does not bound them)."""
+
+    def kept_free(self, turn: TurnState) -> bool:
+        return True
 
 
 MEMORY_STATE = MemoryState()

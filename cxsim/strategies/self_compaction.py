@@ -92,7 +92,7 @@ class SelfCompaction(Compacted):
         """Compact when the policy asked; else the fallback (a rebuilt window is held to
         ``T_comp`` until its first step)."""
         assert config.budget is not None and config.threshold is not None
-        left = self.compactions_left(config, turn.compactions)
+        left = config.compactions_left(turn.compactions)
         if turn.asked and left:
             return "summarize"
         threshold = self.fallback(config, turn.seed) if turn.new_steps else config.threshold
@@ -120,8 +120,14 @@ class SelfCompaction(Compacted):
         zone = self.fallback(config, None) + config.threshold - reserve
         return turn.new_steps > 0 and window_full(config.budget, zone, turn.length)
 
-    def validate(self, config: CompactionConfig, chat: ChatFormat, system_prompt: str) -> None:
-        super().validate(config, chat, system_prompt)
+    def check(
+        self, config: CompactionConfig, chat: ChatFormat | None = None, system_prompt: str = ""
+    ) -> None:
+        """Also, with a chat format (``config`` sized): the highest drawn threshold is below
+        the budget."""
+        super().check(config, chat, system_prompt)
+        if chat is None:
+            return
         highest = self.fallback(config, None)
         assert config.budget is not None
         if highest >= config.budget:
@@ -142,7 +148,7 @@ class SelfCompaction(Compacted):
         reserve = config.summary_reserve(chat)
 
         def asks(turn: TurnState) -> bool:
-            return self.compactions_left(config, turn.compactions) and self.oracle_compacts(
+            return config.compactions_left(turn.compactions) and self.oracle_compacts(
                 config, reserve, turn
             )
 

@@ -45,7 +45,7 @@ class StrategySizing:
         if not self.strategy.layout(config).summary:
             return system
         resume = self.count("resume", config.resume_instruction, "")
-        return system + resume + self.strategy.summary_tokens(config)
+        return system + resume + self.strategy.summary(config).max_tokens
 
     def rebuilt_size(self, system: int, task: int, summaries: Sequence[str]) -> int:
         """One episode's rebuilt window before its steps, with its longest summary."""

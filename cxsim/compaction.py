@@ -164,7 +164,7 @@ class CompactionConfig:
     @property
     def compacts(self) -> bool:
         """True for the protocols that rebuild a full window instead of failing."""
-        return self.strategy.compacts
+        return self.strategy.rebuild(self) is not None
 
     def compactions_left(self, compactions: int) -> bool:
         """Whether a row may still compact after ``compactions`` compactions:
@@ -230,8 +230,8 @@ def fit_sizes(
       ``max_compactions + 1`` windows, replaying the runtime's rule (compact when
       ``budget - |h| < threshold``; rebuild as system + [task] + resume turn with
       the episode's longest summary + the steps the strategy keeps, by default the last
-      k, k lowered until ``threshold`` is free; the strategy's ``turn_trigger`` and
-      ``rebuilt_steps`` decide).
+      k, k lowered until ``threshold`` is free; the strategy's ``turn_trigger`` and its
+      rebuilt window's ``steps`` decide).
 
     ``floors`` (published sizes) raise a derived size that falls below them.
     """
@@ -333,6 +333,7 @@ class _EpisodePlan:
         """The compactions after one chain of windows (from ``first``, taking ``steps``),
         or None when it does not end within the windows allowed."""
         strategy = config.strategy
+        rebuilt = strategy.rebuild(config)
         window, new_steps = first, 0
         held: list[StepCost] = []  # the window's steps, as it holds them
         for cost in steps:
@@ -346,7 +347,7 @@ class _EpisodePlan:
                 if trigger == "end":
                     return None
                 compactions += 1  # a rebuilt window, with or without a summary
-                kept = strategy.rebuilt_steps(config, self.rebuilt, held)
+                kept = None if rebuilt is None else rebuilt.steps(self.rebuilt, held)
                 if kept is None:
                     return None
                 held = [StepCost(held[i].masked, held[i].masked) if m else held[i] for i, m in kept]
@@ -371,7 +372,8 @@ def _episode_plan(
     sizing = config.strategy.sizing(config, count)
     rebuilt = sizing.rebuilt_size(system, task, episode.summaries)
     header = count("assistant_prefix")
-    placeholder = config.strategy.placeholder
+    window = config.strategy.rebuild(config)
+    placeholder = None if window is None else window.placeholder
     steps = []
     for action, observation in zip(episode.actions, episode.observations, strict=True):
         response = header + count("encode", action) + 1

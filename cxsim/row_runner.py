@@ -140,7 +140,9 @@ class RowRunner:
         self.summary = self.strategy.summary(config)
         self.q_sum = self.summary.prompt(chat)
         self.reserve = config.summary_reserve(chat)
-        placeholder = self.strategy.placeholder
+        self.rebuilt = self.strategy.rebuild(config)
+        """What a full window is rebuilt as (None: never)."""
+        placeholder = None if self.rebuilt is None else self.rebuilt.placeholder
         self.masked = None if placeholder is None else chat.observation(placeholder)
         """The observation turn of a masked step (None: the strategy masks none)."""
 
@@ -355,16 +357,19 @@ class RowRunner:
         row.new_steps += 1
 
     def rebuild(self, row: Row, summary: str | None) -> None:
-        """Replace the (closed) window by the strategy's rebuilt prefix + the steps it keeps
-        (``rebuilt_steps``: by default the last k, k lowered until the window is not full),
+        """Replace the (closed) window by the strategy's rebuilt window (``rebuild``): its
+        prefix + the steps it keeps (by default the last k, k lowered until it is not full),
         each verbatim or with its observation masked."""
-        cfg = self.config
-        base = self.strategy.rebuilt_prefix(
-            cfg, self.chat, self.system, row.task, summary, row.notes
-        )
+        rebuilt = self.rebuilt
+        if rebuilt is None:
+            raise ValueError(
+                f"context strategy {self.config.protocol!r} rebuilt a window but its rebuild "
+                "is None: return a RebuiltWindow from rebuild, or never trigger one"
+            )
+        base = rebuilt.prefix(self.chat, self.system, row.task, summary, row.notes)
         old, steps = row.window, row.steps
         costs = [self.step_cost(start, observation, end) for start, observation, end in steps]
-        kept = self.strategy.rebuilt_steps(cfg, len(base), costs)
+        kept = rebuilt.steps(len(base), costs)
         row.compactions += 1
         self.clear_window(row)
         row.extend(base)
@@ -394,7 +399,7 @@ class RowRunner:
         if self.masked is None:
             raise ValueError(
                 f"context strategy {self.config.protocol!r} masked an observation but has no "
-                "placeholder: set its placeholder text"
+                "placeholder: set its RebuiltWindow's placeholder"
             )
         return self.masked
 

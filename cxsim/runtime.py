@@ -54,7 +54,7 @@ Decisions the paper leaves open, made here (each row's state machine,
   left: its tokens stay in the window (trainable, a turn) and the strategy's trigger sees
   ``asked`` before the next response.
 - **Masked steps.** A strategy may copy a step into a rebuilt window with its observation
-  turn replaced by its ``placeholder`` text (``rebuilt_steps``); the step's header and
+  turn replaced by its ``placeholder`` text (its ``rebuild``'s ``steps``); the step's header and
   response stay verbatim.
 - **A summary written by another agent** (the strategy's ``summary_by``) is asked for
   with the whole summary prompt and ``reset=True``: that agent holds none of the row.
@@ -71,7 +71,7 @@ Decisions the paper leaves open, made here (each row's state machine,
   no environment and counts as a turn; its tokens stay in the window, trainable, and the
   runtime records it (``Note``: its text, the environment steps before it, the window
   segment and tokens it was written at). A rebuilt window carries what the strategy makes
-  of the notes so far (``rebuilt_prefix``, given the notes: after the prefix,
+  of the notes so far (its ``rebuild``'s ``prefix``, given the notes: after the prefix,
   untrainable), and once the episode ended the strategy may rearrange the rollout's
   segments around them (``finished_segments``, given the response whose step terminated
   the episode).

@@ -198,7 +198,7 @@ def test_contexts_fit_and_notes_survive_compaction_with_their_step(env_id: str):
             if summaries_before == 0:
                 continue
             summary, notes = rec.summaries[summaries_before - 1], carrying[summaries_before - 1]
-            prefix = MEMORY_NOTES.rebuilt_prefix(config, chat(), system, task, summary)
+            prefix = MEMORY_NOTES.rebuild(config).prefix(chat(), system, task, summary)
             block = chat().observation(" ; ".join(notes)) if notes else []
             end_of_block = len(prefix) + len(block)
             assert seg.token_ids[:end_of_block] == prefix + block

@@ -31,7 +31,7 @@ from cxsim.experiments.train import Config as TrainCommand
 from cxsim.preflight import preflight
 from cxsim.runtime import RolloutBatch, collect_rollouts
 from cxsim.segments import Segment
-from cxsim.strategies import STRATEGIES, ContextStrategy, ScriptedOptions, TurnState
+from cxsim.strategies import STRATEGIES, ContextStrategy, RebuiltWindow, ScriptedOptions, TurnState
 from cxsim.strategies.memory_state import MEMORY_STATE
 from cxsim.strategies.observation_masking import OBSERVATION_MASKING
 from cxsim.strategies.self_compaction import (
@@ -56,15 +56,34 @@ class FreshStart(ContextStrategy):
 
     name = "fresh-start"
     help = "a full window restarts from the system prompt and the task"
+
+    def rebuild(self, config):
+        return FreshWindow(config)
+
+
+class FreshWindow(RebuiltWindow):
+    """The system prompt and the task (the defaults), and no step."""
+
+    def steps(self, prefix, steps):
+        return None if self.config.full(prefix) else []
+
+
+fresh_start = FreshStart()
+"""The plug-in: a ``ContextStrategy`` declared outside cxsim."""
+PLUGIN = f"{__name__}:fresh_start"
+
+
+class OldStyle(ContextStrategy):
+    """FreshStart written against the members before issue #38."""
+
+    name = "old-style"
     compacts = True
 
     def rebuilt_steps(self, config, prefix, steps):
         return None if config.full(prefix) else []
 
 
-fresh_start = FreshStart()
-"""The plug-in: a ``ContextStrategy`` declared outside cxsim."""
-PLUGIN = f"{__name__}:fresh_start"
+old_style = OldStyle()
 
 
 class Unsure(ContextStrategy):
@@ -147,8 +166,9 @@ def test_registry_holds_the_built_in_protocols_with_their_properties():
     for name, strategy in STRATEGIES.items():
         assert strategy.name == name and strategy.help
         assert CompactionConfig(protocol=name).strategy is strategy
+        rebuilt = strategy.rebuild(CompactionConfig(protocol=name))
         props = (
-            strategy.compacts,
+            rebuilt is not None,
             strategy.summary_by is not None,
             strategy.summary_by == "policy",
         )
@@ -158,7 +178,7 @@ def test_registry_holds_the_built_in_protocols_with_their_properties():
         q_sum = len(chat().summary_request(config.summary_instruction))
         reserve = q_sum + config.max_summary_tokens if config.summarizes else 0
         assert config.summary_reserve(chat()) == reserve
-        masks = strategy.placeholder is not None
+        masks = rebuilt is not None and rebuilt.placeholder is not None
         assert masks == (name == "observation-masking")
         words = set(strategy.words(config))
         assert ("summary" in words) == config.summarizes
@@ -297,6 +317,11 @@ def test_the_sizing_replays_the_plugin():
         (f"{__name__}:FreshStart", r"is the class FreshStart, not an instance: declare it in "),
         (f"{__name__}:not_a_strategy", r"is a function, not a cxsim\.strategies\.ContextStrategy"),
         (f"{__name__}:unsure", r"declares summary_by='nobody': it must be None or one of "),
+        (
+            f"{__name__}:old_style",
+            r"defines compacts, which ContextStrategy no longer has: "
+            r"define rebuild \(None: a full window is never rebuilt\) instead",
+        ),
     ],
 )
 def test_a_bad_protocol_fails_at_config_time_in_one_line(protocol, message):
@@ -344,7 +369,7 @@ def check_rebuilt_windows(protocol: str, batch: RolloutBatch) -> None:
         windows = [s for s in by_rollout(batch)[rec.rollout_id] if s.role == "execution"]
         summaries = rec.summaries or [None] * len(windows)
         for seg, summary in zip(windows[1:], summaries, strict=False):
-            prefix = strategy.rebuilt_prefix(config, chat(), system, task, summary)
+            prefix = strategy.rebuild(config).prefix(chat(), system, task, summary)
             assert seg.token_ids[: len(prefix)] == prefix
 
 
@@ -368,7 +393,7 @@ def test_contexts_fit_the_budget_and_trainable_tokens_are_the_strategys(protocol
     for rec in batch.records:
         segs = by_rollout(batch)[rec.rollout_id]
         assert rec.peak_context <= CFG.budget and all(len(s.token_ids) <= CFG.budget for s in segs)
-        assert (rec.compactions > 0) == strategy.compacts
+        assert (rec.compactions > 0) == (strategy.rebuild(CFG) is not None)
         assert len(rec.summaries) == (rec.compactions if strategy.summary_by is not None else 0)
         summary_segs = [s for s in segs if s.role == "summary"]
         assert len(summary_segs) == (rec.compactions if strategy.summary_by == "policy" else 0)
@@ -749,9 +774,10 @@ def test_sft_then_train_under_a_new_strategy(protocol: str, tmp_path: Path):
 
 def test_the_strategy_seam_does_not_grow():
     """ContextStrategy's public members (attributes, properties, methods): 39 before the seam
-    was narrowed (issue #38), then 23, 19 now (the summary's prompt, cap and reserve grouped
-    in ``summary``; ``check`` with an optional chat format); the aim is at most 12. A
-    one-strategy hook belongs in that strategy's module, a sizing one in its
-    ``StrategySizing``."""
+    was narrowed (issue #38), then 23, 15 now (the summary's prompt, cap and reserve grouped
+    in ``summary``; ``check`` with an optional chat format; the rebuilt window's layout,
+    prefix, steps and placeholder in ``rebuild``, None for no rebuild, which ``compacts``
+    said); the aim is at most 12. A one-strategy hook belongs in that strategy's module, a
+    sizing one in its ``StrategySizing``."""
     members = [name for name in dir(ContextStrategy) if not name.startswith("_")]
-    assert len(members) <= 19, members
+    assert len(members) <= 15, members

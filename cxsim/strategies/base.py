@@ -9,10 +9,11 @@ no protocol of their own: they ask the strategy
   row (:class:`TurnState`: its window's length, the steps taken since the window was built,
   ...) into ``act``, ``summarize``, ``rebuild`` (a new window without a summary) or ``end``
   (``CompactionConfig.compactions_left`` bounds them);
-- **what the next context is**: :meth:`~ContextStrategy.layout` (system prompt, then the
-  task and / or the resume turn with the summary), then the last k steps that still fit
-  (:meth:`~ContextStrategy.rebuilt_steps`), or any steps, each verbatim or with its
-  observation replaced by the strategy's ``placeholder`` (:meth:`~ContextStrategy.rebuilt_steps`);
+- **what the next context is**: :meth:`~ContextStrategy.rebuild`, a
+  :class:`~cxsim.strategies.parts.RebuiltWindow` (None: never rebuilt): its prefix (system
+  prompt, then the task and / or the resume turn with the summary), then the last k steps
+  that still fit, or any steps, each verbatim or with its observation replaced by its
+  ``placeholder`` (``RebuiltWindow.steps``);
 - **what it asks for**: its summaries (:meth:`~ContextStrategy.summary`, a
   :class:`~cxsim.strategies.parts.SummaryPlan`: the summary prompt q_sum, the summary's cap
   and when the summary reserve stays free) and who writes them (``summary_by``: the acting
@@ -24,7 +25,7 @@ no protocol of their own: they ask the strategy
 - **what the policy may ask for**: :meth:`~ContextStrategy.response_move` reads a response
   as an action, a request to compact, one that opens a child window or returns from it (the
   runtime lays out both, the same for every strategy), or a note to keep (what a rebuilt
-  window carries of the notes, :meth:`~ContextStrategy.rebuilt_prefix`, and how a
+  window carries of the notes, ``RebuiltWindow.prefix``, and how a
   rollout's segments are rearranged once it ended, :meth:`~ContextStrategy.finished_segments`);
 - **what the scripted oracle does under it** (:meth:`~ContextStrategy.scripted_agents`, and
   :meth:`~ContextStrategy.scripted_agents_for` for a sized config, with its own compaction
@@ -47,15 +48,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from cxsim.strategies.parts import SummaryPlan
+from cxsim.strategies.parts import RebuiltWindow, SummaryPlan
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.sizing import StrategySizing
 from cxsim.strategies.strategy_types import (
-    KeptStep,
     Note,
-    RebuiltWindow,
     ResponseMove,
-    StepCost,
     SummaryAuthor,
     TokenCount,
     Trigger,
@@ -78,14 +76,8 @@ class ContextStrategy:
     """The ``--compaction.protocol`` value that selects it."""
     help: str = ""
     """One line: what the strategy does."""
-    compacts: bool = False
-    """A full window is replaced by a rebuilt one (while compactions are left); else the
-    episode ends, truncated and failed."""
     summary_by: SummaryAuthor | None = None
     """Who writes the summary the rebuilt window carries; None: no summary."""
-    placeholder: str | None = None
-    """The text that stands in for a masked observation in a rebuilt window (its words must
-    be in a word-level tokenizer: ``cxsim.envs.vocab``); None: observations are never masked."""
 
     # -- when to act ----------------------------------------------------------------
     def turn_trigger(self, config: CompactionConfig, turn: TurnState) -> Trigger:
@@ -95,7 +87,7 @@ class ContextStrategy:
         summary) while a compaction is left; else end."""
         if not config.full(turn.length):
             return "act"
-        if not self.compacts or not config.compactions_left(turn.compactions):
+        if self.rebuild(config) is None or not config.compactions_left(turn.compactions):
             return "end"
         return "rebuild" if self.summary_by is None else "summarize"
 
@@ -119,7 +111,7 @@ class ContextStrategy:
           child's summary, as one step.
         - ``note``: a note to keep (``ResponseMove.note``, its words); its tokens stay in the
           window, trainable, and the runtime records it (:class:`Note`) for
-          :meth:`rebuilt_prefix` and :meth:`finished_segments`."""
+          :meth:`rebuild` and :meth:`finished_segments`."""
         return ResponseMove()
 
     def finished_segments(
@@ -157,8 +149,9 @@ class ContextStrategy:
         words: list[str] = []
         if self.summary_by is not None:
             words += [*config.summary_instruction.split(), *config.resume_instruction.split()]
-        if self.placeholder is not None:
-            words += self.placeholder.split()
+        rebuilt = self.rebuild(config)
+        if rebuilt is not None and rebuilt.placeholder is not None:
+            words += rebuilt.placeholder.split()
         return words
 
     def check(
@@ -194,7 +187,7 @@ class ContextStrategy:
                 f"({summary}) + assistant header ({header}) + 1 = {need}: raise "
                 "--compaction.threshold or lower --compaction.max_summary_tokens"
             )
-        if not self.compacts:
+        if self.rebuild(config) is None:
             return
         sizing = self.sizing(config, _chat_count(chat))
         rebuilt = sizing.rebuilt_floor(len(chat.system(system_prompt)))
@@ -207,40 +200,11 @@ class ContextStrategy:
             )
 
     # -- what the next context is ---------------------------------------------------
-    def layout(self, config: CompactionConfig) -> RebuiltWindow:
-        """What a rebuilt window holds before its steps (the system prompt always)."""
-        return RebuiltWindow(task=True, summary=False)
-
-    def rebuilt_prefix(
-        self,
-        config: CompactionConfig,
-        chat: ChatFormat,
-        system: list[int],
-        task: list[int],
-        summary: str | None,
-        notes: Sequence[Note] = (),
-    ) -> list[int]:
-        """A rebuilt window's tokens before its steps: ``(s) [+ u] [+ u_resume(S)]``, then
-        what it carries of the episode's ``notes`` (untrainable; by default nothing)."""
-        layout = self.layout(config)
-        tokens = list(system)
-        if layout.task:
-            tokens += task
-        if layout.summary and summary is not None:
-            tokens += chat.resume(config.resume_instruction, summary)
-        return tokens
-
-    def rebuilt_steps(
-        self, config: CompactionConfig, prefix: int, steps: Sequence[StepCost]
-    ) -> list[KeptStep] | None:
-        """The steps of a full window (``steps``, oldest first) that its rebuilt window of
-        ``prefix`` tokens copies, oldest first, each verbatim or masked; None when no choice
-        leaves the window not full (the episode ends, ``window_full``). By default the last
-        ``keep_last`` steps verbatim, fewer until the window is not full."""
-        sizes = [step.full for step in steps]
-        for k in range(min(config.keep_last, len(steps)), -1, -1):
-            if not config.full(prefix + sum(sizes[len(sizes) - k :])):
-                return [(i, False) for i in range(len(steps) - k, len(steps))]
+    def rebuild(self, config: CompactionConfig) -> RebuiltWindow | None:
+        """What a full window is rebuilt as under ``config`` (:class:`RebuiltWindow`: what it
+        holds before its steps, the steps it copies, each verbatim or masked by its
+        ``placeholder``); None: a full window is never rebuilt, the episode ends, truncated
+        and failed (the default)."""
         return None
 
     # -- what it records ------------------------------------------------------------

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cxsim.strategies.base import ContextStrategy
-from cxsim.strategies.parts import SummaryPlan
-from cxsim.strategies.strategy_types import RebuiltWindow, SummaryAuthor
+from cxsim.strategies.parts import RebuiltWindow, SummaryPlan
+from cxsim.strategies.strategy_types import SummaryAuthor
 
 if TYPE_CHECKING:
     from cxsim.compaction import CompactionConfig
@@ -29,7 +29,6 @@ class Compacted(ContextStrategy):
 
     name = "compacted"
     help = "the policy summarizes a full window, which is rebuilt around the summary (paper)"
-    compacts = True
     summary_by: SummaryAuthor | None = "policy"
 
     def summary(self, config: CompactionConfig) -> SummaryPlan:
@@ -37,8 +36,9 @@ class Compacted(ContextStrategy):
         assert config.max_summary_tokens is not None
         return SummaryPlan(config, config.summary_instruction, config.max_summary_tokens)
 
-    def layout(self, config: CompactionConfig) -> RebuiltWindow:
-        return RebuiltWindow(task=config.keep_task, summary=True)
+    def rebuild(self, config: CompactionConfig) -> RebuiltWindow:
+        """``(s) + [u] + u_resume(S) + last k steps`` (the task only with ``keep_task``)."""
+        return RebuiltWindow(config, task=config.keep_task, summary=True)
 
     def summary_segment(
         self,

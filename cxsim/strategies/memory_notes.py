@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 from cxsim.agent_api import TurnResponse
 from cxsim.strategies.base import _chat_count, check_counts
 from cxsim.strategies.compacted import Compacted
+from cxsim.strategies.parts import RebuiltWindow
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.sizing import StrategySizing
 from cxsim.strategies.strategy_types import Note, ResponseMove, StepCost, TokenCount, TurnState
@@ -195,21 +196,9 @@ class MemoryNotes(Compacted):
             return ResponseMove()
         return ResponseMove("note", kept)
 
-    def rebuilt_prefix(
-        self,
-        config: CompactionConfig,
-        chat: ChatFormat,
-        system: list[int],
-        task: list[int],
-        summary: str | None,
-        notes: Sequence[Note] = (),
-    ) -> list[int]:
-        """The compacted prefix, then one observation turn with every note,
-        ``note <step> : <words>``, joined by ``;`` (none without notes)."""
-        tokens = super().rebuilt_prefix(config, chat, system, task, summary)
-        if not notes:
-            return tokens
-        return tokens + chat.observation(f" {SEPARATOR} ".join(note_line(n) for n in notes))
+    def rebuild(self, config: CompactionConfig) -> NotesWindow:
+        """Compacted's rebuilt window, carrying the notes (:class:`NotesWindow`)."""
+        return NotesWindow(config, task=config.keep_task, summary=True)
 
     def notes_room(self, config: CompactionConfig, count: TokenCount) -> int:
         """The most tokens notes within the bounds take in one window: each of the
@@ -309,6 +298,25 @@ class MemoryNotes(Compacted):
             return self.scripted_note(chat, request, noted, family)
 
         return RolloutAgents(NotingOracle(agents.actor, chat, NOTE_WORD, note))
+
+
+class NotesWindow(RebuiltWindow):
+    """Memory-notes' rebuilt window: compacted's, with the notes after the resume turn."""
+
+    def prefix(
+        self,
+        chat: ChatFormat,
+        system: list[int],
+        task: list[int],
+        summary: str | None,
+        notes: Sequence[Note] = (),
+    ) -> list[int]:
+        """The compacted prefix, then one observation turn with every note,
+        ``note <step> : <words>``, joined by ``;`` (none without notes)."""
+        tokens = super().prefix(chat, system, task, summary)
+        if not notes:
+            return tokens
+        return tokens + chat.observation(f" {SEPARATOR} ".join(note_line(n) for n in notes))
 
 
 class NotesSizing(StrategySizing):

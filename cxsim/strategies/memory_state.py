@@ -35,8 +35,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from cxsim.strategies.compacted import Compacted
-from cxsim.strategies.parts import SummaryPlan
-from cxsim.strategies.strategy_types import KeptStep, RebuiltWindow, StepCost, Trigger, TurnState
+from cxsim.strategies.parts import RebuiltWindow, SummaryPlan
+from cxsim.strategies.strategy_types import KeptStep, StepCost, Trigger, TurnState
 
 if TYPE_CHECKING:
     from cxsim.compaction import CompactionConfig
@@ -64,16 +64,18 @@ class MemoryState(Compacted):
             return "summarize"
         return "end" if config.full(turn.length) else "act"
 
-    def layout(self, config: CompactionConfig) -> RebuiltWindow:
-        return RebuiltWindow(task=True, summary=True)
+    def rebuild(self, config: CompactionConfig) -> StateWindow:
+        return StateWindow(config, task=True, summary=True)
 
-    def rebuilt_steps(
-        self, config: CompactionConfig, prefix: int, steps: Sequence[StepCost]
-    ) -> list[KeptStep] | None:
+
+class StateWindow(RebuiltWindow):
+    """Memory-state's rebuilt window: ``(s) + (u) + u_resume(S) +`` the latest step."""
+
+    def steps(self, prefix: int, steps: Sequence[StepCost]) -> list[KeptStep] | None:
         """The latest step, verbatim; None when that leaves the window full (the episode
         ends)."""
         k = min(LATEST_STEPS, len(steps))
-        if config.full(prefix + sum(step.full for step in steps[len(steps) - k :])):
+        if self.config.full(prefix + sum(step.full for step in steps[len(steps) - k :])):
             return None
         return [(i, False) for i in range(len(steps) - k, len(steps))]
 

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 
 from cxsim.envs.vocab import OBSERVATION_PLACEHOLDER
 from cxsim.strategies.base import ContextStrategy
-from cxsim.strategies.strategy_types import KeptStep, RebuiltWindow, StepCost
+from cxsim.strategies.parts import RebuiltWindow
+from cxsim.strategies.strategy_types import KeptStep, StepCost
 
 if TYPE_CHECKING:
     from cxsim.compaction import CompactionConfig
@@ -44,17 +45,18 @@ class ObservationMasking(ContextStrategy):
         "a full window keeps the system prompt, the task, every action and the last k "
         "observations; older observations become a placeholder (no summary)"
     )
-    compacts = True
-    placeholder: str | None = PLACEHOLDER
 
-    def layout(self, config: CompactionConfig) -> RebuiltWindow:
-        return RebuiltWindow(task=True, summary=False)
+    def rebuild(self, config: CompactionConfig) -> MaskedWindow:
+        return MaskedWindow(config, task=True, summary=False, placeholder=PLACEHOLDER)
 
-    def rebuilt_steps(
-        self, config: CompactionConfig, prefix: int, steps: Sequence[StepCost]
-    ) -> list[KeptStep] | None:
+
+class MaskedWindow(RebuiltWindow):
+    """Observation-masking's rebuilt window: the system prompt, the task and every step."""
+
+    def steps(self, prefix: int, steps: Sequence[StepCost]) -> list[KeptStep] | None:
         """Every step, the observations of all but the last k (``keep_last``) masked; None
         when that leaves the window full."""
+        config = self.config
         verbatim = len(steps) - min(config.keep_last, len(steps))  # the first verbatim step
         kept = [(i, i < verbatim) for i in range(len(steps))]
         size = (

@@ -42,7 +42,8 @@ class StrategySizing:
         ``max_summary_tokens`` (a task kept with ``keep_task`` varies per episode and is
         left out)."""
         config = self.config
-        if not self.strategy.layout(config).summary:
+        rebuilt = self.strategy.rebuild(config)
+        if rebuilt is None or not rebuilt.summary:
             return system
         resume = self.count("resume", config.resume_instruction, "")
         return system + resume + self.strategy.summary(config).max_tokens
@@ -50,9 +51,11 @@ class StrategySizing:
     def rebuilt_size(self, system: int, task: int, summaries: Sequence[str]) -> int:
         """One episode's rebuilt window before its steps, with its longest summary."""
         config = self.config
-        layout = self.strategy.layout(config)
-        size = system + (task if layout.task else 0)
-        if layout.summary:
+        rebuilt = self.strategy.rebuild(config)
+        if rebuilt is None:  # never rebuilt: the size is never read
+            return system + task
+        size = system + (task if rebuilt.task else 0)
+        if rebuilt.summary:
             size += max(self.count("resume", config.resume_instruction, s) for s in summaries)
         return size
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cxsim.strategies.base import ContextStrategy
-from cxsim.strategies.strategy_types import RebuiltWindow
+from cxsim.strategies.parts import RebuiltWindow
 
 if TYPE_CHECKING:
     from cxsim.compaction import CompactionConfig
@@ -22,10 +22,9 @@ class SlidingWindow(ContextStrategy):
 
     name = "sliding-window"
     help = "a full window keeps the system prompt, the task and the last k steps (no summary)"
-    compacts = True
 
-    def layout(self, config: CompactionConfig) -> RebuiltWindow:
-        return RebuiltWindow(task=True, summary=False)
+    def rebuild(self, config: CompactionConfig) -> RebuiltWindow:
+        return RebuiltWindow(config, task=True, summary=False)
 
 
 SLIDING_WINDOW = SlidingWindow()

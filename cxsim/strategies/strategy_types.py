@@ -5,8 +5,8 @@ exchange, and the compaction rule they all read.
 - what a row does next (``Trigger``) and from what (:class:`TurnState`);
 - who writes a summary (``SummaryAuthor``), and what a response is (:class:`ResponseMove`:
   an action, a request to compact, a child window opened or closed, a note kept);
-- what a rebuilt window holds before its steps (:class:`RebuiltWindow`), what each step
-  costs (:class:`StepCost`) and which steps it copies (``KeptStep``);
+- what each step of a full window costs (:class:`StepCost`) and which steps its rebuilt
+  window copies (``KeptStep``);
 - a note the policy kept (:class:`Note`), and how the sizing counts tokens
   (:class:`TokenCount`);
 - the compaction rule, ``C - |h| < T_comp`` (the window is full): :func:`window_full`.
@@ -16,7 +16,6 @@ Plain types only: this module imports nothing of cxsim.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
 Trigger = Literal["act", "summarize", "rebuild", "end"]
@@ -35,16 +34,6 @@ def window_full(budget: int, threshold: int, length: int) -> bool:
     """The compaction rule (docs/method.md): a window of ``length`` tokens is full when
     ``budget - length < threshold``; a response is asked for only in a window that is not."""
     return budget - length < threshold
-
-
-@dataclass(frozen=True)
-class RebuiltWindow:
-    """What a rebuilt window holds after the system prompt and before the last k steps."""
-
-    task: bool
-    """The task u."""
-    summary: bool
-    """The resume turn u_resume(S) that carries the summary."""
 
 
 class TurnState(NamedTuple):
@@ -84,12 +73,12 @@ class ResponseMove(NamedTuple):
 
 
 class StepCost(NamedTuple):
-    """One step of a full window, in tokens (:meth:`ContextStrategy.rebuilt_steps`)."""
+    """One step of a full window, in tokens (``RebuiltWindow.steps``)."""
 
     full: int
     """As the window holds it: assistant header, response, end token, observation turn."""
     masked: int
-    """With its observation turn replaced by the strategy's ``placeholder`` (``full`` when
+    """With its observation turn replaced by the rebuilt window's ``placeholder`` (``full`` when
     the strategy has none)."""
 
 
@@ -111,7 +100,7 @@ class Note(NamedTuple):
 
 KeptStep = tuple[int, bool]
 """A step a rebuilt window copies: its index in the full window's steps, and whether its
-observation is replaced by the strategy's ``placeholder`` (masked)."""
+observation is replaced by the rebuilt window's ``placeholder`` (masked)."""
 
 
 class TokenCount(Protocol):

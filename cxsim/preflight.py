@@ -77,7 +77,7 @@ def preflight(
         texts = _episodes(env.env_id, tuple(sorted(env.kwargs.items())))
         floors = PUBLISHED_SIZES.get(env.env_id)
         sized = fit_sizes(compaction, chat, env.system_prompt, texts, floors)
-    agents = sized.strategy.scripted_agents_for(sized, env.env_id, chat)
+    agents = sized.strategy.scripted_agents(env.env_id, chat, config=sized)
     seeds = list(range(PREFLIGHT_SEED, PREFLIGHT_SEED + episodes))
     records = collect_rollouts(
         env.env_id, env.kwargs, agents.actor, sized, seeds, chat, agents.summarizer

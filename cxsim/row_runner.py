@@ -138,6 +138,7 @@ class RowRunner:
         self.system = chat.system(system_prompt)
         self.header = chat.assistant_prefix()
         self.summary = self.strategy.summary(config)
+        self.recorder = self.strategy.segments(config)
         self.q_sum = self.summary.prompt(chat)
         self.reserve = config.summary_reserve(chat)
         self.rebuilt = self.strategy.rebuild(config)
@@ -270,7 +271,7 @@ class RowRunner:
         row.peak_context = max(row.peak_context, len(prompt) + len(ids))
         row.tokens_summarised += len(ids)
         self.close_window(row)
-        segment = self.strategy.summary_segment(
+        segment = self.recorder.summary(
             prompt, ids, list(response.logprobs), row.rollout_id, len(row.segments)
         )
         if segment is not None:
@@ -292,7 +293,7 @@ class RowRunner:
     # -- windows -----------------------------------------------------------
     def close_window(self, row: Row) -> None:
         """Record the current window as the segment the strategy makes of it (if any)."""
-        segment = self.strategy.window_segment(
+        segment = self.recorder.window(
             row.window, row.trainable, row.logprobs, row.step_rewards,
             row.rollout_id, len(row.segments),
         )  # fmt: skip
@@ -411,9 +412,7 @@ class RowRunner:
 
     def finish(self, row: Row) -> RolloutRecord:
         self.close_window(row)
-        row.segments = self.strategy.finished_segments(
-            self.config, row.segments, row.notes, row.final_action
-        )
+        row.segments = self.recorder.finished(row.segments, row.notes, row.final_action)
         end: EpisodeEnd = row.end_reason or "max_turns"
         for seg in row.segments:
             seg.reward = row.terminal_reward

@@ -73,7 +73,7 @@ Decisions the paper leaves open, made here (each row's state machine,
   segment and tokens it was written at). A rebuilt window carries what the strategy makes
   of the notes so far (its ``rebuild``'s ``prefix``, given the notes: after the prefix,
   untrainable), and once the episode ended the strategy may rearrange the rollout's
-  segments around them (``finished_segments``, given the response whose step terminated
+  segments around them (its ``segments``' ``finished``, given the response whose step terminated
   the episode).
 - **Segment parents.** Each recorded segment names the one its window continues from
   (``Segment.parent``): the previous one, except that a child window and its parent's

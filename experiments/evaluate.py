@@ -158,7 +158,7 @@ def protocol_agents(
     if agent is not None and strategy.summary_by != "summarizer":
         return RolloutAgents(agent)
     options = ScriptedOptions(omission_rate=cfg.omission_rate, seed=cfg.eval.seed)
-    scripted = strategy.scripted_agents_for(runtime, cfg.env.env_id, chat, options)
+    scripted = strategy.scripted_agents(cfg.env.env_id, chat, options, config=runtime)
     return RolloutAgents(scripted.actor if agent is None else agent, scripted.summarizer)
 
 

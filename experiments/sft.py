@@ -100,15 +100,15 @@ def check_starting_policy(policy: str | None, sft: SFTConfig) -> None:
 def demonstrations(cfg: Config, chat: ChatFormat, seeds: list[int]) -> RolloutBatch:
     """Scripted rollouts (oracle + scripted summarizer) under the compaction runtime: the
     scripted agents of the config's context strategy for its sizes
-    (``ContextStrategy.scripted_agents_for``)."""
+    (``ContextStrategy.scripted_agents`` with the config)."""
     from cxsim.runtime import collect_rollouts
     from cxsim.strategies import ScriptedOptions
 
     options = ScriptedOptions(
         omission_rate=cfg.sft.omission_rate, seed=cfg.seed, skip_rate=cfg.sft.skip_rate
     )
-    agents = cfg.compaction.strategy.scripted_agents_for(
-        cfg.compaction, cfg.env.env_id, chat, options
+    agents = cfg.compaction.strategy.scripted_agents(
+        cfg.env.env_id, chat, options, config=cfg.compaction
     )
     return collect_rollouts(
         cfg.env.env_id, cfg.env.kwargs, agents.actor, cfg.compaction, seeds, chat, agents.summarizer

@@ -44,7 +44,7 @@ def oracle_at_derived_budget(
     task), then the strategy's scripted agents on seeds 0 .. tasks - 1 at those sizes."""
     env = EnvConfig(env_id=ENV_ID, kwargs=kwargs)
     config = preflight(env, replace(DEFAULT_COMPACTION, protocol=protocol), CHAT)
-    agents = config.strategy.scripted_agents_for(config, ENV_ID, CHAT)
+    agents = config.strategy.scripted_agents(ENV_ID, CHAT, config=config)
     seeds = list(range(tasks))
     records = collect_rollouts(
         ENV_ID, kwargs, agents.actor, config, seeds, CHAT, agents.summarizer

@@ -139,7 +139,7 @@ def test_preflight_derives_a_budget_under_which_the_oracle_solves_it() -> None:
     assert sized.sized and sized.budget > sized.threshold
     longest = word_summary({"word": "newt"}, {"state": {"phase": "query"}})
     assert sized.max_summary_tokens == len(chat.encode(longest)) + 1
-    agents = sized.strategy.scripted_agents_for(sized, ENV_ID, chat)
+    agents = sized.strategy.scripted_agents(ENV_ID, chat, config=sized)
     records = collect_rollouts(ENV_ID, {}, agents.actor, sized, range(12), chat).records
     assert all(r.success for r in records)
     assert all(r.compactions >= 1 for r in records)  # the word crossed a summary each time

@@ -62,7 +62,7 @@ def sized(env_id: str) -> CompactionConfig:
 
 
 def oracle_rollouts(env_id: str, config: CompactionConfig, seeds) -> RolloutBatch:
-    agents = config.strategy.scripted_agents_for(config, env_id, chat())
+    agents = config.strategy.scripted_agents(env_id, chat(), config=config)
     kwargs = EnvConfig(env_id=env_id).kwargs  # the id's defaults, as the pre-flight's
     return collect_rollouts(env_id, kwargs, agents.actor, config, list(seeds), chat())
 

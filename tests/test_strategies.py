@@ -86,6 +86,18 @@ class OldStyle(ContextStrategy):
 old_style = OldStyle()
 
 
+class OldAgents(ContextStrategy):
+    """A scripted_agents written before it took a sized config (issue #38)."""
+
+    name = "old-agents"
+
+    def scripted_agents(self, env_id, chat, options=ScriptedOptions()):
+        return super().scripted_agents(env_id, chat, options)
+
+
+old_agents = OldAgents()
+
+
 class Unsure(ContextStrategy):
     name = "unsure"
     summary_by = "nobody"
@@ -322,6 +334,7 @@ def test_the_sizing_replays_the_plugin():
             r"defines compacts, which ContextStrategy no longer has: "
             r"define rebuild \(None: a full window is never rebuilt\) instead",
         ),
+        (f"{__name__}:old_agents", r"old_agents's scripted_agents takes no config: define it "),
     ],
 )
 def test_a_bad_protocol_fails_at_config_time_in_one_line(protocol, message):
@@ -518,7 +531,7 @@ def test_the_sizing_replays_the_runtime(protocol):
 
     def run(budget: int) -> list:
         runtime = replace(config, budget=budget)
-        agents = config.strategy.scripted_agents_for(runtime, ENV, chat())
+        agents = config.strategy.scripted_agents(ENV, chat(), config=runtime)
         return collect_rollouts(
             ENV, LONG, agents.actor, runtime, list(range(8)), chat(), agents.summarizer
         ).records
@@ -546,7 +559,7 @@ SERVED = [
 def test_the_oracle_solves_each_family_it_serves_at_the_preflight_sizes(protocol, env_id):
     env = EnvConfig(env_id=env_id)
     config = preflight(env, replace(DEFAULT_COMPACTION, protocol=protocol), chat())
-    agents = config.strategy.scripted_agents_for(config, env_id, chat())
+    agents = config.strategy.scripted_agents(env_id, chat(), config=config)
     result, records = evaluate_protocol(
         env_id, env.kwargs, agents.actor, chat(), config, protocol, episodes=16,
         summarizer_agent=agents.summarizer,
@@ -593,8 +606,8 @@ def test_self_compaction_trains_the_oracles_decision_to_compact():
     config = sized("self-compaction")
     batch, _, _ = oracle_rollouts("self-compaction", config=config)  # the unsized oracle
     assert all(decisions(rec) == 0 for rec in batch.records)  # compacts at the fallback
-    agents = config.strategy.scripted_agents_for(
-        config, ENV, chat(), ScriptedOptions(omission_rate=0.5)
+    agents = config.strategy.scripted_agents(
+        ENV, chat(), ScriptedOptions(omission_rate=0.5), config=config
     )
     batch = collect_rollouts(ENV, LONG, agents.actor, config, list(range(6)), chat())
     request = [*chat().encode(COMPACTION_REQUEST), chat().end_id]
@@ -774,10 +787,12 @@ def test_sft_then_train_under_a_new_strategy(protocol: str, tmp_path: Path):
 
 def test_the_strategy_seam_does_not_grow():
     """ContextStrategy's public members (attributes, properties, methods): 39 before the seam
-    was narrowed (issue #38), then 23, 15 now (the summary's prompt, cap and reserve grouped
-    in ``summary``; ``check`` with an optional chat format; the rebuilt window's layout,
-    prefix, steps and placeholder in ``rebuild``, None for no rebuild, which ``compacts``
-    said); the aim is at most 12. A one-strategy hook belongs in that strategy's module, a
-    sizing one in its ``StrategySizing``."""
+    was narrowed (issue #38), 23 then, 12 now: the summary's prompt, cap and reserve in
+    ``summary``; ``check`` with an optional chat format; the rebuilt window's layout, prefix,
+    steps and placeholder in ``rebuild`` (None for no rebuild, which ``compacts`` said); the
+    window, summary and finished segments in ``segments``; ``scripted_agents`` with an
+    optional sized config. A one-strategy hook belongs in that strategy's module, a sizing
+    one in its ``StrategySizing``, a summary, rebuilt-window or segment one in its record
+    (``cxsim.strategies.parts``)."""
     members = [name for name in dir(ContextStrategy) if not name.startswith("_")]
-    assert len(members) <= 15, members
+    assert len(members) <= 12, members

@@ -12,6 +12,7 @@ my_module:strategy``) or an installed package's entry point in group ``cxsim.str
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from cxsim.plugins import PluginError, Registry
@@ -22,7 +23,7 @@ from cxsim.strategies.folding import FOLDING
 from cxsim.strategies.memory_notes import MEMORY_NOTES
 from cxsim.strategies.memory_state import MEMORY_STATE
 from cxsim.strategies.observation_masking import OBSERVATION_MASKING
-from cxsim.strategies.parts import RebuiltWindow, SummaryPlan
+from cxsim.strategies.parts import RebuiltWindow, SegmentRecorder, SummaryPlan
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.self_compaction import SELF_COMPACTION, SELF_COMPACTION_DRAWN
 from cxsim.strategies.single import SINGLE
@@ -48,6 +49,7 @@ __all__ = [
     "ResponseMove",
     "RolloutAgents",
     "ScriptedOptions",
+    "SegmentRecorder",
     "StepCost",
     "StrategyRegistry",
     "StrategySizing",
@@ -69,6 +71,10 @@ RENAMED: dict[str, str] = {
     "placeholder": "rebuild (its RebuiltWindow's placeholder)",
     "rebuilt_prefix": "rebuild (its RebuiltWindow.prefix)",
     "rebuilt_steps": "rebuild (its RebuiltWindow.steps)",
+    "window_segment": "segments (its SegmentRecorder.window)",
+    "summary_segment": "segments (its SegmentRecorder.summary)",
+    "finished_segments": "segments (its SegmentRecorder.finished)",
+    "scripted_agents_for": "scripted_agents (with config=)",
 }
 """Members ``ContextStrategy`` no longer has (issue #38), each with the one that took it over:
 a plug-in that still defines one fails in one line naming it."""
@@ -106,6 +112,11 @@ class StrategyRegistry(Registry[ContextStrategy]):
                     f"{where} defines {old}, which ContextStrategy no longer has: define {new} "
                     'instead (docs/training.md, "Your own context strategy")'
                 )
+        if "config" not in inspect.signature(found.scripted_agents).parameters:
+            raise PluginError(
+                f"{where}'s scripted_agents takes no config: define it as scripted_agents(env_id, "
+                'chat, options, config=None) (docs/training.md, "Your own context strategy")'
+            )
         for name, kind, ok in (
             ("name", "a str", isinstance(found.name, str)),
             ("help", "a str", isinstance(found.help, str)),

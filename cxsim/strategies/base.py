@@ -18,19 +18,20 @@ no protocol of their own: they ask the strategy
   :class:`~cxsim.strategies.parts.SummaryPlan`: the summary prompt q_sum, the summary's cap
   and when the summary reserve stays free) and who writes them (``summary_by``: the acting
   policy, another agent, or nobody);
-- **what it records**: the segment a closed window or a summary yields and its trainable
-  tokens (:meth:`~ContextStrategy.window_segment`, :meth:`~ContextStrategy.summary_segment`);
+- **what it records**: :meth:`~ContextStrategy.segments`, a
+  :class:`~cxsim.strategies.parts.SegmentRecorder`: the segment a closed window or a
+  summary yields and its trainable tokens, and how a rollout's segments are rearranged once
+  it ended;
 - **how much room it keeps**: the summary reserve, its checks, with the chat format or
   without (:meth:`~ContextStrategy.check`), and the window sizes the sizing replays;
 - **what the policy may ask for**: :meth:`~ContextStrategy.response_move` reads a response
   as an action, a request to compact, one that opens a child window or returns from it (the
   runtime lays out both, the same for every strategy), or a note to keep (what a rebuilt
-  window carries of the notes, ``RebuiltWindow.prefix``, and how a
-  rollout's segments are rearranged once it ended, :meth:`~ContextStrategy.finished_segments`);
-- **what the scripted oracle does under it** (:meth:`~ContextStrategy.scripted_agents`, and
-  :meth:`~ContextStrategy.scripted_agents_for` for a sized config, with its own compaction
-  decisions, which the sizing replays): the
-  agents whose rollouts are demonstrations;
+  window carries of the notes, ``RebuiltWindow.prefix``, and how a rollout's segments are
+  rearranged around them once it ended, ``SegmentRecorder.finished``);
+- **what the scripted oracle does under it** (:meth:`~ContextStrategy.scripted_agents`;
+  given a sized config, with its own decisions, which the sizing replays): the agents whose
+  rollouts are demonstrations;
 - **how the sizing sees it**: :meth:`~ContextStrategy.sizing`, one
   :class:`~cxsim.strategies.sizing.StrategySizing` (``cxsim.strategies.sizing``).
 
@@ -45,14 +46,12 @@ and ``--help`` stay light.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from cxsim.strategies.parts import RebuiltWindow, SummaryPlan
+from cxsim.strategies.parts import RebuiltWindow, SegmentRecorder, SummaryPlan
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.sizing import StrategySizing
 from cxsim.strategies.strategy_types import (
-    Note,
     ResponseMove,
     SummaryAuthor,
     TokenCount,
@@ -63,7 +62,6 @@ from cxsim.strategies.strategy_types import (
 if TYPE_CHECKING:
     from cxsim.agents.chat import ChatFormat
     from cxsim.compaction import CompactionConfig
-    from cxsim.segments import Segment
 
 
 class ContextStrategy:
@@ -111,21 +109,8 @@ class ContextStrategy:
           child's summary, as one step.
         - ``note``: a note to keep (``ResponseMove.note``, its words); its tokens stay in the
           window, trainable, and the runtime records it (:class:`Note`) for
-          :meth:`rebuild` and :meth:`finished_segments`."""
+          :meth:`rebuild` and :meth:`segments` (``SegmentRecorder.finished``)."""
         return ResponseMove()
-
-    def finished_segments(
-        self,
-        config: CompactionConfig,
-        segments: list[Segment],
-        notes: Sequence[Note],
-        final_action: str | None,
-    ) -> list[Segment]:
-        """A rollout's recorded segments once its episode ended, before the runtime sets their
-        rewards, group and end (``final_action``: the response whose environment step
-        terminated the episode, None when it did not terminate); a strategy may rearrange
-        them (indices from 0 in time order, each parent earlier). By default unchanged."""
-        return segments
 
     # -- what it asks for, and the room that keeps free -----------------------------
     def summary(self, config: CompactionConfig) -> SummaryPlan:
@@ -208,58 +193,29 @@ class ContextStrategy:
         return None
 
     # -- what it records ------------------------------------------------------------
-    def window_segment(
-        self,
-        tokens: list[int],
-        trainable: list[bool],
-        logprobs: list[float],
-        step_rewards: list[float],
-        rollout_id: int,
-        index: int,
-    ) -> Segment | None:
-        """The segment a closed window yields: an execution segment whose trainable tokens
-        are the ones sampled in it; None when nothing was generated in it."""
-        if not any(trainable):
-            return None
-        from cxsim.segments import Segment
-
-        return Segment(
-            role="execution", token_ids=list(tokens), trainable=list(trainable),
-            logprobs=list(logprobs), rollout_id=rollout_id, segment_index=index,
-            step_rewards=list(step_rewards),
-        )  # fmt: skip
-
-    def summary_segment(
-        self,
-        prompt: list[int],
-        summary: list[int],
-        logprobs: list[float],
-        rollout_id: int,
-        index: int,
-    ) -> Segment | None:
-        """The segment a summary yields (``prompt`` = window + q_sum); None: not recorded."""
-        return None
+    def segments(self, config: CompactionConfig) -> SegmentRecorder:
+        """What it records under ``config`` (:class:`SegmentRecorder`): the segment a closed
+        window yields, the one a summary yields, and a rollout's segments once its episode
+        ended. By default each window with a sampled token, as an execution segment; no
+        summary segment; the segments unchanged."""
+        return SegmentRecorder(config)
 
     # -- agents ---------------------------------------------------------------------
     def scripted_agents(
-        self, env_id: str, chat: ChatFormat, options: ScriptedOptions = ScriptedOptions()
-    ) -> RolloutAgents:
-        """The scripted oracle under this strategy (``options.oracle``: the environment's
-        oracle, grounded in its context, with the scripted summarizer dropping each needed
-        fact with ``options.omission_rate``): its rollouts are demonstrations."""
-        return RolloutAgents(options.oracle(env_id, chat))
-
-    def scripted_agents_for(
         self,
-        config: CompactionConfig,
         env_id: str,
         chat: ChatFormat,
         options: ScriptedOptions = ScriptedOptions(),
+        config: CompactionConfig | None = None,
     ) -> RolloutAgents:
-        """The scripted agents for a sized ``config`` (what the pre-flight, ``cxsim sft`` and
-        ``cxsim eval`` play): by default :meth:`scripted_agents`; a strategy whose scripted
-        oracle reads the sizes (its own compaction decisions) overrides this."""
-        return self.scripted_agents(env_id, chat, options)
+        """The scripted oracle under this strategy (``options.oracle``: the environment's
+        oracle, grounded in its context, with the scripted summarizer dropping each needed
+        fact with ``options.omission_rate``): its rollouts are demonstrations. Given a sized
+        ``config`` (what the pre-flight, ``cxsim sft`` and ``cxsim eval`` play), a strategy
+        whose scripted oracle reads the sizes (its own decisions: compacting, branching,
+        noting) wraps the oracle in them; without one, the oracle alone. By default the
+        oracle, with or without."""
+        return RolloutAgents(options.oracle(env_id, chat))
 
 
 def check_counts(**counts: int) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cxsim.strategies.base import ContextStrategy
-from cxsim.strategies.parts import RebuiltWindow, SummaryPlan
+from cxsim.strategies.parts import RebuiltWindow, SegmentRecorder, SummaryPlan
 from cxsim.strategies.strategy_types import SummaryAuthor
 
 if TYPE_CHECKING:
@@ -40,7 +40,16 @@ class Compacted(ContextStrategy):
         """``(s) + [u] + u_resume(S) + last k steps`` (the task only with ``keep_task``)."""
         return RebuiltWindow(config, task=config.keep_task, summary=True)
 
-    def summary_segment(
+    def segments(self, config: CompactionConfig) -> SegmentRecorder:
+        """Each window, then each summary segment (:class:`PolicySummaries`)."""
+        return PolicySummaries(config)
+
+
+class PolicySummaries(SegmentRecorder):
+    """The segments of a strategy whose summaries the acting policy writes: each closed
+    window (an execution segment), and each summary, ``h_t + q_sum + S``."""
+
+    def summary(
         self,
         prompt: list[int],
         summary: list[int],

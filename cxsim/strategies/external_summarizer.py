@@ -13,12 +13,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cxsim.strategies.compacted import Compacted
+from cxsim.strategies.parts import SegmentRecorder
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.strategy_types import SummaryAuthor
 
 if TYPE_CHECKING:
     from cxsim.agents.chat import ChatFormat
-    from cxsim.segments import Segment
+    from cxsim.compaction import CompactionConfig
 
 SUMMARIZER_SEED_OFFSET = 1
 """The scripted summarizer's seed is the actor's plus this (their draws stay apart)."""
@@ -31,18 +32,16 @@ class ExternalSummarizer(Compacted):
     help = "compacted, with the summaries written by another agent (not trained)"
     summary_by: SummaryAuthor | None = "summarizer"
 
-    def summary_segment(
-        self,
-        prompt: list[int],
-        summary: list[int],
-        logprobs: list[float],
-        rollout_id: int,
-        index: int,
-    ) -> Segment | None:
-        return None
+    def segments(self, config: CompactionConfig) -> SegmentRecorder:
+        """Each window; no summary segment (the summary is not the policy's action)."""
+        return SegmentRecorder(config)
 
     def scripted_agents(
-        self, env_id: str, chat: ChatFormat, options: ScriptedOptions = ScriptedOptions()
+        self,
+        env_id: str,
+        chat: ChatFormat,
+        options: ScriptedOptions = ScriptedOptions(),
+        config: CompactionConfig | None = None,
     ) -> RolloutAgents:
         """The oracle as actor; the summaries written by a second scripted agent, with the
         same omission rate and its own seed (no noise, no skipped actions)."""

@@ -31,7 +31,7 @@ look across segments follow the tree's paths (``cxsim.advantages``, "Segment tre
 parent's path goes on through its continuation, the child's ends at its summary, which is
 credited with the rollout's outcome.
 
-**Scripted oracle** (``scripted_agents_for``: ``cxsim.agents.scripted.FoldingOracle``
+**Scripted oracle** (``scripted_agents`` for a sized config: ``cxsim.agents.scripted.FoldingOracle``
 around the usual oracle): explore in a child window, commit in the root. Before the
 episode's first action, unless that action already commits, it branches with its
 family's goal (``EnvFamily.goal``, declared with the env: ``cxsim.envs.family``); in the
@@ -162,19 +162,22 @@ class Folding(Compacted):
             return None
         return f"{BRANCH_WORD} {state['subtask']}"
 
-    def scripted_agents_for(
+    def scripted_agents(
         self,
-        config: CompactionConfig,
         env_id: str,
         chat: ChatFormat,
         options: ScriptedOptions = ScriptedOptions(),
+        config: CompactionConfig | None = None,
     ) -> RolloutAgents:
         """The oracle, exploring in a child window and committing in the root
-        (:meth:`scripted_move`, with the goal and the commits of the env's family)."""
+        (:meth:`scripted_move`, with the goal and the commits of the env's family), given a
+        sized ``config``; without one, the oracle alone."""
         from cxsim.envs.family import require_family_of_id
 
+        agents = super().scripted_agents(env_id, chat, options)
+        if config is None:
+            return agents
         family = require_family_of_id(env_id)
-        agents = self.scripted_agents(env_id, chat, options)
 
         def move(request: TurnRequest, proposed: str) -> str | None:
             return self.scripted_move(request, proposed, family)

@@ -25,7 +25,7 @@ of ``max_note_tokens``, :class:`NotesSizing`).
 **Credit: a used note is a leaf.** A note is *used* when the episode terminated (the
 environment ended it) and one of the final action's words after its first (``answer k3``:
 ``k3``; ``submit``: none) is a word of the note. Once the episode ended
-(``finished_segments``, :func:`route_note_credit`), each window segment w holding used
+(``NoteCredit.finished``, :func:`route_note_credit`), each window segment w holding used
 notes is cut in three kinds of segments, in this order:
 
 - its **head**: w's tokens up to the first used note's response (the assistant header
@@ -49,7 +49,7 @@ that is not used stays an action of its window (credited along the path like any
 rollouts without a used note stay chains. Horizon figures count the head and the note
 segments among a rollout's execution segments.
 
-**Scripted oracle** (``scripted_agents_for``: ``cxsim.agents.scripted.NotingOracle`` around
+**Scripted oracle** (``scripted_agents`` for a sized config: ``cxsim.agents.scripted.NotingOracle`` around
 the usual oracle): before each action, while notes are left, it notes a needed fact the
 environment has shown whose current value it has not noted yet (the first one, in the
 task's order; in its env family's sentence, ``EnvFamily.notes``: ``the key is k3``, ``the
@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 
 from cxsim.agent_api import TurnResponse
 from cxsim.strategies.base import _chat_count, check_counts
-from cxsim.strategies.compacted import Compacted
+from cxsim.strategies.compacted import Compacted, PolicySummaries
 from cxsim.strategies.parts import RebuiltWindow
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.sizing import StrategySizing
@@ -215,14 +215,9 @@ class MemoryNotes(Compacted):
         tags = [str(step) for step in range(LAST_NOTE_STEP + 1)]
         return [*super().words(config), NOTE_WORD, TAG, SEPARATOR, *tags]
 
-    def finished_segments(
-        self,
-        config: CompactionConfig,
-        segments: list[Segment],
-        notes: Sequence[Note],
-        final_action: str | None,
-    ) -> list[Segment]:
-        return route_note_credit(segments, notes, final_action)
+    def segments(self, config: CompactionConfig) -> NoteCredit:
+        """Compacted's segments, a used note's made a leaf (:class:`NoteCredit`)."""
+        return NoteCredit(config)
 
     # -- sizes and checks -------------------------------------------------------------
     def sizing(self, config: CompactionConfig, count: TokenCount) -> NotesSizing:
@@ -280,24 +275,37 @@ class MemoryNotes(Compacted):
                 return name, value, text
         return None
 
-    def scripted_agents_for(
+    def scripted_agents(
         self,
-        config: CompactionConfig,
         env_id: str,
         chat: ChatFormat,
         options: ScriptedOptions = ScriptedOptions(),
+        config: CompactionConfig | None = None,
     ) -> RolloutAgents:
         """The oracle, noting each needed fact as it is shown (:meth:`scripted_note`, in the
-        sentences of the env's family)."""
+        sentences of the env's family), given a sized ``config``; without one, the oracle
+        alone."""
         from cxsim.envs.family import require_family_of_id
 
+        agents = super().scripted_agents(env_id, chat, options)
+        if config is None:
+            return agents
         family = require_family_of_id(env_id)
-        agents = self.scripted_agents(env_id, chat, options)
 
         def note(request: TurnRequest, noted: Sequence[tuple[str, str]]):
             return self.scripted_note(chat, request, noted, family)
 
         return RolloutAgents(NotingOracle(agents.actor, chat, NOTE_WORD, note))
+
+
+class NoteCredit(PolicySummaries):
+    """Memory-notes' segments: compacted's, each window holding used notes cut around them
+    once the episode ended (:func:`route_note_credit`)."""
+
+    def finished(
+        self, segments: list[Segment], notes: Sequence[Note], final_action: str | None
+    ) -> list[Segment]:
+        return route_note_credit(segments, notes, final_action)
 
 
 class NotesWindow(RebuiltWindow):

@@ -7,6 +7,8 @@ frozen record each, bound to the config they were asked under:
   its prefix (system prompt, task and / or resume turn with the summary, what it carries of
   the notes) and the steps it copies, each verbatim or with its observation replaced by the
   ``placeholder``;
+- :class:`SegmentRecorder` (``ContextStrategy.segments``): the segment a closed window
+  yields, the one a summary yields, and a rollout's segments once its episode ended.
 
 A strategy that differs in one of them returns its own subclass, defined in its module (as
 it returns its own ``StrategySizing``).
@@ -25,6 +27,7 @@ from cxsim.strategies.strategy_types import KeptStep, Note, StepCost, TurnState
 if TYPE_CHECKING:
     from cxsim.agents.chat import ChatFormat
     from cxsim.compaction import CompactionConfig
+    from cxsim.segments import Segment
 
 
 @dataclass(frozen=True)
@@ -99,3 +102,54 @@ class RebuiltWindow:
             if not config.full(prefix + sum(sizes[len(sizes) - k :])):
                 return [(i, False) for i in range(len(steps) - k, len(steps))]
         return None
+
+
+@dataclass(frozen=True)
+class SegmentRecorder:
+    """What a strategy records under ``config``: the segment a closed window yields
+    (:meth:`window`), the one a summary yields (:meth:`summary`), and a rollout's segments
+    once its episode ended (:meth:`finished`)."""
+
+    config: CompactionConfig
+
+    def window(
+        self,
+        tokens: list[int],
+        trainable: list[bool],
+        logprobs: list[float],
+        step_rewards: list[float],
+        rollout_id: int,
+        index: int,
+    ) -> Segment | None:
+        """The segment a closed window yields: an execution segment whose trainable tokens
+        are the ones sampled in it; None when nothing was generated in it."""
+        if not any(trainable):
+            return None
+        from cxsim.segments import Segment
+
+        return Segment(
+            role="execution", token_ids=list(tokens), trainable=list(trainable),
+            logprobs=list(logprobs), rollout_id=rollout_id, segment_index=index,
+            step_rewards=list(step_rewards),
+        )  # fmt: skip
+
+    def summary(
+        self,
+        prompt: list[int],
+        summary: list[int],
+        logprobs: list[float],
+        rollout_id: int,
+        index: int,
+    ) -> Segment | None:
+        """The segment a summary yields (``prompt`` = window + q_sum); None: not recorded
+        (the default)."""
+        return None
+
+    def finished(
+        self, segments: list[Segment], notes: Sequence[Note], final_action: str | None
+    ) -> list[Segment]:
+        """A rollout's recorded segments once its episode ended, before the runtime sets their
+        rewards, group and end (``final_action``: the response whose environment step
+        terminated the episode, None when it did not terminate); a recorder may rearrange
+        them (indices from 0 in time order, each parent earlier). By default unchanged."""
+        return segments

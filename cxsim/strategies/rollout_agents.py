@@ -3,7 +3,7 @@
 :class:`RolloutAgents` is what a strategy's ``scripted_agents`` returns (and what the
 entry points hand the runtime): the actor and, where another agent writes the summaries,
 that summarizer. :class:`ScriptedOptions` are the scripted oracle's settings, passed whole
-through ``ContextStrategy.scripted_agents`` and ``scripted_agents_for`` to every strategy
+through ``ContextStrategy.scripted_agents`` (with a sized config or without) to every strategy
 that wraps the oracle.
 
 Like ``base.py``, this module imports neither torch nor the agents; the oracle

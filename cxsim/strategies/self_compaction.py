@@ -21,7 +21,7 @@ a group share it), so that no fixed fill level tells the policy when the window 
 compacted for it; a rebuilt window is held to ``T_comp`` until its first step. The sizing
 replays the earliest fallback, ``T_comp + round(f T_comp)``.
 
-**Scripted oracle** (``scripted_agents_for``: ``cxsim.agents.scripted.CompactingOracle``
+**Scripted oracle** (``scripted_agents`` for a sized config: ``cxsim.agents.scripted.CompactingOracle``
 around the usual oracle): it asks to compact at the first turn after a step at which the
 window is within one step of the highest fallback, ``C - |h| < T_hi + (T_comp - reserve)``
 (``T_comp - reserve`` is the room the threshold keeps for one step:
@@ -136,15 +136,18 @@ class SelfCompaction(Compacted):
                 "raise --compaction.budget or lower the strategy's threshold_draw"
             )
 
-    def scripted_agents_for(
+    def scripted_agents(
         self,
-        config: CompactionConfig,
         env_id: str,
         chat: ChatFormat,
         options: ScriptedOptions = ScriptedOptions(),
+        config: CompactionConfig | None = None,
     ) -> RolloutAgents:
-        """The oracle, asking to compact slightly before the fallback (``oracle_compacts``)."""
-        agents = self.scripted_agents(env_id, chat, options)
+        """The oracle, asking to compact slightly before the fallback (``oracle_compacts``),
+        given a sized ``config``; without one, the oracle alone (compacted at the fallback)."""
+        agents = super().scripted_agents(env_id, chat, options)
+        if config is None:
+            return agents
         reserve = config.summary_reserve(chat)
 
         def asks(turn: TurnState) -> bool:

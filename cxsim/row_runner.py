@@ -1,8 +1,10 @@
 """The per-row state machine of ``collect_rollouts`` (``cxsim.runtime``): one row's episode
-state and window (:class:`Row`, with the parent windows its child windows keep aside,
-:class:`SuspendedWindow`) and what the runtime does with it (:class:`RowRunner`: the row's next
+state and window (:class:`Row`: what every strategy shares, and what its strategy keeps of it,
+its ``RowState``) and what the runtime does with it (:class:`RowRunner`: the row's next
 request, how a response or a summary changes its window, how a window is closed, rebuilt,
-branched and returned from, and the record it ends as).
+branched (the window set aside, :class:`SuspendedWindow`, which the strategy's row state
+keeps) and returned from, and the record it ends as). The moves it executes are a closed set:
+``act``, ``compact``, ``branch``, ``return``, ``note`` (``ResponseMove``) and ``end``.
 
 The runtime's protocol decisions (``cxsim.runtime``'s docstring, "Decisions the paper leaves
 open") are made here, each by asking the config's context strategy (``cxsim.strategies``).
@@ -26,12 +28,16 @@ from cxsim.rollout_records import (
     StatedHook,
 )
 from cxsim.segments import EpisodeEnd, Segment
-from cxsim.strategies import Note, StepCost, TurnState
+from cxsim.strategies import ResponseMove, RowState, StepCost, TurnState
+
+MOVES = ("compact", "branch", "return", "note")
+"""The moves that step no environment (each one turn); any other response is an action."""
 
 
 @dataclass
 class SuspendedWindow:
-    """A parent window kept aside while its child window runs."""
+    """A parent window set aside while its child window runs (what the runtime needs to resume
+    it; the strategy's row state keeps it: ``RowState.branch`` / ``resume``)."""
 
     window: list[int]
     """Its tokens, up to and including the branching response."""
@@ -55,6 +61,9 @@ class Row:
     group_id: int
     info: dict[str, Any]
     task: list[int]
+    state: RowState
+    """What the strategy keeps of the row (its ``row_state``): folding's parent windows,
+    memory-notes' notes, ..."""
     window: list[int] = field(default_factory=list)
     trainable: list[bool] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -90,21 +99,8 @@ class Row:
     end_reason: EndReason | None = None
     parent: int = -1
     """Index of the recorded segment the current window continues from (-1: none yet)."""
-    depth: int = 0
-    """Child windows open above the current one."""
-    branches: int = 0
-    returning: bool = False
-    """The policy's last response returned from the child window: its summary comes next."""
-    suspended: list[SuspendedWindow] = field(default_factory=list)
-    """The parent windows of the current one, innermost last."""
-    env_steps: int = 0
-    """Environment steps taken in the episode."""
     final_action: str | None = None
     """The response whose environment step terminated the episode."""
-    notes: list[Note] = field(default_factory=list)
-    """The notes kept so far (``note`` moves), in order."""
-    open_notes: list[int] = field(default_factory=list)
-    """Indices into ``notes`` of those written in the current window (not recorded yet)."""
 
     def extend(
         self, tokens: list[int], trainable: bool = False, logprobs: list[float] | None = None
@@ -155,9 +151,8 @@ class RowRunner:
     @staticmethod
     def turn(row: Row) -> TurnState:
         return TurnState(
-            len(row.window), row.compactions, row.new_steps, row.asked, row.seed, row.depth,
-            row.branches, row.env_steps, len(row.notes),
-        )  # fmt: skip
+            len(row.window), row.compactions, row.new_steps, row.asked, row.seed, row.state
+        )
 
     def author(self, request: TurnRequest) -> int:
         """Who answers ``request``: 0 the acting agent, 1 the summarizer agent."""
@@ -169,8 +164,6 @@ class RowRunner:
         cfg = self.config
         if row.turns >= cfg.max_turns:
             return self.end(row, "max_turns")
-        if row.returning:  # the child window's summary, then its parent resumes
-            return self.summary_request(row)
         trigger = self.strategy.turn_trigger(cfg, self.turn(row))
         if trigger == "end":
             return self.end(row, "window_full")
@@ -201,7 +194,7 @@ class RowRunner:
     ) -> TurnRequest:
         return TurnRequest(
             row=row.slot, kind=kind, append=append, reset=reset, max_new_tokens=cap,
-            context_text=self.chat.decode(row.window), info=row.info, depth=row.depth,
+            context_text=self.chat.decode(row.window), info=row.info, depth=row.state.depth,
         )  # fmt: skip
 
     # -- applying responses ----------------------------------------------
@@ -223,27 +216,23 @@ class RowRunner:
         row.transcript.append(
             f"[assistant] {response.text}" + ("" if response.finished else " ...")
         )
-        move = self.strategy.response_move(self.config, self.chat, response.text, self.turn(row))
-        if move.kind == "branch":
-            self.open_child(row, step_start)
-            return
-        if move.kind == "return":
+        move = row.state.response_move(self.chat, response.text, self.turn(row))
+        if move.kind not in MOVES or (
+            move.kind == "compact" and not self.config.compactions_left(row.compactions)
+        ):
+            move = ResponseMove()  # an action (a request to compact with none left is one)
+        start = observation_start - len(response.token_ids)
+        if move.kind != "act":  # no environment step, a turn
             row.turns += 1
-            row.returning = True
-            return
-        if move.kind == "compact" and self.config.compactions_left(row.compactions):
-            row.turns += 1  # the policy's decision to compact: no environment step
-            row.asked = True
-            return
-        if move.kind == "note":  # recorded, no environment step
-            row.turns += 1
-            row.open_notes.append(len(row.notes))
-            start = observation_start - len(response.token_ids)
-            row.notes.append(Note(move.note, row.env_steps, -1, start, observation_start))
+            row.state.moved(move, start, observation_start)
+            if move.kind == "branch":
+                self.open_child(row, step_start)
+            elif move.kind == "compact":
+                row.asked = True  # the policy's decision to compact
             return
         obs, reward, terminated, truncated, info = row.env.step(response.text)
         row.turns += 1
-        row.env_steps += 1
+        row.state.moved(move, start, observation_start)
         row.reward += float(reward)
         row.info = info
         row.transcript.append(f"[observation] {obs}")
@@ -285,8 +274,9 @@ class RowRunner:
         if self.stated is not None:
             row.stated.append(self.stated(response.text, row.info))
         row.transcript.append(f"[summary {len(row.summaries)}] {response.text}")
-        if row.returning:
-            self.close_child(row, response.text)
+        parent = row.state.resume()  # the summary of a child window (return), else None
+        if parent is not None:
+            self.close_child(row, parent, response.text)
         else:
             self.rebuild(row, summary=response.text)
 
@@ -299,10 +289,7 @@ class RowRunner:
         )  # fmt: skip
         if segment is not None:
             self.record(row, segment)
-        for i in row.open_notes:  # the notes written in it are where it was recorded
-            if segment is not None:
-                row.notes[i] = row.notes[i]._replace(segment=segment.segment_index)
-        row.open_notes = []
+        row.state.recorded(-1 if segment is None else segment.segment_index)
 
     @staticmethod
     def record(row: Row, segment: Segment) -> None:
@@ -322,33 +309,27 @@ class RowRunner:
     def open_child(self, row: Row, call_start: int) -> None:
         """The response at ``call_start`` opened a child window: the window is recorded and
         kept aside, and the child starts from the system prompt, the task and the branching
-        response (untrainable)."""
-        row.turns += 1
+        response (untrainable); the strategy's row state keeps the window aside."""
         call = row.window[call_start:]
         self.close_window(row)
-        row.suspended.append(
-            SuspendedWindow(
-                list(row.window), list(row.steps), row.new_steps, row.parent, call_start
-            )
+        parent = SuspendedWindow(
+            list(row.window), list(row.steps), row.new_steps, row.parent, call_start
         )
-        row.depth += 1
-        row.branches += 1
+        row.state.branch(parent)
         self.clear_window(row)
         row.extend([*self.system, *row.task, *call])
-        row.transcript.append(f"== branch {row.branches} (depth {row.depth}) ==")
+        row.transcript.append(f"== branch {row.state.branches} (depth {row.state.depth}) ==")
 
-    def close_child(self, row: Row, summary: str) -> None:
-        """The child window (recorded) returned ``summary``: its parent resumes, untrainable
-        up to its branching response, which gets ``summary`` as its observation turn."""
-        parent = row.suspended.pop()
-        row.depth -= 1
-        row.returning = False
+    def close_child(self, row: Row, parent: SuspendedWindow, summary: str) -> None:
+        """The child window (recorded) returned ``summary``: its ``parent`` (the row state's
+        ``resume``) resumes, untrainable up to its branching response, which gets ``summary``
+        as its observation turn."""
         self.clear_window(row)
         row.parent = parent.segment
         row.extend(parent.window)
         row.steps, row.new_steps = parent.steps, parent.new_steps
         turn = self.chat.observation(summary)
-        row.transcript.append(f"== return (depth {row.depth}) ==")
+        row.transcript.append(f"== return (depth {row.state.depth}) ==")
         if len(row.window) + len(turn) > self.config.budget - self.reserved(row):
             self.end(row, "observation_overflow")
             return
@@ -367,7 +348,7 @@ class RowRunner:
                 f"context strategy {self.config.protocol!r} rebuilt a window but its rebuild "
                 "is None: return a RebuiltWindow from rebuild, or never trigger one"
             )
-        base = rebuilt.prefix(self.chat, self.system, row.task, summary, row.notes)
+        base = rebuilt.prefix(self.chat, self.system, row.task, summary, row.state)
         old, steps = row.window, row.steps
         costs = [self.step_cost(start, observation, end) for start, observation, end in steps]
         kept = rebuilt.steps(len(base), costs)
@@ -412,7 +393,7 @@ class RowRunner:
 
     def finish(self, row: Row) -> RolloutRecord:
         self.close_window(row)
-        row.segments = self.recorder.finished(row.segments, row.notes, row.final_action)
+        row.segments = self.recorder.finished(row.segments, row.state, row.final_action)
         end: EpisodeEnd = row.end_reason or "max_turns"
         for seg in row.segments:
             seg.reward = row.terminal_reward
@@ -440,7 +421,7 @@ class RowRunner:
             group_id=row.group_id,
             transcript="\n".join(row.transcript),
             model_calls=row.model_calls,
-            branches=row.branches,
+            branches=row.state.branches,
             summary_stated=row.stated,
             summary_fact_types=row.fact_types,
         )

@@ -50,31 +50,37 @@ Decisions the paper leaves open, made here (each row's state machine,
 - **Rebuilds without a summary** count as compactions (``max_compactions`` bounds what
   the strategy's trigger and the policy's requests may ask: ``CompactionConfig.compactions_left``).
 - **Compaction requests.** A response the strategy reads as the policy's request to
-  compact (a ``compact`` ``response_move``) is not sent to the environment while a compaction is
-  left: its tokens stay in the window (trainable, a turn) and the strategy's trigger sees
-  ``asked`` before the next response.
+  compact (a ``compact`` move, its row state's ``response_move``) is not sent to the
+  environment while a compaction is left: its tokens stay in the window (trainable, a turn)
+  and the strategy's trigger sees ``asked`` before the next response.
 - **Masked steps.** A strategy may copy a step into a rebuilt window with its observation
   turn replaced by its ``placeholder`` text (its ``rebuild``'s ``steps``); the step's header and
   response stay verbatim.
 - **A summary written by another agent** (the strategy's ``summary_by``) is asked for
   with the whole summary prompt and ``reset=True``: that agent holds none of the row.
+- **What a strategy keeps of a row** is its own (``row_state``: one ``RowState`` per row,
+  made when the episode starts): the runtime's row holds only what every strategy shares,
+  hands that state back to the strategy's decisions and tells it of each move it executes
+  (``act``, ``compact``, ``branch``, ``return``, ``note``: a closed set, with ``end``).
 - **Child windows.** A response the strategy reads as opening a child window
-  (a ``branch`` ``response_move``) closes the row's window as a segment, keeps it aside and
-  starts a child window (system prompt, task, the branching response); one read as
-  returning (``return``) has the policy summarize the child (``h + q_sum``, as for a
-  compaction), records it and resumes the parent, whose branching response gets the
+  (a ``branch`` move) closes the row's window as a segment, gives it to the row state to
+  keep aside (``RowState.branch``; folding's ``FoldingRow``) and starts a child window
+  (system prompt, task, the branching response); one read as returning (``return``) has
+  the policy summarize the child (``h + q_sum``, as for a compaction; the strategy's
+  ``turn_trigger`` asks for it), records it and resumes the parent the row state gives back
+  (``RowState.resume``), whose branching response gets the
   summary as its observation turn: one step. Neither steps the environment; both count as
   turns. A returned summary counts among the rollout's summaries, not its compactions; a
   parent without room for it (``|h| + |turn| > C - reserve``) ends the episode
   (``observation_overflow``).
-- **Notes.** A response the strategy keeps as a note (a ``note`` ``response_move``) steps
-  no environment and counts as a turn; its tokens stay in the window, trainable, and the
-  runtime records it (``Note``: its text, the environment steps before it, the window
-  segment and tokens it was written at). A rebuilt window carries what the strategy makes
-  of the notes so far (its ``rebuild``'s ``prefix``, given the notes: after the prefix,
-  untrainable), and once the episode ended the strategy may rearrange the rollout's
-  segments around them (its ``segments``' ``finished``, given the response whose step terminated
-  the episode).
+- **Notes.** A response the strategy keeps as a note (a ``note`` move) steps no
+  environment and counts as a turn; its tokens stay in the window, trainable, and the row
+  state is told where (``RowState.moved``; memory-notes' ``NotesRow`` records a ``Note``: its
+  text, the environment steps before it, the window segment and tokens it was written at).
+  A rebuilt window carries what the strategy makes of its row state (its ``rebuild``'s
+  ``prefix``, given the row state: after the prefix, untrainable), and once the episode
+  ended the strategy may rearrange the rollout's segments (its ``segments``' ``finished``,
+  given the row state and the response whose step terminated the episode).
 - **Segment parents.** Each recorded segment names the one its window continues from
   (``Segment.parent``): the previous one, except that a child window and its parent's
   continuation both name the window that opened the child (a tree,
@@ -180,6 +186,7 @@ def collect_rollouts(
         row = Row(
             env=env, slot=i, seed=seed, rollout_id=rollout_id_start + i,
             group_id=-1 if group_ids is None else group_ids[i], info=info, task=task,
+            state=config.strategy.row_state(config),
         )  # fmt: skip
         row.extend(runner.system + task)
         row.transcript += [f"[system] {system_prompt}", f"[task] {task_text}"]

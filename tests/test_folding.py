@@ -41,7 +41,7 @@ from cxsim.preflight import preflight
 from cxsim.runtime import RolloutBatch, collect_rollouts, env_system_prompt
 from cxsim.segment_trees import segment_chains
 from cxsim.segments import Segment, pack_segments
-from cxsim.strategies import STRATEGIES, TurnState
+from cxsim.strategies import STRATEGIES, ContextStrategy, ResponseMove, RowState, TurnState
 from cxsim.strategies.folding import BRANCH_WORD, FOLDING, RETURN_WORD, Folding
 
 FAMILIES = ("cxsim/KeyRecall-v0", "cxsim/FactUpdate-v0", "cxsim/SimRepo-v0")
@@ -250,20 +250,50 @@ def test_depth_and_branches_are_bounded_and_calls_beyond_reach_the_environment()
     assert all(len(s.token_ids) <= config.budget for s in batch.segments)
 
 
+class Branching(RowState):
+    """A row state that reads ``find ...`` as a branch but keeps no parent window."""
+
+    def response_move(self, chat, text, turn):
+        return ResponseMove("branch" if text.startswith(BRANCH_WORD) else "act")
+
+
+class BranchWithoutParents(ContextStrategy):
+    name = "branch-without-parents"
+
+    def row_state(self, config):
+        return Branching(config)
+
+
+branch_without_parents = BranchWithoutParents()
+
+
+def test_a_branch_whose_row_state_keeps_no_parent_fails_in_one_line():
+    """The runtime sets a parent window aside only in the strategy's own row state."""
+    config = CompactionConfig(
+        protocol=f"{__name__}:branch_without_parents", budget=600, threshold=72
+    )
+    with pytest.raises(ValueError, match="opened a child window but its row_state keeps no ") as e:
+        collect_rollouts("cxsim/KeyRecall-v0", {}, Scripted("find the key"), config, [0], chat())
+    assert "\n" not in str(e.value)
+
+
 def test_a_branch_without_room_for_the_returned_turn_is_not_honoured():
     config = CompactionConfig(protocol="folding", budget=200, threshold=72)
     reserve = config.summary_reserve(chat())
     room = len(chat().observation("")) + config.max_summary_tokens
     fits = 200 - reserve - room  # the longest window after which a return still fits
 
-    def move(text: str, turn: TurnState) -> str:
-        return FOLDING.response_move(config, chat(), text, turn).kind
+    def move(text: str, length: int, depth: int = 0) -> str:
+        row = FOLDING.row_state(config)
+        for _ in range(depth):
+            row.branch(None)  # a parent window set aside
+        return row.response_move(chat(), text, TurnState(length, 0, 0, row=row)).kind
 
-    assert move("find x", TurnState(fits, 0, 0)) == "branch"
-    assert move("find x", TurnState(fits + 1, 0, 0)) == "act"
-    assert move("return", TurnState(10, 0, 0)) == "act"
-    assert move("return", TurnState(10, 0, 0, depth=1)) == "return"
-    assert move("next", TurnState(10, 0, 0)) == "act"
+    assert move("find x", fits) == "branch"
+    assert move("find x", fits + 1) == "act"
+    assert move("return", 10) == "act"
+    assert move("return", 10, depth=1) == "return"
+    assert move("next", 10) == "act"
 
 
 # -- estimators on a tree ---------------------------------------------------------------------

@@ -127,8 +127,9 @@ def test_a_note_is_kept_within_its_bounds_only():
     config = CompactionConfig(protocol="memory-notes")
 
     def keeps(text: str, step: int, notes: int) -> str | None:
-        turn = TurnState(10, 0, 0, env_steps=step, notes=notes)
-        move = MEMORY_NOTES.response_move(config, chat(), text, turn)
+        row = MEMORY_NOTES.row_state(config)
+        row.env_steps, row.notes = step, [Note("x", 0)] * notes
+        move = row.response_move(chat(), text, TurnState(10, 0, 0, row=row))
         return move.note if move.kind == "note" else None
 
     assert keeps("note the key is k3", step=0, notes=0) == "the key is k3"

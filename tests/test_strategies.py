@@ -4,6 +4,7 @@ windows), the sizing's replay of each, and the entry points run under any of the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -29,6 +30,7 @@ from cxsim.evaluation import evaluate_protocol
 from cxsim.experiments.evaluate import Config as EvalCommand
 from cxsim.experiments.train import Config as TrainCommand
 from cxsim.preflight import preflight
+from cxsim.row_runner import Row
 from cxsim.runtime import RolloutBatch, collect_rollouts
 from cxsim.segments import Segment
 from cxsim.strategies import STRATEGIES, ContextStrategy, RebuiltWindow, ScriptedOptions, TurnState
@@ -96,6 +98,18 @@ class OldAgents(ContextStrategy):
 
 
 old_agents = OldAgents()
+
+
+class OldMoves(ContextStrategy):
+    """A response_move on the strategy, as before its row state (issue #38)."""
+
+    name = "old-moves"
+
+    def response_move(self, config, chat, text, turn):
+        return super().row_state(config).response_move(chat, text, turn)
+
+
+old_moves = OldMoves()
 
 
 class Unsure(ContextStrategy):
@@ -335,6 +349,11 @@ def test_the_sizing_replays_the_plugin():
             r"define rebuild \(None: a full window is never rebuilt\) instead",
         ),
         (f"{__name__}:old_agents", r"old_agents's scripted_agents takes no config: define it "),
+        (
+            f"{__name__}:old_moves",
+            r"defines response_move, which ContextStrategy no longer has: "
+            r"define row_state \(its RowState\.response_move\) instead",
+        ),
     ],
 )
 def test_a_bad_protocol_fails_at_config_time_in_one_line(protocol, message):
@@ -660,9 +679,9 @@ def test_self_compaction_triggers_on_a_request_or_its_drawn_fallback():
         assert strategy.turn_trigger(config, TurnState(60, 1, 2, asked=True)) == "summarize"
         assert strategy.turn_trigger(config, TurnState(60, 2, 2, asked=True)) == "act"
         assert strategy.turn_trigger(config, TurnState(129, 2, 0)) == "end"
-        turn = TurnState(60, 0, 1)
-        assert strategy.response_move(config, chat(), COMPACTION_REQUEST, turn).kind == "compact"
-        assert strategy.response_move(config, chat(), "next", turn).kind == "act"
+        turn, row = TurnState(60, 0, 1), strategy.row_state(config)
+        assert row.response_move(chat(), COMPACTION_REQUEST, turn).kind == "compact"
+        assert row.response_move(chat(), "next", turn).kind == "act"
     assert {SELF_COMPACTION.fallback(config, seed) for seed in range(50)} == {72}
     drawn = [SELF_COMPACTION_DRAWN.fallback(config, seed) for seed in range(200)]
     assert min(drawn) >= 72 and max(drawn) <= 72 + 36 and len(set(drawn)) > 10
@@ -785,13 +804,24 @@ def test_sft_then_train_under_a_new_strategy(protocol: str, tmp_path: Path):
     assert last["compaction/peak_context_mean"] <= budget
 
 
+def test_the_runtime_row_keeps_only_what_every_strategy_shares():
+    """Folding's parent windows, depth, branches and return, memory-notes' notes and steps
+    live in their row states (``FoldingRow``, ``NotesRow``), not in the runtime's row nor in
+    what it tells every strategy (issue #38)."""
+    own = {"depth", "branches", "returning", "suspended", "env_steps", "notes", "open_notes"}
+    assert not {f.name for f in dataclasses.fields(Row)} & own
+    assert not set(TurnState._fields) & own
+
+
 def test_the_strategy_seam_does_not_grow():
     """ContextStrategy's public members (attributes, properties, methods): 39 before the seam
     was narrowed (issue #38), 23 then, 12 now: the summary's prompt, cap and reserve in
     ``summary``; ``check`` with an optional chat format; the rebuilt window's layout, prefix,
     steps and placeholder in ``rebuild`` (None for no rebuild, which ``compacts`` said); the
     window, summary and finished segments in ``segments``; ``scripted_agents`` with an
-    optional sized config. A one-strategy hook belongs in that strategy's module, a sizing
+    optional sized config; ``response_move`` in ``row_state``'s ``RowState``, with what the
+    strategy keeps of a row (folding's parent windows, memory-notes' notes), which the
+    runtime's row no longer holds. A one-strategy hook belongs in that strategy's module, a sizing
     one in its ``StrategySizing``, a summary, rebuilt-window or segment one in its record
     (``cxsim.strategies.parts``)."""
     members = [name for name in dir(ContextStrategy) if not name.startswith("_")]

@@ -20,10 +20,10 @@ from cxsim.strategies.base import ContextStrategy
 from cxsim.strategies.compacted import COMPACTED
 from cxsim.strategies.external_summarizer import EXTERNAL_SUMMARIZER
 from cxsim.strategies.folding import FOLDING
-from cxsim.strategies.memory_notes import MEMORY_NOTES
+from cxsim.strategies.memory_notes import MEMORY_NOTES, Note
 from cxsim.strategies.memory_state import MEMORY_STATE
 from cxsim.strategies.observation_masking import OBSERVATION_MASKING
-from cxsim.strategies.parts import RebuiltWindow, SegmentRecorder, SummaryPlan
+from cxsim.strategies.parts import RebuiltWindow, RowState, SegmentRecorder, SummaryPlan
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.self_compaction import SELF_COMPACTION, SELF_COMPACTION_DRAWN
 from cxsim.strategies.single import SINGLE
@@ -32,7 +32,6 @@ from cxsim.strategies.sliding_window import SLIDING_WINDOW
 from cxsim.strategies.strategy_types import (
     SUMMARY_AUTHORS,
     KeptStep,
-    Note,
     ResponseMove,
     StepCost,
     Trigger,
@@ -48,6 +47,7 @@ __all__ = [
     "RebuiltWindow",
     "ResponseMove",
     "RolloutAgents",
+    "RowState",
     "ScriptedOptions",
     "SegmentRecorder",
     "StepCost",
@@ -75,6 +75,7 @@ RENAMED: dict[str, str] = {
     "summary_segment": "segments (its SegmentRecorder.summary)",
     "finished_segments": "segments (its SegmentRecorder.finished)",
     "scripted_agents_for": "scripted_agents (with config=)",
+    "response_move": "row_state (its RowState.response_move)",
 }
 """Members ``ContextStrategy`` no longer has (issue #38), each with the one that took it over:
 a plug-in that still defines one fails in one line naming it."""

@@ -24,19 +24,22 @@ no protocol of their own: they ask the strategy
   it ended;
 - **how much room it keeps**: the summary reserve, its checks, with the chat format or
   without (:meth:`~ContextStrategy.check`), and the window sizes the sizing replays;
-- **what the policy may ask for**: :meth:`~ContextStrategy.response_move` reads a response
-  as an action, a request to compact, one that opens a child window or returns from it (the
-  runtime lays out both, the same for every strategy), or a note to keep (what a rebuilt
-  window carries of the notes, ``RebuiltWindow.prefix``, and how a rollout's segments are
-  rearranged around them once it ended, ``SegmentRecorder.finished``);
+- **what the policy may ask for, and what it keeps of a row**: :meth:`~ContextStrategy.row_state`,
+  a :class:`~cxsim.strategies.parts.RowState` per row, whose ``response_move`` reads a
+  response as an action, a request to compact, one that opens a child window or returns
+  from it (the runtime lays out both, the same for every strategy), or a note to keep; the
+  runtime tells it of each move it executed and hands it back to the strategy's decisions
+  (``TurnState.row``; what a rebuilt window carries of it, ``RebuiltWindow.prefix``; how a
+  rollout's segments are rearranged around it once it ended, ``SegmentRecorder.finished``):
+  folding's parent windows and memory-notes' notes live in theirs, not in the runtime's row;
 - **what the scripted oracle does under it** (:meth:`~ContextStrategy.scripted_agents`;
   given a sized config, with its own decisions, which the sizing replays): the agents whose
   rollouts are demonstrations;
 - **how the sizing sees it**: :meth:`~ContextStrategy.sizing`, one
   :class:`~cxsim.strategies.sizing.StrategySizing` (``cxsim.strategies.sizing``).
 
-What those decisions take and return (:class:`TurnState`, :class:`StepCost`, :class:`Note`,
-``Trigger``, ...) is defined in ``cxsim.strategies.strategy_types``, with the compaction rule,
+What those decisions take and return (:class:`TurnState`, :class:`StepCost`, ``Trigger``,
+...) is defined in ``cxsim.strategies.strategy_types``, with the compaction rule,
 ``C - |h| < T_comp`` (the window is full), :func:`window_full`; every one of those decisions
 reads it from there.
 
@@ -48,11 +51,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cxsim.strategies.parts import RebuiltWindow, SegmentRecorder, SummaryPlan
+from cxsim.strategies.parts import RebuiltWindow, RowState, SegmentRecorder, SummaryPlan
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.sizing import StrategySizing
 from cxsim.strategies.strategy_types import (
-    ResponseMove,
     SummaryAuthor,
     TokenCount,
     Trigger,
@@ -89,28 +91,13 @@ class ContextStrategy:
             return "end"
         return "rebuild" if self.summary_by is None else "summarize"
 
-    def response_move(
-        self, config: CompactionConfig, chat: ChatFormat, text: str, turn: TurnState
-    ) -> ResponseMove:
-        """What a response (its text), given in ``turn`` (its ``length``: the window with the
-        response), is: by default an action for the environment (``act``). The runtime
-        executes the move; every kind but ``act`` steps no environment and counts as a turn.
-
-        - ``compact``: the policy's request to compact; its tokens stay in the window,
-          trainable, and :meth:`turn_trigger` sees ``asked``. Honoured while a compaction is
-          left (``CompactionConfig.compactions_left``), else the response is an action.
-        - ``branch``: the runtime records the window as a segment, keeps it aside and starts
-          a child window, ``(s) + (u) +`` the branching response (assistant header, response,
-          end token; untrainable in the child), whose segments name that one as their parent.
-        - ``return``: the policy writes the child's summary (as it writes a compaction's:
-          ``h + q_sum``, a summary segment, the summary reserve kept free while a child is
-          open, :meth:`summary`'s ``kept_free``); the child is recorded and closed, and its parent
-          continues with its branching response followed by an observation turn with the
-          child's summary, as one step.
-        - ``note``: a note to keep (``ResponseMove.note``, its words); its tokens stay in the
-          window, trainable, and the runtime records it (:class:`Note`) for
-          :meth:`rebuild` and :meth:`segments` (``SegmentRecorder.finished``)."""
-        return ResponseMove()
+    def row_state(self, config: CompactionConfig) -> RowState:
+        """What it keeps of one row under ``config`` (:class:`RowState`, made per row when its
+        episode starts, held by the runtime and handed back to its decisions): what a response
+        is (``RowState.response_move``, a :class:`ResponseMove` the runtime executes: ``act``,
+        ``compact``, ``branch``, ``return`` or ``note``) and what it keeps of the moves
+        executed. By default nothing kept: every response is an action."""
+        return RowState(config)
 
     # -- what it asks for, and the room that keeps free -----------------------------
     def summary(self, config: CompactionConfig) -> SummaryPlan:

@@ -9,7 +9,10 @@ given the child ``h + q_sum`` and writes the child's summary S (at most
 ``max_summary_tokens``, as a compaction's summary); the child is recorded and closed, and
 the parent window resumes where it branched, its branching response followed by an
 observation turn with S: the whole child costs the parent one step. Neither response
-steps the environment; both are turns (``max_turns``).
+steps the environment; both are turns (``max_turns``). What folding keeps of a row is its
+own (:class:`FoldingRow`, its ``row_state``): the parent windows the runtime sets aside,
+their depth, the branches opened and whether a return's summary comes next; the runtime's
+row holds none of it.
 
 Bounds (``Folding(max_depth, max_branches)``, validated): child windows nest at most
 ``max_depth`` deep and at most ``max_branches`` open per episode; a branching response
@@ -53,15 +56,21 @@ the tasks at the derived sizes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cxsim.agent_api import TurnResponse
 from cxsim.strategies.base import check_counts
 from cxsim.strategies.compacted import Compacted
-from cxsim.strategies.parts import SummaryPlan
+from cxsim.strategies.parts import RowState, SummaryPlan
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.sizing import StrategySizing
-from cxsim.strategies.strategy_types import ResponseMove, StepCost, TokenCount, TurnState
+from cxsim.strategies.strategy_types import (
+    ResponseMove,
+    StepCost,
+    TokenCount,
+    Trigger,
+    TurnState,
+)
 
 if TYPE_CHECKING:
     from cxsim.agent_api import Agent, TurnRequest
@@ -103,19 +112,16 @@ class Folding(Compacted):
         self.max_depth = max_depth
         self.max_branches = max_branches
 
-    def response_move(
-        self, config: CompactionConfig, chat: ChatFormat, text: str, turn: TurnState
-    ) -> ResponseMove:
-        """``find ...`` (``branch``) while depth and branches are left and the window keeps
-        room for the returned turn; ``return`` in a child window; else an action."""
-        words = text.split()
-        if words == [RETURN_WORD]:
-            return ResponseMove("return" if turn.depth > 0 else "act")
-        if not words or words[0] != BRANCH_WORD:
-            return ResponseMove()
-        if turn.depth >= self.max_depth or turn.branches >= self.max_branches:
-            return ResponseMove()
-        return ResponseMove("branch" if self.return_fits(config, chat, turn.length) else "act")
+    def turn_trigger(self, config: CompactionConfig, turn: TurnState) -> Trigger:
+        """The child's summary after a ``return`` (its :class:`FoldingRow`'s ``returning``);
+        else compacted's trigger."""
+        if isinstance(turn.row, FoldingRow) and turn.row.returning:
+            return "summarize"
+        return super().turn_trigger(config, turn)
+
+    def row_state(self, config: CompactionConfig) -> FoldingRow:
+        """A row that keeps its parent windows while their children run (:class:`FoldingRow`)."""
+        return FoldingRow(config, self)
 
     def return_fits(self, config: CompactionConfig, chat: ChatFormat, length: int) -> bool:
         """Whether a window of ``length`` tokens has room for a returned turn with a summary of
@@ -185,12 +191,58 @@ class Folding(Compacted):
         return RolloutAgents(FoldingOracle(agents.actor, chat, move))
 
 
+class FoldingRow(RowState):
+    """Folding's rows: the parent windows set aside while their child windows run (what the
+    runtime needs to resume each, innermost last), the child windows opened so far, and
+    whether the last response returned from one (its summary comes next)."""
+
+    def __init__(self, config: CompactionConfig, folding: Folding) -> None:
+        super().__init__(config)
+        self.folding = folding
+        self.parents: list[Any] = []
+        """The parent windows of the current one (``branch``), innermost last."""
+        self.depth = 0
+        self.branches = 0
+        self.returning = False
+        """The policy's last response returned from the child window: its summary comes next."""
+
+    def response_move(self, chat: ChatFormat, text: str, turn: TurnState) -> ResponseMove:
+        """``find ...`` (``branch``) while depth and branches are left and the window keeps
+        room for the returned turn; ``return`` in a child window; else an action."""
+        words, folding = text.split(), self.folding
+        if words == [RETURN_WORD]:
+            return ResponseMove("return" if self.depth > 0 else "act")
+        if not words or words[0] != BRANCH_WORD:
+            return ResponseMove()
+        if self.depth >= folding.max_depth or self.branches >= folding.max_branches:
+            return ResponseMove()
+        fits = folding.return_fits(self.config, chat, turn.length)
+        return ResponseMove("branch" if fits else "act")
+
+    def moved(self, move: ResponseMove, start: int, end: int) -> None:
+        if move.kind == "return":
+            self.returning = True
+
+    def branch(self, parent: Any) -> None:
+        self.parents.append(parent)
+        self.depth += 1
+        self.branches += 1
+
+    def resume(self) -> Any:
+        """After a ``return``, the innermost parent window; else None (a compaction's summary)."""
+        if not self.returning:
+            return None
+        self.returning = False
+        self.depth -= 1
+        return self.parents.pop()
+
+
 class FoldingSummary(SummaryPlan):
     """Folding's summaries: the reserve stays free while a compaction is left, and always in
     a child window (its return summary)."""
 
     def kept_free(self, turn: TurnState) -> bool:
-        return turn.depth > 0 or super().kept_free(turn)
+        return (turn.row is not None and turn.row.depth > 0) or super().kept_free(turn)
 
 
 class FoldingSizing(StrategySizing):

@@ -4,9 +4,9 @@ their step, and a note the final answer uses is credited with the outcome direct
 **Notes.** At any turn the policy may answer :data:`NOTE_WORD` followed by the note's
 words (``note the key is k3``; ``note``, the tags' numbers, ``:`` and ``;`` are words
 every cxsim tokenizer holds: ``cxsim.envs.vocab``) instead of an action. The runtime keeps
-it (a ``note`` move, ``response_move``): no environment step, one turn, its tokens stay in
-the window, trainable, and it is stored with the number of environment steps taken before
-it (its step). Bounds (``MemoryNotes(max_notes, max_note_tokens)``, validated): at most
+it (a ``note`` move, :meth:`NotesRow.response_move`): no environment step, one turn, its
+tokens stay in the window, trainable, and the row's :class:`NotesRow` stores it
+(:class:`Note`) with the number of environment steps taken before it (its step). Bounds (``MemoryNotes(max_notes, max_note_tokens)``, validated): at most
 ``max_notes`` notes per episode, each of at most ``max_note_tokens`` tokens (the note word
 and the end token left out), written at step :data:`LAST_NOTE_STEP` at the latest (the
 numbers every cxsim tokenizer holds); a note beyond them is not kept and reaches the
@@ -62,15 +62,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cxsim.agent_api import TurnResponse
 from cxsim.strategies.base import _chat_count, check_counts
 from cxsim.strategies.compacted import Compacted, PolicySummaries
-from cxsim.strategies.parts import RebuiltWindow
+from cxsim.strategies.parts import RebuiltWindow, RowState
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.sizing import StrategySizing
-from cxsim.strategies.strategy_types import Note, ResponseMove, StepCost, TokenCount, TurnState
+from cxsim.strategies.strategy_types import ResponseMove, StepCost, TokenCount, TurnState
 
 if TYPE_CHECKING:
     from cxsim.agent_api import Agent, TurnRequest
@@ -93,6 +93,22 @@ MAX_NOTE_TOKENS = 6
 """Tokens of one note's words, at most, by default (the oracle's longest note: 5 words)."""
 LAST_NOTE_STEP = 99
 """The latest step a note may be written at: its tag is a number every cxsim tokenizer holds."""
+
+
+class Note(NamedTuple):
+    """A note the policy kept (a ``note`` move), as the row's :class:`NotesRow` records it."""
+
+    text: str
+    """Its words, the word that marks a note left out."""
+    step: int
+    """Environment steps taken in the episode before it was written."""
+    segment: int = -1
+    """``segment_index`` of the window segment it was written in (-1: that window is still
+    open, or was not recorded)."""
+    start: int = 0
+    """Where its response tokens start in that window segment (after the assistant header)."""
+    end: int = 0
+    """Where they end (exclusive: the end token included)."""
 
 
 def note_line(note: Note) -> str:
@@ -181,20 +197,9 @@ class MemoryNotes(Compacted):
         self.max_note_tokens = max_note_tokens
 
     # -- the notes ------------------------------------------------------------------
-    def response_move(
-        self, config: CompactionConfig, chat: ChatFormat, text: str, turn: TurnState
-    ) -> ResponseMove:
-        """``note <words>`` (``note``) while notes are left, at step :data:`LAST_NOTE_STEP`
-        at the latest, its words at most ``max_note_tokens`` tokens; else an action."""
-        words = text.split()
-        if len(words) < 2 or words[0] != NOTE_WORD:
-            return ResponseMove()
-        if turn.notes >= self.max_notes or turn.env_steps > LAST_NOTE_STEP:
-            return ResponseMove()
-        kept = " ".join(words[1:])
-        if len(chat.encode(kept)) > self.max_note_tokens:
-            return ResponseMove()
-        return ResponseMove("note", kept)
+    def row_state(self, config: CompactionConfig) -> NotesRow:
+        """A row that keeps its notes (:class:`NotesRow`)."""
+        return NotesRow(config, self)
 
     def rebuild(self, config: CompactionConfig) -> NotesWindow:
         """Compacted's rebuilt window, carrying the notes (:class:`NotesWindow`)."""
@@ -298,14 +303,56 @@ class MemoryNotes(Compacted):
         return RolloutAgents(NotingOracle(agents.actor, chat, NOTE_WORD, note))
 
 
+class NotesRow(RowState):
+    """Memory-notes' rows: the notes kept so far in the episode, in order (those written in
+    the current window not yet given their segment), and the environment steps taken."""
+
+    def __init__(self, config: CompactionConfig, strategy: MemoryNotes) -> None:
+        super().__init__(config)
+        self.strategy = strategy
+        self.notes: list[Note] = []
+        self.open: list[int] = []
+        """Indices into ``notes`` of those written in the current window (not recorded yet)."""
+        self.env_steps = 0
+
+    def response_move(self, chat: ChatFormat, text: str, turn: TurnState) -> ResponseMove:
+        """``note <words>`` (``note``) while notes are left, at step :data:`LAST_NOTE_STEP`
+        at the latest, its words at most ``max_note_tokens`` tokens; else an action."""
+        words, strategy = text.split(), self.strategy
+        if len(words) < 2 or words[0] != NOTE_WORD:
+            return ResponseMove()
+        if len(self.notes) >= strategy.max_notes or self.env_steps > LAST_NOTE_STEP:
+            return ResponseMove()
+        kept = " ".join(words[1:])
+        if len(chat.encode(kept)) > strategy.max_note_tokens:
+            return ResponseMove()
+        return ResponseMove("note", kept)
+
+    def moved(self, move: ResponseMove, start: int, end: int) -> None:
+        """An action is a step; a note is kept, written at ``start:end`` of the window."""
+        if move.kind == "act":
+            self.env_steps += 1
+        elif move.kind == "note":
+            self.open.append(len(self.notes))
+            self.notes.append(Note(move.note, self.env_steps, -1, start, end))
+
+    def recorded(self, segment: int) -> None:
+        """The notes written in the window just closed are where it was recorded."""
+        if segment >= 0:
+            for i in self.open:
+                self.notes[i] = self.notes[i]._replace(segment=segment)
+        self.open = []
+
+
 class NoteCredit(PolicySummaries):
     """Memory-notes' segments: compacted's, each window holding used notes cut around them
     once the episode ended (:func:`route_note_credit`)."""
 
     def finished(
-        self, segments: list[Segment], notes: Sequence[Note], final_action: str | None
+        self, segments: list[Segment], row: RowState, final_action: str | None
     ) -> list[Segment]:
-        return route_note_credit(segments, notes, final_action)
+        assert isinstance(row, NotesRow)
+        return route_note_credit(segments, row.notes, final_action)
 
 
 class NotesWindow(RebuiltWindow):
@@ -317,11 +364,13 @@ class NotesWindow(RebuiltWindow):
         system: list[int],
         task: list[int],
         summary: str | None,
-        notes: Sequence[Note] = (),
+        row: RowState | None = None,
     ) -> list[int]:
-        """The compacted prefix, then one observation turn with every note,
-        ``note <step> : <words>``, joined by ``;`` (none without notes)."""
+        """The compacted prefix, then one observation turn with every note the row kept
+        (``row``, its :class:`NotesRow`), ``note <step> : <words>``, joined by ``;`` (none
+        without notes)."""
         tokens = super().prefix(chat, system, task, summary)
+        notes = row.notes if isinstance(row, NotesRow) else []
         if not notes:
             return tokens
         return tokens + chat.observation(f" {SEPARATOR} ".join(note_line(n) for n in notes))

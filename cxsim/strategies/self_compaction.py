@@ -40,6 +40,7 @@ import numpy as np
 
 from cxsim.agent_api import TurnResponse
 from cxsim.strategies.compacted import Compacted
+from cxsim.strategies.parts import RowState
 from cxsim.strategies.rollout_agents import RolloutAgents, ScriptedOptions
 from cxsim.strategies.sizing import StrategySizing
 from cxsim.strategies.strategy_types import (
@@ -100,11 +101,9 @@ class SelfCompaction(Compacted):
             return "act"
         return "summarize" if left else "end"
 
-    def response_move(
-        self, config: CompactionConfig, chat: ChatFormat, text: str, turn: TurnState
-    ) -> ResponseMove:
-        """``summary`` is the policy's request to compact (``compact``); else an action."""
-        return ResponseMove("compact" if text.strip() == COMPACTION_REQUEST else "act")
+    def row_state(self, config: CompactionConfig) -> CompactionRequests:
+        """A row whose response ``summary`` is the policy's request to compact."""
+        return CompactionRequests(config)
 
     def words(self, config: CompactionConfig) -> list[str]:
         return [*super().words(config), COMPACTION_REQUEST]
@@ -156,6 +155,14 @@ class SelfCompaction(Compacted):
             )
 
         return RolloutAgents(CompactingOracle(agents.actor, chat, COMPACTION_REQUEST, asks))
+
+
+class CompactionRequests(RowState):
+    """Self-compaction's rows: nothing kept; ``summary`` is the policy's request to compact."""
+
+    def response_move(self, chat: ChatFormat, text: str, turn: TurnState) -> ResponseMove:
+        """``summary`` is the policy's request to compact (``compact``); else an action."""
+        return ResponseMove("compact" if text.strip() == COMPACTION_REQUEST else "act")
 
 
 class SelfCompactionSizing(StrategySizing):

@@ -7,16 +7,19 @@ exchange, and the compaction rule they all read.
   an action, a request to compact, a child window opened or closed, a note kept);
 - what each step of a full window costs (:class:`StepCost`) and which steps its rebuilt
   window copies (``KeptStep``);
-- a note the policy kept (:class:`Note`), and how the sizing counts tokens
-  (:class:`TokenCount`);
+- how the sizing counts tokens (:class:`TokenCount`);
 - the compaction rule, ``C - |h| < T_comp`` (the window is full): :func:`window_full`.
 
-Plain types only: this module imports nothing of cxsim.
+Plain types only: this module imports nothing of cxsim (but names the strategy's own row
+state, ``cxsim.strategies.parts.RowState``, for the type checker).
 """
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
+
+if TYPE_CHECKING:
+    from cxsim.strategies.parts import RowState
 
 Trigger = Literal["act", "summarize", "rebuild", "end"]
 """What a row does before its next response: respond, have its window summarized, rebuild
@@ -25,9 +28,10 @@ SummaryAuthor = Literal["policy", "summarizer"]
 """Who writes a summary: the acting policy (a trainable summary segment) or another agent."""
 SUMMARY_AUTHORS: tuple[SummaryAuthor, ...] = ("policy", "summarizer")
 ResponseKind = Literal["act", "compact", "branch", "return", "note"]
-"""What a response is (:meth:`ContextStrategy.response_move`): an action for the environment
+"""What a response is (``RowState.response_move``): an action for the environment
 (``act``), the policy's request to compact (``compact``), one that opens a child window
-(``branch``) or closes the current one (``return``), or a note to keep (``note``)."""
+(``branch``) or closes the current one (``return``), or a note to keep (``note``): the
+runtime's whole set of moves, with ``end`` (``Trigger``)."""
 
 
 def window_full(budget: int, threshold: int, length: int) -> bool:
@@ -37,7 +41,8 @@ def window_full(budget: int, threshold: int, length: int) -> bool:
 
 
 class TurnState(NamedTuple):
-    """What the runtime knows of a row before its next response (:meth:`ContextStrategy.turn_trigger`)."""
+    """What the runtime knows of a row before its next response (:meth:`ContextStrategy.turn_trigger`),
+    with what the strategy keeps of it (``row``)."""
 
     length: int
     """Tokens in the window."""
@@ -50,19 +55,14 @@ class TurnState(NamedTuple):
     seed: int | None = None
     """The row's task seed (rows of one task group share it); None where no row is meant
     (the sizing's replay)."""
-    depth: int = 0
-    """Child windows open above the current one (0: the episode's own window)."""
-    branches: int = 0
-    """Child windows opened so far in the episode (each a ``branch`` move)."""
-    env_steps: int = 0
-    """Environment steps taken in the episode."""
-    notes: int = 0
-    """Notes kept so far in the episode (each a ``note`` move)."""
+    row: RowState | None = None
+    """What the strategy keeps of the row (its ``row_state``: folding's child windows,
+    memory-notes' notes); None where no row is meant (the sizing's replay)."""
 
 
 class ResponseMove(NamedTuple):
-    """What a response is, as the strategy reads it (:meth:`ContextStrategy.response_move`);
-    the runtime executes it."""
+    """What a response is, as the strategy reads it (``RowState.response_move``); the runtime
+    executes it."""
 
     kind: ResponseKind = "act"
     """``act``: the environment steps on it; ``compact``: no step, :class:`TurnState`'s
@@ -80,22 +80,6 @@ class StepCost(NamedTuple):
     masked: int
     """With its observation turn replaced by the rebuilt window's ``placeholder`` (``full`` when
     the strategy has none)."""
-
-
-class Note(NamedTuple):
-    """A note the policy kept (a ``note`` :class:`ResponseMove`), as the runtime records it."""
-
-    text: str
-    """Its words, the word that marks a note left out."""
-    step: int
-    """Environment steps taken in the episode before it was written."""
-    segment: int = -1
-    """``segment_index`` of the window segment it was written in (-1: that window is still
-    open, or was not recorded)."""
-    start: int = 0
-    """Where its response tokens start in that window segment (after the assistant header)."""
-    end: int = 0
-    """Where they end (exclusive: the end token included)."""
 
 
 KeptStep = tuple[int, bool]

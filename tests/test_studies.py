@@ -577,3 +577,28 @@ def test_the_shipped_studies_keep_the_recipe_their_pages_were_made_with(name: st
             assert not ppo.skip_uniform_batches, (setting.name, arm)
     default = PPOConfig()  # the defaults since
     assert (default.kl_coef, default.iterations, default.skip_uniform_batches) == (0.1, 16, True)
+
+
+def test_a_setting_folder_refuses_runs_made_with_another_preset(tmp_path: Path):
+    """A setting folder's name hashes the settings as written, so a preset changed since
+    (FactUpdate-v0 became the calibrated default) would reuse its old runs; env.json records
+    how the env was built, and a setting built otherwise is refused in one line."""
+    import json
+
+    from cxsim.config import EnvConfig
+    from cxsim.studies.runner import record_settings
+    from cxsim.studies.unit_files import check_env_record, setting_folder
+
+    (setting, *_) = load_study(write(tmp_path, STUDY)).settings
+    record_settings([setting], str(tmp_path / "runs"), "cpu")
+    folder = setting_folder(tmp_path / "runs", setting, "cpu")
+    made = json.loads((folder / "env.json").read_text())
+    assert made["env_id"] == setting.env.env_id and made["kwargs"]["num_values"] == 4
+    record_settings([setting], str(tmp_path / "runs"), "cpu")  # the same env: no complaint
+    update = EnvConfig(env_id="cxsim/FactUpdate-v0")
+    check_env_record(tmp_path / "fu", update)
+    assert json.loads((tmp_path / "fu" / "env.json").read_text())["kwargs"]["num_revisions"] == 2
+    old = {"env_id": "cxsim/FactUpdate-v0", "kwargs": {"num_facts": 3, "num_revisions": 3}}
+    (tmp_path / "fu" / "env.json").write_text(json.dumps(old))  # made before the calibration
+    with pytest.raises(ValueError, match="its preset changed.*write the kwargs out"):
+        check_env_record(tmp_path / "fu", update)

@@ -41,6 +41,7 @@ from cxsim.studies.stages import arm_ppo, main_job_config, under
 from cxsim.studies.unit_files import (
     base_folder,
     base_settings,
+    check_env_record,
     seed_folder,
     setting_folder,
     side_eval_file,
@@ -305,11 +306,11 @@ def run_study(
             return run_study(study, selection, runs_dir, device, executor=own)
         finally:
             own.close()
-    predictions = record_predictions(study, selection, runs_dir, device)
     settings = {s.name: s for s in study.settings}
     selected = list(dict.fromkeys(s for s, _ in selection.pairs))
     owners = list(dict.fromkeys(settings[s].bases_owner for s in selected))
     record_settings([settings[n] for n in dict.fromkeys([*selected, *owners])], runs_dir, device)
+    predictions = record_predictions(study, selection, runs_dir, device)
     stages = {
         s.stage0.name: s.stage0 for s in (settings[n] for n in owners) if s.stage0 is not None
     }
@@ -331,6 +332,7 @@ def record_settings(settings: list[Setting], runs_dir: str, device: str) -> None
     for setting in settings:
         folder = setting_folder(runs_dir, setting, device)
         cached_json(folder / "settings.json", lambda s=setting: base_settings(s, device))
+        check_env_record(folder, setting.env)
 
 
 def make_every_stage0(

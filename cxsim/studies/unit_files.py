@@ -13,6 +13,8 @@ The runs folder (``--runs-dir``)::
     <setting>-<hash>/settings.json      what the hash stands for: task, compaction, SFT,
                                         starting checkpoint, device, and precision,
                                         gradient checkpointing and chat options when set
+    <setting>-<hash>/env.json           the keyword arguments the env was built with, its
+                                        registered preset's included (:func:`check_env_record`)
     <setting>-<hash>/s<seed>/sft/       the seed's SFT base (a ``bases_from`` setting: in
                                         that setting's folder, with its evaluation)
     <setting>-<hash>/s<seed>/train/<arm>-<hash of the arm's PPO config>/
@@ -27,9 +29,13 @@ The runs folder (``--runs-dir``)::
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+
+from cxsim.config import EnvConfig
 from cxsim.studies.spec import BASE, Arm, Setting, Side, Study
 from cxsim.studies.stage0 import stage0_settings
 from cxsim.studies.stages import arm_ppo, under
@@ -131,3 +137,37 @@ def side_eval_file(study: Study, side: Side, runs_dir: str | Path, seed: int, de
         return swap_eval_file(runs_dir, setting, arm, summarizer, seed, device, side.protocol)
     protocol = None if side.protocol in setting.eval.protocols else side.protocol
     return unit_eval_file(runs_dir, setting, arm, seed, device, protocol)
+
+
+def env_record(env: EnvConfig) -> dict[str, Any] | None:
+    """The keyword arguments ``env`` builds its environment with: the registered id's own
+    (its preset's) with the config's over them; None for an id Gymnasium cannot look up."""
+    from cxsim.tracking import to_jsonable
+
+    try:
+        spec = gym.spec(env.env_id)
+    except Exception:  # a plug-in id whose module is not imported here: nothing to compare
+        return None
+    return to_jsonable({"env_id": env.env_id, "kwargs": {**spec.kwargs, **env.kwargs}})
+
+
+def check_env_record(folder: Path, env: EnvConfig) -> None:
+    """A setting folder's ``env.json``: written when missing; when present, the env must
+    still be built as it records. The folder's name hashes the settings as written, so a
+    preset changed since (``cxsim/FactUpdate-v0`` made the calibrated default) would reuse
+    runs of the old one; a ValueError in one line says so instead."""
+    record = env_record(env)
+    if record is None:
+        return
+    path = folder / "env.json"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        return
+    made = json.loads(path.read_text())
+    if made != record:
+        raise ValueError(
+            f"the runs in {folder} were made with {env.env_id} built from {made['kwargs']}; "
+            f"it is now built from {record['kwargs']} (its preset changed): write the kwargs "
+            "out in the study file, or use another --runs-dir"
+        )

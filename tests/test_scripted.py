@@ -96,7 +96,7 @@ def test_summary_recall_counts_only_facts_shown_before_the_summary() -> None:
 
 
 # budget / threshold / response cap / summary cap: the word sizes of docs/environments.md
-WORD_SIZES = {"cxsim/SimRepo-v0": (221, 120, 5, 36), "cxsim/KeyRecall-v0": (200, 72, 8, 32)}
+WORD_SIZES = {"cxsim/SimRepo-v0": (212, 116, 5, 36), "cxsim/KeyRecall-v0": (200, 72, 8, 32)}
 
 
 def _oracle_recalls(env_id: str, omission: float, episodes: int) -> list[dict[str, bool]]:

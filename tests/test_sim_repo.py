@@ -69,7 +69,7 @@ def test_flaky_tests_fail_at_the_requested_rate_but_do_not_decide_reward() -> No
 
 
 def test_long_outputs_are_truncated_to_the_word_budget() -> None:
-    env = SimRepo(num_files=1, funcs_per_file=6, output_words=20)
+    env = SimRepo(num_files=1, funcs_per_file=6, num_patches=4, output_words=20)
     obs = _after(env, 0, "ls")[0]
     file = obs.split()[2]
     obs = _after(env, 0, f"view {file}")[0]

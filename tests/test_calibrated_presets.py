@@ -3,7 +3,9 @@ record in docs/results/calibration names a preset (``FactTrail-default``), and t
 ``PRESETS`` entry, its registered id and, for the default, the constructor's defaults build
 the env the record's ``full-kwargs`` and ``[settings]`` build: the same oracle episodes
 (issue #39). A record may be made by kwargs over the family's default id (SimRepo-easy: the
-default id with every dial given); its preset's own id builds it all the same."""
+default id with every dial given); its preset's own id builds it all the same. A default
+record is compared with what every command runs for the id: ``PRESETS['default']`` with
+``DEFAULT_KWARGS`` over it (KeyRecall-v0: the main job's task)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 
 from cxsim.calibration_preset import make_env
 from cxsim.envs import ENV_CLASSES
+from cxsim.envs.defaults import DEFAULT_KWARGS
 from cxsim.envs.scripted import oracle_for, play
 from cxsim.studies.load import read_toml
 
@@ -28,6 +31,7 @@ def test_the_calibrated_records_are_there() -> None:
         "FactUpdate-default",
         "SimRepo-easy",
         "SimRepo-default",
+        "KeyRecall-default",
     } <= names
 
 
@@ -37,12 +41,13 @@ def test_each_record_is_its_shipped_preset(path: Path) -> None:
     family, preset = raw["preset"].rsplit("-", 1)
     cls = ENV_CLASSES[family]
     env_id = f"cxsim/{family}-v0" if preset == "default" else f"cxsim/{family}-{preset}-v0"
-    assert cls.PRESETS[preset] == raw["search"]["full-kwargs"]
+    run_with = DEFAULT_KWARGS.get(env_id, {})  # what every command passes with no --env.kwargs
+    assert {**cls.PRESETS[preset], **run_with} == raw["search"]["full-kwargs"]
     assert raw["env-id"] in (env_id, f"cxsim/{family}-v0")
     assert gym.registry[env_id].kwargs == cls.PRESETS[preset]
-    shipped = [gym.make(env_id)]
+    shipped = [gym.make(env_id, **run_with)]
     if preset == "default":
-        shipped.append(cls())
+        shipped.append(cls(**run_with))
     recorded = make_env(path)
     for env in shipped:
         for seed in range(4):

@@ -22,8 +22,6 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
 
 NOT_RENDERED = {
-    "strategies": "made at 7644381 before pages kept their inputs; its run cache "
-    "(runs/studies/strategies) is not in this checkout",
     "table4-critic": "made at d970160 before pages kept their inputs; its run cache "
     "(runs/studies/table4-critic) is not in this checkout",
     "table4-horizons": "made at 5b1bdc9 before pages kept their inputs; its run cache "

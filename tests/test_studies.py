@@ -600,5 +600,5 @@ def test_a_setting_folder_refuses_runs_made_with_another_preset(tmp_path: Path):
     assert json.loads((tmp_path / "fu" / "env.json").read_text())["kwargs"]["num_revisions"] == 2
     old = {"env_id": "cxsim/FactUpdate-v0", "kwargs": {"num_facts": 3, "num_revisions": 3}}
     (tmp_path / "fu" / "env.json").write_text(json.dumps(old))  # made before the calibration
-    with pytest.raises(ValueError, match="its preset changed.*write the kwargs out"):
+    with pytest.raises(ValueError, match=r"its preset changed.*write the kwargs out"):
         check_env_record(tmp_path / "fu", update)

@@ -146,6 +146,10 @@ class Patch:
         return f"{self.file}:{self.line}"
 
 
+_CALIBRATED: dict[str, Any] = {"num_flaky": 0, "flaky_rate": 0.3, "output_words": 120}
+"""What SimRepo's calibrated easy and default presets share (no flaky test, long outputs)."""
+
+
 class SimRepo(TextEnv):
     """Find and fix one injected bug in a small in-memory repository, then submit.
 
@@ -181,15 +185,13 @@ class SimRepo(TextEnv):
     Terminated on ``submit``; truncated at ``horizon`` steps.
 
     ## Arguments
-    ``num_files`` (1-8), ``funcs_per_file``, ``num_patches`` (2-8),
-    ``num_flaky``, ``flaky_rate``, ``output_words``, ``noise``,
-    ``error_penalty``, ``horizon``. Presets in ``PRESETS``; the defaults are the
-    calibrated ``default`` preset (3 files of 2 functions, 2 patches, no flaky test,
-    120-word outputs). The defaults before calibration: ``num_files=3, funcs_per_file=3,
-    num_patches=4, num_flaky=1, flaky_rate=0.3, output_words=60``.
-    Key facts: ``location`` (``<file>:<line>`` of the bug, shown by
-    ``run_tests``) and ``patch`` (the fixing patch id, shown by ``patches``);
-    ``fact_needed_step`` is the step of the first ``edit`` (-1 before it).
+    ``num_files`` (1-8), ``funcs_per_file``, ``num_patches`` (2-8), ``num_flaky``, ``flaky_rate``,
+    ``output_words``, ``noise``, ``error_penalty``, ``horizon``. Presets in ``PRESETS``; the
+    defaults are the calibrated ``default`` preset (before calibration: ``num_files=3,
+    funcs_per_file=3, num_patches=4, num_flaky=1, flaky_rate=0.3, output_words=60``).
+    Key facts: ``location`` (``<file>:<line>`` of the bug, shown by ``run_tests``) and ``patch``
+    (the fixing patch id, shown by ``patches``); ``fact_needed_step``: the first ``edit``'s
+    step (-1 before it).
 
     ## Version history
     * v0: initial version.
@@ -209,22 +211,10 @@ class SimRepo(TextEnv):
         "patches lists fixes ; edit the one at the bug and submit ."
     )
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
-        "easy": {  # calibrated: docs/results/calibration/SimRepo-easy.toml (0.32 on 8 seeds)
-            "num_files": 2,
-            "funcs_per_file": 2,
-            "num_patches": 2,
-            "num_flaky": 0,
-            "flaky_rate": 0.3,
-            "output_words": 120,
-        },
-        "default": {  # calibrated: docs/results/calibration/SimRepo-default.toml (0.29 on 8 seeds)
-            "num_files": 3,
-            "funcs_per_file": 2,
-            "num_patches": 2,
-            "num_flaky": 0,
-            "flaky_rate": 0.3,
-            "output_words": 120,
-        },
+        # calibrated: docs/results/calibration/SimRepo-easy.toml (0.32 on 8 seeds) and
+        # SimRepo-default.toml (0.29); the two differ in num_files only
+        "easy": {"num_files": 2, "funcs_per_file": 2, "num_patches": 2, **_CALIBRATED},
+        "default": {"num_files": 3, "funcs_per_file": 2, "num_patches": 2, **_CALIBRATED},
         "hard": {
             "num_files": 5,
             "funcs_per_file": 3,

@@ -28,7 +28,7 @@ Which version the run ends with is the rule's (``--ppo.keep-best-rule``):
 Every closed version's counts are kept (``versions``), so either rule, or another, can be
 recomputed from ``results.json`` without a run.
 
-Pure bookkeeping, no torch: the run (experiments/training_run.py) sums the successes over
+Pure bookkeeping, no torch: the run (cxsim/pipeline/training_run.py) sums the successes over
 ranks and writes the weights.
 """
 

@@ -4,7 +4,7 @@ byte-level BPE tokenizer trained here on the environments' text, with a ChatML t
 Nothing is downloaded. `fresh_chat_model` writes one as a ``save_pretrained`` folder
 (model, tokenizer, chat template), randomly initialised or started from the word-level
 model's weights (`transplant`); ``cxsim pretrain --arch llama --init-from pretrained``
-(experiments/pretrain.py) then teaches it to copy what it saw in its own tokens, by the
+(cxsim/pipeline/pretrain.py) then teaches it to copy what it saw in its own tokens, by the
 stages that taught the tiny word-level model, and the result ships as ``--policy
 pretrained-chat`` (cxsim/pretrained.py).
 """

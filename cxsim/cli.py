@@ -64,17 +64,17 @@ def usage_error(message: str) -> NoReturn:
 
 # command -> (module, one-line description); "bench" and others nest one level.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("cxsim.experiments.run", "the main job: SFT, CompactionRL, eval, report"),
-    "sft": ("cxsim.experiments.sft", "behaviour cloning from oracle rollouts under compaction"),
+    "run": ("cxsim.pipeline.run", "the main job: SFT, CompactionRL, eval, report"),
+    "sft": ("cxsim.pipeline.sft", "behaviour cloning from oracle rollouts under compaction"),
     "pretrain": (
-        "cxsim.experiments.pretrain",
+        "cxsim.pipeline.pretrain",
         "regenerate the shipped starting checkpoint (the tiny model that copies)",
     ),
     "train": (
-        "cxsim.experiments.train",
+        "cxsim.pipeline.train",
         "PPO with context compaction (CompactionRL and ablations)",
     ),
-    "eval": ("cxsim.experiments.evaluate", "Single and Compacted protocols, Pass@1 with 95% CI"),
+    "eval": ("cxsim.pipeline.evaluate", "Single and Compacted protocols, Pass@1 with 95% CI"),
     "tables": ("cxsim.experiments.tables", "the paper's tables in miniature, with seeds and CIs"),
     "verdicts": (
         "cxsim.experiments.verdicts",
@@ -86,7 +86,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "search an env's dials for a setting whose SFT base lands in a band of Pass@1",
     ),
     "critic-probe": (
-        "cxsim.experiments.critic_probe",
+        "cxsim.pipeline.critic_probe",
         "is the outcome in the context, and do the critic's features carry it",
     ),
     "report": ("cxsim.experiments.report", "plots and tables from a finished run directory"),

@@ -6,7 +6,7 @@ coin toss. Every user of the paper's recipe starts from one pretrained LLM; cxsi
 analog is this checkpoint, shipped in the package (about 1 MB): the tiny preset over the
 word tokenizer of every cxsim environment, cloned from omission-0 demonstrations of
 KeyRecall on tasks no run uses, so that it copies what it saw. ``cxsim pretrain``
-regenerates it (experiments/pretrain.py, the settings in its ``manifest.json``).
+regenerates it (cxsim/pipeline/pretrain.py, the settings in its ``manifest.json``).
 
 ``--policy pretrained`` (the default of ``cxsim run`` and ``cxsim sft``) names it;
 ``--policy None`` starts from a fresh ``--sft.model`` preset instead.

@@ -122,7 +122,7 @@ class Config:
         parse_band(self.target)
         check_search(self.env.env_id, self.parsed_dials, self.rates, self.search)
         check_name(self.preset_name, "--name")
-        from cxsim.experiments.sft import check_starting_policy
+        from cxsim.pipeline.sft import check_starting_policy
 
         check_starting_policy(self.policy, self.sft)
 
@@ -176,8 +176,8 @@ def check_candidates(cfg: Config, candidates: list[Candidate]) -> None:
     """Each candidate's env builds and the pre-flight passes under the strategy, in the
     starting policy's chat format (as its SFT will run it), before any work; one line naming
     the candidate otherwise."""
-    from cxsim.experiments.evaluate import Config as EvalEntryConfig
-    from cxsim.experiments.evaluate import scripted_chat
+    from cxsim.pipeline.evaluate import Config as EvalEntryConfig
+    from cxsim.pipeline.evaluate import scripted_chat
     from cxsim.preflight import preflight
 
     chat = scripted_chat(EvalEntryConfig(agent="oracle", tokenizer=cfg.policy))

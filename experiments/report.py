@@ -43,7 +43,7 @@ from cxsim.experiments.report_curves import (
     plot_curves,
 )
 from cxsim.experiments.report_survival import survival_section
-from cxsim.experiments.run_table import report_notes, report_table
+from cxsim.pipeline.run_table import report_notes, report_table
 from cxsim.tables import markdown_table
 
 if TYPE_CHECKING:

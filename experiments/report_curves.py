@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cxsim.experiments.run_table import chance_level
+from cxsim.pipeline.run_table import chance_level
 from cxsim.tables import Interval, Proportion, paired_difference
 
 if TYPE_CHECKING:

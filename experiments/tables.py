@@ -5,7 +5,7 @@ of that seed):
 
 1. SFT base (``s{s}/sft``), as ``cxsim run`` makes it;
 2. PPO from the base for each row the chosen tables need
-   (``s{s}/train/<preset>-s{s}``, the presets of experiments/presets.py);
+   (``s{s}/train/<preset>-s{s}``, the presets of cxsim/pipeline/presets.py);
 3. evaluation of the base and of every trained row under Single and Compacted,
    with summary omission computed from the evaluation records
    (``cxsim.diagnostics.summary_omission``);
@@ -49,10 +49,10 @@ from cxsim.config import (
     SFTConfig,
 )
 from cxsim.evaluation import evaluate_protocol
-from cxsim.experiments import run as run_entry
-from cxsim.experiments.presets import PUBLISHED_CRITIC, PUBLISHED_RECIPE, cli_with_budget
 from cxsim.experiments.tables_page import ONE_WINDOW, ROW_LABELS, ROWS, PageSetup, Seeds, render
 from cxsim.model_options import ChatOptions, Precision
+from cxsim.pipeline import run as run_entry
+from cxsim.pipeline.presets import PUBLISHED_CRITIC, PUBLISHED_RECIPE, cli_with_budget
 from cxsim.tables import cached_json, config_tag
 from cxsim.tracking import say
 
@@ -205,8 +205,8 @@ def lm_agent(policy_dir: str, cfg: Config) -> tuple[LMAgent, Any]:
     from cxsim.agents.lm_agent import LMAgent
     from cxsim.agents.models import load_policy
     from cxsim.devices import resolve_device
-    from cxsim.experiments.evaluate import chat_options_given
     from cxsim.generation import SamplingConfig
+    from cxsim.pipeline.evaluate import chat_options_given
 
     device = resolve_device(cfg.device)
     policy, _, chat = load_policy(policy_dir, device, chat_options_given(cfg.chat))
@@ -277,8 +277,8 @@ def agent_by_name(name: str, cfg: Config, seed: int, policies: dict[str, str]) -
 
 def run_seed(cfg: Config, seed_dir: Path, seed: int) -> dict[str, Any]:
     """SFT, PPO rows, evaluations and Table 1 for one seed; every stage cached on disk."""
-    from cxsim.experiments import sft as sft_entry
-    from cxsim.experiments import train as train_entry
+    from cxsim.pipeline import sft as sft_entry
+    from cxsim.pipeline import train as train_entry
 
     rc = cfg.run_config(seed_dir, seed)
     sft_cfg = run_entry.sft_config(rc)

@@ -16,7 +16,7 @@ from typing import Any
 
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
-from cxsim.experiments.presets import preset_ppo
+from cxsim.pipeline.presets import preset_ppo
 from cxsim.tables import (
     Interval,
     Proportion,

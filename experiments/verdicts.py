@@ -3,7 +3,7 @@ ablations apart (docs/results/verdicts.md).
 
 Reads top to bottom. The preset's settings become a study (:func:`verdict_study`, in the
 terms of cxsim/studies/spec.py): the main setting, each credit setting
-(:class:`CreditSetting`), the arms of :data:`ARMS` (presets of experiments/presets.py) and
+(:class:`CreditSetting`), the arms of :data:`ARMS` (presets of cxsim/pipeline/presets.py) and
 the claims of ``verdicts_claims.CLAIMS``, each with its prediction written before the runs.
 The study engine then makes every run they need, cached per unit under ``--runs-dir``
 (cxsim/studies/runner.py ``run_study``), on this machine's processes or on Ray
@@ -47,7 +47,6 @@ import tyro
 
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
-from cxsim.experiments.presets import PUBLISHED_CRITIC, PUBLISHED_RECIPE, cli_with_budget
 from cxsim.experiments.tables import SMOKE_ENV
 from cxsim.experiments.verdicts_adopt import adopt_old_runs
 from cxsim.experiments.verdicts_claims import (
@@ -59,6 +58,7 @@ from cxsim.experiments.verdicts_claims import (
     evaluation_side,
 )
 from cxsim.model_options import check_device_name
+from cxsim.pipeline.presets import PUBLISHED_CRITIC, PUBLISHED_RECIPE, cli_with_budget
 from cxsim.tracking import say
 
 if TYPE_CHECKING:

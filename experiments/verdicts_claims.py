@@ -18,7 +18,7 @@ ARMS: tuple[str, ...] = (
     "no-cross-segment", "stitched", "supo", "segment-scope", "fixed-lambda", "local-fixed-lambda",
     "local-segment-scope",
 )  # fmt: skip
-"""The PPO presets every seed trains from its base (experiments/presets.py)."""
+"""The PPO presets every seed trains from its base (cxsim/pipeline/presets.py)."""
 
 CREDIT_ARMS: tuple[str, ...] = (
     "compactionrl", "no-cross-segment", "fixed-lambda", "local-fixed-lambda", "segment-scope",

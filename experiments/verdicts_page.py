@@ -208,7 +208,7 @@ def setting_line(setting: Setting, runs: Runs, what: str) -> str:
         f"{ppo.critic_ratio}, critic lr {ppo.critic_lr:g}, actor lr {ppo.actor_lr:g}, "
         f"micro-batches of {ppo.micro_batch_rows} rows. Arms: "
         + ", ".join(f"`{a}`" for a in setting.arms)
-        + " (experiments/presets.py)."
+        + " (cxsim/pipeline/presets.py)."
     )
     made = gain(runs)
     if made is None:

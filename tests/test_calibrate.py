@@ -172,7 +172,7 @@ def test_the_preset_round_trips_into_an_env_a_study_and_the_command_line(tmp_pat
 
     import tyro
 
-    from cxsim.experiments import run as run_entry
+    from cxsim.pipeline import run as run_entry
 
     run_cfg = tyro.cli(run_entry.Config, args=shlex.split(raw["flags"]))
     assert dict(run_cfg.env.kwargs) == {"num_facts": 2} and run_cfg.sft.omission_rate == 0.25

@@ -126,7 +126,7 @@ def test_compute_meter_restores_per_rank_and_from_older_checkpoints():
 
     from cxsim.diagnostics import ComputeMeter
     from cxsim.distributed import DistContext
-    from cxsim.experiments.training_run import compute_meter
+    from cxsim.pipeline.training_run import compute_meter
 
     policy = build_policy("tiny", default_tokenizer(), seed=0)
     meters = [ComputeMeter(rollouts=3, iterations=2), ComputeMeter(rollouts=5, iterations=2)]

@@ -17,10 +17,10 @@ from cxsim.config import (
     check_policy_dir,
 )
 from cxsim.diagnostics import token_weights
-from cxsim.experiments.presets import PRESETS, cli_with_preset, preset_from_argv, preset_ppo
-from cxsim.experiments.run import Config as RunConfig
-from cxsim.experiments.run import preset_ppo as run_preset_ppo
-from cxsim.experiments.train import Config as TrainConfig
+from cxsim.pipeline.presets import PRESETS, cli_with_preset, preset_from_argv, preset_ppo
+from cxsim.pipeline.run import Config as RunConfig
+from cxsim.pipeline.run import preset_ppo as run_preset_ppo
+from cxsim.pipeline.train import Config as TrainConfig
 from cxsim.ppo import score_batch
 from cxsim.segments import Segment, pack_segments
 

@@ -14,7 +14,7 @@ from cxsim.agents.models import save_policy
 from cxsim.agents.tokenizer import default_tokenizer
 from cxsim.cli import main as cxsim
 from cxsim.config import PPOConfig
-from cxsim.experiments.critic_probe import (
+from cxsim.pipeline.critic_probe import (
     Config,
     head_features,
     ridge_heldout_ev,

@@ -22,8 +22,8 @@ from cxsim.compaction import CompactionConfig
 from cxsim.config import EnvConfig, SFTConfig
 from cxsim.envs import EnvFamily, family_of
 from cxsim.envs.family import declared_words
-from cxsim.experiments.sft import Config as SFTRunConfig
-from cxsim.experiments.sft import demonstrations
+from cxsim.pipeline.sft import Config as SFTRunConfig
+from cxsim.pipeline.sft import demonstrations
 from cxsim.preflight import preflight
 from cxsim.runtime import collect_rollouts
 

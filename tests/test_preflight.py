@@ -24,7 +24,7 @@ from cxsim.agents.scripted import ScriptedAgent
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig
 from cxsim.envs.defaults import PUBLISHED_SIZES
 from cxsim.evaluation import evaluate_protocol
-from cxsim.experiments import evaluate
+from cxsim.pipeline import evaluate
 from cxsim.preflight import preflight
 
 ENV_IDS = sorted(

@@ -20,8 +20,8 @@ from cxsim.chat_model import (
 )
 from cxsim.cli import main as cxsim
 from cxsim.config import EnvConfig, SFTConfig
-from cxsim.experiments import sft as sft_entry
-from cxsim.experiments.pretrain import COPY_SFT, POLISH_SFT
+from cxsim.pipeline import sft as sft_entry
+from cxsim.pipeline.pretrain import COPY_SFT, POLISH_SFT
 from cxsim.preflight import preflight
 from cxsim.pretrained import (
     PRETRAINED,
@@ -167,7 +167,7 @@ def test_init_from_carries_the_word_models_layers_and_each_words_rows(tmp_path):
 
 
 def test_a_shipped_name_resolves_for_the_oracle_tokenizer_and_in_a_study(tmp_path):
-    from cxsim.experiments.evaluate import check_tokenizer_dir
+    from cxsim.pipeline.evaluate import check_tokenizer_dir
     from cxsim.studies.settings import starting_policy
 
     check_tokenizer_dir(PRETRAINED_CHAT)

@@ -99,7 +99,7 @@ def test_report_refuses_a_folder_without_results(tmp_path: Path):
 
 
 def test_notes_name_the_budget_the_pre_flight_derived():
-    from cxsim.experiments.run_table import report_notes
+    from cxsim.pipeline.run_table import report_notes
 
     rows = [{"label": "base (SFT)", "protocol": "single", "pass_at_1": 0.0, "seeds": 1}]
     env = {"env_id": "cxsim/KeyRecall-v0", "kwargs": {"num_values": 4}}
@@ -142,7 +142,7 @@ def evaluation(label: str, solved: int, recall: float) -> dict:
 def fake_main_job(root: Path, solved_after: tuple[int, ...]) -> Path:
     """A finished ``cxsim run`` folder, one training seed per entry of ``solved_after``
     (tasks each trained policy solves), histories rising from the base's success."""
-    from cxsim.experiments.run_table import pooled
+    from cxsim.pipeline.run_table import pooled
 
     run_dir = root / "main"
     seeds = list(range(len(solved_after)))

@@ -27,8 +27,8 @@ from cxsim.envs import vocabulary
 from cxsim.envs.defaults import EpisodeText, sample_episodes
 from cxsim.envs.vocab import OBSERVATION_PLACEHOLDER
 from cxsim.evaluation import evaluate_protocol
-from cxsim.experiments.evaluate import Config as EvalCommand
-from cxsim.experiments.train import Config as TrainCommand
+from cxsim.pipeline.evaluate import Config as EvalCommand
+from cxsim.pipeline.train import Config as TrainCommand
 from cxsim.preflight import preflight
 from cxsim.row_runner import Row
 from cxsim.runtime import RolloutBatch, collect_rollouts

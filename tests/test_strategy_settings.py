@@ -12,8 +12,8 @@ import pytest
 
 from cxsim.compaction import CompactionConfig
 from cxsim.config import EnvConfig
-from cxsim.experiments.evaluate import Config as EvalConfig
-from cxsim.experiments.evaluate import scripted_chat
+from cxsim.pipeline.evaluate import Config as EvalConfig
+from cxsim.pipeline.evaluate import scripted_chat
 from cxsim.preflight import preflight
 from cxsim.strategies import STRATEGIES
 from cxsim.strategies.settings import setting_names, settings_of

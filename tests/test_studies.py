@@ -314,10 +314,10 @@ def test_a_rerun_with_another_arm_trains_only_that_arm(example: Path, first_run:
 def test_print_commands_parse_into_the_configs_the_study_runs(
     example: Path, first_run: dict, capsys: pytest.CaptureFixture[str]
 ):
-    from cxsim.experiments import evaluate as evaluate_entry
-    from cxsim.experiments import sft as sft_entry
-    from cxsim.experiments import train as train_entry
-    from cxsim.experiments.presets import cli_with_preset, preset_ppo
+    from cxsim.pipeline import evaluate as evaluate_entry
+    from cxsim.pipeline import sft as sft_entry
+    from cxsim.pipeline import train as train_entry
+    from cxsim.pipeline.presets import cli_with_preset, preset_ppo
     from cxsim.studies import runner
 
     runs = first_run["runs"]
@@ -544,7 +544,7 @@ def test_a_bad_check_fails_in_one_line(tmp_path: Path, old: str, new: str, messa
 def test_the_shipped_studies_keep_the_critic_their_pages_were_made_with(name: str):
     from cxsim.config import PPOConfig
     from cxsim.experiments import tables, verdicts
-    from cxsim.experiments.presets import PUBLISHED_CRITIC, PUBLISHED_RECIPE
+    from cxsim.pipeline.presets import PUBLISHED_CRITIC, PUBLISHED_RECIPE
     from cxsim.studies.stages import arm_ppo
 
     study = load_study(EXAMPLES.parent / "studies" / f"{name}.toml")

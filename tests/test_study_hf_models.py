@@ -168,9 +168,9 @@ def test_bf16_chat_and_gradient_checkpointing_each_key_the_cache(study_file: Pat
 def test_print_commands_write_the_model_settings_as_flags_that_parse_back(
     study_file: Path, capsys: pytest.CaptureFixture[str]
 ):
-    from cxsim.experiments import sft as sft_entry
-    from cxsim.experiments import train as train_entry
-    from cxsim.experiments.presets import cli_with_preset, preset_ppo
+    from cxsim.pipeline import sft as sft_entry
+    from cxsim.pipeline import train as train_entry
+    from cxsim.pipeline.presets import cli_with_preset, preset_ppo
 
     cxsim(["study", str(study_file), "--runs-dir", "R", "--print-commands"])
     commands = [

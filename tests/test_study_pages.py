@@ -34,7 +34,7 @@ are in their JSON; the figures only their runs hold are not)."""
 @pytest.fixture
 def stages(monkeypatch: pytest.MonkeyPatch) -> Stages:
     """The SFT, training and evaluation stages replaced by test_study_verdicts' fakes."""
-    from cxsim.experiments import evaluate, sft, train
+    from cxsim.pipeline import evaluate, sft, train
 
     made = Stages()
     monkeypatch.setattr(sft, "run_sft", made.run_sft)

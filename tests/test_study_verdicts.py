@@ -372,7 +372,7 @@ class Stages:
 
 @pytest.fixture
 def stages(monkeypatch: pytest.MonkeyPatch) -> Stages:
-    from cxsim.experiments import evaluate, sft, train
+    from cxsim.pipeline import evaluate, sft, train
 
     made = Stages()
     monkeypatch.setattr(sft, "run_sft", made.run_sft)
@@ -534,7 +534,7 @@ def test_print_commands_start_the_bases_from_the_stage0_command(
 ):
     import tyro
 
-    from cxsim.experiments import sft as sft_entry
+    from cxsim.pipeline import sft as sft_entry
     from cxsim.studies.stages import stage0_sft_config
 
     runs = tmp_path / "runs"

@@ -248,8 +248,9 @@ def test_seeds_a_to_b_map_to_their_folders_on_the_study_executor(tmp_path: Path,
 def test_a_cache_holding_every_stage_is_read_without_running_one(tmp_path: Path, monkeypatch):
     """The cache layout every earlier ``cxsim tables`` wrote (``s<seed>/sft``,
     ``s<seed>/train/<row>-s<seed>``, ``s<seed>/tables/*.json``) is read as it is."""
-    from cxsim.experiments import sft, tables, train
+    from cxsim.experiments import tables
     from cxsim.experiments.tables_page import ONE_WINDOW, ROWS
+    from cxsim.pipeline import sft, train
     from cxsim.tracking import write_json
 
     def refuse(*args: object, **kwargs: object) -> None:

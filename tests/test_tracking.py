@@ -106,7 +106,7 @@ def record(rollout_id: int, success: bool) -> RolloutRecord:
 def test_training_progress_line_shows_the_iteration_just_finished(capsys):
     """``cxsim train``'s log line after iteration i carries iteration i's success rate and
     warm-up flag (it once showed iteration i-1's: a warm-up flag after the warm-up ended)."""
-    from cxsim.experiments.training_run import TrainingRun
+    from cxsim.pipeline.training_run import TrainingRun
 
     run = object.__new__(TrainingRun)  # the logging half of a run, without models
     run.cfg = SimpleNamespace(transcripts_every=1)

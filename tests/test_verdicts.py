@@ -328,7 +328,7 @@ def old_cache(cfg: Any, loss_1001: float = 0.002) -> dict[str, float]:
 
 
 def refuse_every_stage(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cxsim.experiments import evaluate, sft, train
+    from cxsim.pipeline import evaluate, sft, train
     from cxsim.studies import runner
 
     def refuse(*args: Any, **kwargs: Any) -> None:

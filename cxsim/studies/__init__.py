@@ -39,7 +39,7 @@ One topic per module:
 - :mod:`cxsim.studies.commands`: the ``cxsim sft`` / ``train`` / ``eval`` command lines that
   make one seed's runs.
 
-The package drives the entry points of ``cxsim.experiments`` (it sits above them); of
-those, only the ones that run studies import it: ``cxsim study`` and ``cxsim verdicts``
+The package drives the stages of :mod:`cxsim.pipeline` (it sits above them); of the
+commands, only the ones that run studies import it: ``cxsim study`` and ``cxsim verdicts``
 (experiments/verdicts.py, whose runs are a study built from its presets).
 """

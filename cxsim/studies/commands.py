@@ -18,7 +18,7 @@ from dataclasses import MISSING, Field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, get_args, get_origin
 
-from cxsim.experiments.presets import preset_ppo
+from cxsim.pipeline.presets import preset_ppo
 from cxsim.pretrained import PRETRAINED
 from cxsim.studies.runner import eval_config, sft_config, train_config
 from cxsim.studies.selection import Selection, extra_protocols, swapped_sides
@@ -95,7 +95,7 @@ def seed_commands(
     line): per setting, its stage 0's SFT (once), its SFT base (once per setting that makes
     bases), the base's evaluation, then each arm's training and evaluation, and each
     evaluation under a claim's protocol the setting lacks."""
-    from cxsim.experiments import sft as sft_entry
+    from cxsim.pipeline import sft as sft_entry
 
     replicate = own_files(runs_dir, study.path) / "replicate"
     commands: list[list[str]] = []
@@ -144,7 +144,7 @@ def stage0_commands(
 ) -> tuple[list[list[str]], str]:
     """A stage 0's SFT, the candidate the study chose (:func:`stage0_seed`), after a comment
     on how the candidates are tried; and where its policy goes."""
-    from cxsim.experiments import sft as sft_entry
+    from cxsim.pipeline import sft as sft_entry
 
     candidate = stage0_seed(stage, runs_dir, device)
     cfg = stage0_sft_config(
@@ -168,7 +168,7 @@ def train_command(
     """An arm's ``cxsim train`` from the seed's base (``--preset`` first: the command takes
     its defaults from it, then the flags), and where its last checkpoint's policy goes."""
     from cxsim.checkpoint import checkpoint_dir
-    from cxsim.experiments import train as train_entry
+    from cxsim.pipeline import train as train_entry
 
     train = replace(
         train_config(setting, arm, seed, seed_dir, base_policy, device),
@@ -193,7 +193,7 @@ def eval_command(
 ) -> list[str]:
     """``cxsim eval`` of ``policy`` (arm or base ``name``) under the setting's protocols, or
     ``protocol`` alone."""
-    from cxsim.experiments import evaluate as evaluate_entry
+    from cxsim.pipeline import evaluate as evaluate_entry
 
     label = name + (f"@{protocol}" if protocol else "")
     out = seed_dir / "eval" / f"{label}.json"

@@ -17,7 +17,7 @@ from cxsim.tables import fmt, markdown_table
 
 FINAL_ITERATIONS = 5
 """results.json ``final``: each metric's mean over a run's last 5 actor iterations
-(experiments/training_run.py ``final_metrics``)."""
+(cxsim/pipeline/training_run.py ``final_metrics``)."""
 
 
 def claim_statement(claim: Claim) -> str:

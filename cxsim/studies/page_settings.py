@@ -97,6 +97,8 @@ def setting_lines(
         if all(s.model == ModelSettings() for s in shown)
         else ", in float32 unless its setting's model row says otherwise"
     )
+    # the training tasks' seeds are drawn in cxsim/pipeline/train.py; the page keeps the path
+    # its committed pages carry (they rebuild byte for byte from their JSON)
     lines = [
         "## Every setting that decides a number",
         "",

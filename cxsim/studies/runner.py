@@ -11,9 +11,9 @@ one seed running side by side never both make what they share; after every unit,
 sides whose summaries another arm writes (:func:`run_swap`: one policy acting, another
 summarizing, under ``external-summarizer``).
 
-Each stage is the main job's (``cxsim run``'s stage configs, experiments/run.py): SFT
-(experiments/sft.py ``run_sft``), PPO from that base (experiments/train.py ``train``) and
-evaluation of the last checkpoint (experiments/evaluate.py ``evaluate``). Seed s is the SFT
+Each stage is the main job's (``cxsim run``'s stage configs, cxsim/pipeline/run.py): SFT
+(cxsim/pipeline/sft.py ``run_sft``), PPO from that base (cxsim/pipeline/train.py ``train``) and
+evaluation of the last checkpoint (cxsim/pipeline/evaluate.py ``evaluate``). Seed s is the SFT
 seed, the training seed and the evaluation seed of every arm, as in ``cxsim verdicts``.
 
 Where each stage's files go in the runs folder (``--runs-dir``):
@@ -56,9 +56,9 @@ from cxsim.tables import cached_json
 from cxsim.tracking import write_json
 
 if TYPE_CHECKING:
-    from cxsim.experiments import evaluate as evaluate_entry
-    from cxsim.experiments import sft as sft_entry
-    from cxsim.experiments import train as train_entry
+    from cxsim.pipeline import evaluate as evaluate_entry
+    from cxsim.pipeline import sft as sft_entry
+    from cxsim.pipeline import train as train_entry
     from cxsim.studies.outcomes import Runs
 
 STAGES = ("sft", "train", "eval")
@@ -71,7 +71,7 @@ def sft_config(
 ) -> sft_entry.Config:
     """The seed's SFT base: ``cxsim run``'s SFT stage (SFT seed ``seed``), from ``start``
     for a stage-0 setting (the stage's checkpoint)."""
-    from cxsim.experiments import run as run_entry
+    from cxsim.pipeline import run as run_entry
 
     return run_entry.sft_config(main_job_config(setting, seed, seed_dir, device, start=start))
 
@@ -81,7 +81,7 @@ def train_config(
 ) -> train_entry.Config:
     """An arm's PPO from the seed's base: ``cxsim run``'s training stage for the arm's preset,
     with the arm's PPO config (:func:`cxsim.studies.stages.arm_ppo`), training seed ``seed``."""
-    from cxsim.experiments import run as run_entry
+    from cxsim.pipeline import run as run_entry
 
     rc = main_job_config(setting, seed, seed_dir, device, arm.preset)
     made = run_entry.train_config(rc, base_policy, arm.preset, seed)
@@ -93,7 +93,7 @@ def eval_config(
     setting: Setting, seed: int, seed_dir: Path, policy: str, out: Path, device: str
 ) -> evaluate_entry.Config:
     """``cxsim run``'s evaluation of ``policy`` on the seed's tasks (evaluation seed ``seed``)."""
-    from cxsim.experiments import run as run_entry
+    from cxsim.pipeline import run as run_entry
 
     return run_entry.eval_config(main_job_config(setting, seed, seed_dir, device), policy, out)
 
@@ -111,7 +111,7 @@ def start_of(setting: Setting, runs_dir: str, device: str) -> str | None:
 def make_base(setting: Setting, seed: int, runs_dir: str, device: str) -> dict[str, Any]:
     """The seed's SFT base (cached; a ``bases_from`` setting's in that setting's folder);
     what was made and its results."""
-    from cxsim.experiments import sft as sft_entry
+    from cxsim.pipeline import sft as sft_entry
 
     began = time.perf_counter()
     made: list[str] = []
@@ -161,8 +161,8 @@ def run_unit(
     evaluation per protocol, the training's ``final`` figures (mean of its last
     iterations), its reductions and success curve (:mod:`cxsim.studies.history`) and where
     everything is."""
-    from cxsim.experiments import evaluate as evaluate_entry
-    from cxsim.experiments import train as train_entry
+    from cxsim.pipeline import evaluate as evaluate_entry
+    from cxsim.pipeline import train as train_entry
 
     began = time.perf_counter()
     name = BASE if arm is None else arm.name
@@ -241,7 +241,7 @@ def evaluate_with_summarizer(
     """``cxsim eval`` of ``cfg.policy`` (``cfg.eval.protocols``, each one whose summaries
     another agent writes), with the policy at ``summarizer_policy`` writing the summaries;
     the same JSON payload, written to ``cfg.out``."""
-    from cxsim.experiments import evaluate as evaluate_entry
+    from cxsim.pipeline import evaluate as evaluate_entry
 
     return evaluate_entry.evaluate(cfg, label, summarizer_policy=summarizer_policy)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from cxsim.config import SFTConfig
 from cxsim.env_kwargs import check_env_kwargs
-from cxsim.experiments.presets import DEFAULT_PRESET, PRESETS
+from cxsim.pipeline.presets import DEFAULT_PRESET, PRESETS
 from cxsim.pretrained import PRETRAINED, SHIPPED
 from cxsim.studies.model_settings import CHAT, OWN_KEYS, ModelSettings, model_settings, spelled
 from cxsim.studies.spec import (
@@ -57,7 +57,7 @@ def parse_arms(raw: dict[str, Any], where: str) -> tuple[Arm, ...]:
         preset = own.get("preset", DEFAULT_PRESET)
         if preset not in PRESETS:
             raise StudyError(
-                f"{here}: preset = {preset!r} is not a preset of experiments/presets.py; "
+                f"{here}: preset = {preset!r} is not a preset of cxsim/pipeline/presets.py; "
                 f"choose one of: {', '.join(PRESETS)}"
             )
         changes = build_group("ppo", GROUPS["ppo"], groups.get("ppo", {}), here)

@@ -15,7 +15,7 @@ The file is TOML (every key, with an example: docs/reference/study-files.md)::
     ppo.iterations = 6
     eval.episodes = 64
 
-    [arms.floored]                     # a preset of experiments/presets.py, then ppo.* keys
+    [arms.floored]                     # a preset of cxsim/pipeline/presets.py, then ppo.* keys
     preset = "compactionrl"
     ppo.estimator = "my_estimator:floored"
 

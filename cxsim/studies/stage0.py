@@ -60,7 +60,7 @@ def chosen_file(runs_dir: str | Path, stage: Stage0, device: str) -> Path:
 def make_stage0_candidate(stage: Stage0, seed: int, runs_dir: str, device: str) -> dict[str, Any]:
     """One stage-0 candidate (cached): SFT with the stage's settings, SFT seed ``seed``; its
     held-out execution loss, whether that copies, and its policy folder."""
-    from cxsim.experiments import sft as sft_entry
+    from cxsim.pipeline import sft as sft_entry
 
     began = time.perf_counter()
     made: list[str] = []

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cxsim.config import EvalConfig, PPOConfig
-from cxsim.experiments.presets import DEFAULT_PRESET
+from cxsim.pipeline.presets import DEFAULT_PRESET
 from cxsim.pretrained import PRETRAINED
 from cxsim.studies.values import StudyError, first_line
 
 if TYPE_CHECKING:
-    from cxsim.experiments import run as run_entry
-    from cxsim.experiments import sft as sft_entry
+    from cxsim.pipeline import run as run_entry
+    from cxsim.pipeline import sft as sft_entry
     from cxsim.studies.spec import Arm, Setting, Stage0
 
 
@@ -39,7 +39,7 @@ def main_job_config(
     tasks all ``seed``, with the setting's model settings (precision, gradient checkpointing,
     chat options); the study's stage configs are derived from it. ``start``: a stage-0
     setting's checkpoint (:func:`starting_point`)."""
-    from cxsim.experiments import run as run_entry
+    from cxsim.pipeline import run as run_entry
 
     return run_entry.Config(
         run_dir=str(seed_dir),
@@ -64,7 +64,7 @@ def main_job_config(
 def stage0_sft_config(stage: Stage0, seed: int, folder: Path, device: str) -> sft_entry.Config:
     """The SFT of one stage-0 candidate (``cxsim sft``'s config, SFT seed ``seed``): the main
     job's SFT stage on the stage's task and compaction, from its policy, into ``folder/sft``."""
-    from cxsim.experiments import run as run_entry
+    from cxsim.pipeline import run as run_entry
 
     rc = run_entry.Config(
         run_dir=str(folder),
@@ -88,7 +88,7 @@ def stage0_sft_config(stage: Stage0, seed: int, folder: Path, device: str) -> sf
 def arm_ppo(setting: Setting, arm: Arm) -> PPOConfig:
     """An arm's PPO config in a setting: the setting's ``ppo``, the preset's changes
     (``cxsim run``'s ``preset_ppo``), then the arm's own keys."""
-    from cxsim.experiments import run as run_entry
+    from cxsim.pipeline import run as run_entry
 
     where = f"arms.{arm.name} in settings.{setting.name}"
     try:

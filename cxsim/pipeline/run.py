@@ -50,17 +50,17 @@ from cxsim.config import (
     PPOConfig,
     SFTConfig,
 )
-from cxsim.experiments.presets import PRESETS, PresetName
-from cxsim.experiments.run_table import pooled, report_notes, report_table
-from cxsim.experiments.sft import check_starting_policy
 from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
+from cxsim.pipeline.presets import PRESETS, PresetName
+from cxsim.pipeline.run_table import pooled, report_notes, report_table
+from cxsim.pipeline.sft import check_starting_policy
 from cxsim.pretrained import PRETRAINED
 from cxsim.tracking import claim_run_dir, log_evaluation, say, write_json
 
 if TYPE_CHECKING:  # the stages import torch; they are imported where they run (fast --help)
-    from cxsim.experiments import evaluate as evaluate_entry
-    from cxsim.experiments import sft as sft_entry
-    from cxsim.experiments import train as train_entry
+    from cxsim.pipeline import evaluate as evaluate_entry
+    from cxsim.pipeline import sft as sft_entry
+    from cxsim.pipeline import train as train_entry
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,8 @@ class Config:
     run_dir: str = "runs/main"
     """Output folder: sft/, train/<preset>-s<seed>/, eval/, report.md, results.json, *.png."""
     presets: tuple[PresetName, ...] = ("compactionrl",)
-    """PPO presets to train (experiments/presets.py); each applies its changes on top of --ppo.*."""
+    """PPO presets to train (cxsim/pipeline/presets.py); each applies its changes on top of
+    --ppo.*."""
     seeds: tuple[int, ...] = (0,)
     """Training seeds (each preset is trained once per seed from the same SFT base)."""
     sft_seed: int | None = None
@@ -164,7 +165,7 @@ def model_settings(cfg: Config) -> dict[str, Any]:
 
 
 def sft_config(cfg: Config) -> sft_entry.Config:
-    from cxsim.experiments import sft as sft_entry
+    from cxsim.pipeline import sft as sft_entry
 
     return sft_entry.Config(
         run_dir=str(Path(cfg.run_dir) / "sft"),
@@ -183,7 +184,7 @@ def sft_config(cfg: Config) -> sft_entry.Config:
 
 
 def train_config(cfg: Config, policy: str, name: str, seed: int) -> train_entry.Config:
-    from cxsim.experiments import train as train_entry
+    from cxsim.pipeline import train as train_entry
 
     return train_entry.Config(
         preset=name,
@@ -206,7 +207,7 @@ def train_config(cfg: Config, policy: str, name: str, seed: int) -> train_entry.
 
 
 def eval_config(cfg: Config, policy: str, out: Path) -> evaluate_entry.Config:
-    from cxsim.experiments import evaluate as evaluate_entry
+    from cxsim.pipeline import evaluate as evaluate_entry
 
     return evaluate_entry.Config(
         policy=policy,
@@ -226,9 +227,9 @@ def run(cfg: Config) -> dict[str, Any]:
     run_dir = Path(cfg.run_dir)
     claim_run_dir(run_dir, recorded_settings(cfg), overwrite=cfg.overwrite)  # before any work
 
-    from cxsim.experiments import evaluate as evaluate_entry
     from cxsim.experiments.report import Config as ReportConfig
     from cxsim.experiments.report import write_report
+    from cxsim.pipeline import evaluate as evaluate_entry
 
     timings: dict[str, float] = {}
     announce = stage_announcer(2 + 2 * len(cfg.presets) * len(cfg.seeds), began)
@@ -271,7 +272,7 @@ def stage_announcer(stages: int, began: float) -> Callable[[str], None]:
 def sft_base(cfg: Config, announce: Callable[[str], None]) -> Path:
     """The SFT base's policy folder: made by behaviour cloning, or reused when a previous run
     of this job made it."""
-    from cxsim.experiments import sft as sft_entry
+    from cxsim.pipeline import sft as sft_entry
 
     sft_cfg = sft_config(cfg)
     base_policy = Path(sft_cfg.run_dir) / "policy"
@@ -288,8 +289,8 @@ def train_presets(
 ) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
     """PPO from the base per preset and seed, each evaluated (its time in ``timings``);
     returns each preset's evaluations in seed order, and the trained policies in order."""
-    from cxsim.experiments import evaluate as evaluate_entry
-    from cxsim.experiments import train as train_entry
+    from cxsim.pipeline import evaluate as evaluate_entry
+    from cxsim.pipeline import train as train_entry
 
     run_dir = Path(cfg.run_dir)
     evals: dict[str, list[dict[str, Any]]] = {}

@@ -1,7 +1,7 @@
 """The plumbing beside ``cxsim train``'s loop: resume, time limit, data parallel, logging.
 
 :class:`TrainingRun` is built once from the config and holds what the loop in
-``experiments/train.py`` should not have to think about: the torchrun context
+``cxsim/pipeline/train.py`` should not have to think about: the torchrun context
 (shards, all-reduced denominators, gradients and whitening statistics), the
 checkpoint to resume from and the state it restores (optimisers, RNG streams,
 history, compute meter, elapsed time), the TensorBoard writer, the progress bar
@@ -74,7 +74,7 @@ from cxsim.tracking import (
 
 if TYPE_CHECKING:
     from cxsim.agents.lm_agent import LMAgent
-    from cxsim.experiments.train import Config
+    from cxsim.pipeline.train import Config
 
 
 class TrainingRun:

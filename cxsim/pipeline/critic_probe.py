@@ -56,7 +56,7 @@ import tyro
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, PPOConfig
 from cxsim.critics import VALUE_HEADS, VALUE_LOSSES
-from cxsim.experiments.critic_probe_measures import (
+from cxsim.pipeline.critic_probe_measures import (
     first_token_ev,
     last_segment_ev,
     last_segment_rows,

@@ -147,7 +147,7 @@ def sft_stage(
     cfg: Config, seed: int, name: str, env: EnvConfig, sft: SFTConfig, start: str | None
 ) -> dict[str, Any]:
     """One SFT stage of candidate ``seed`` (``start``: the policy it starts from, None: fresh)."""
-    from cxsim.experiments import sft as sft_entry
+    from cxsim.pipeline import sft as sft_entry
 
     stage = sft_entry.Config(
         run_dir=str(Path(cfg.runs_dir) / f"c{seed}" / name), seed=seed, env=env, sft=sft,

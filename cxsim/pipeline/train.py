@@ -5,7 +5,7 @@ rollouts under the compaction runtime, score them (critic values, advantages),
 update the critic (``critic_ratio`` passes per actor pass) and, after the
 value-only warm-up, the actor; log; checkpoint. Resume, the time limit, torchrun
 data parallelism and logging live in one object beside it
-(``experiments/training_run.py``): ``--resume`` continues a killed run from its
+(``cxsim/pipeline/training_run.py``): ``--resume`` continues a killed run from its
 newest checkpoint, so the same seed gives the same run whether or not it was
 interrupted. torch is imported inside :func:`train`, so ``--help`` needs only
 the configs.
@@ -23,8 +23,8 @@ from typing import Any
 
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, PPOConfig
-from cxsim.experiments.presets import DEFAULT_PRESET, PresetName, cli_with_preset, preset_ppo
 from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
+from cxsim.pipeline.presets import DEFAULT_PRESET, PresetName, cli_with_preset, preset_ppo
 
 TRAIN_SEED_STRIDE = 1_000_000
 """Training task seeds of run seed s are s * stride + k; evaluation seeds sit far above."""
@@ -35,7 +35,7 @@ class Config:
     """PPO training from a policy checkpoint."""
 
     preset: PresetName = DEFAULT_PRESET
-    """Named PPO preset (experiments/presets.py); resolved first, other flags override it."""
+    """Named PPO preset (cxsim/pipeline/presets.py); resolved first, other flags override it."""
     policy: str = "runs/sft/policy"
     """Policy checkpoint to start from (made by ``cxsim sft``, or any local Hugging Face causal
     LM with its tokenizer and chat template); the critic starts from it too."""
@@ -129,8 +129,8 @@ def train(cfg: Config) -> dict[str, Any]:
     from cxsim.agents.lm_agent import LMAgent
     from cxsim.critics import set_value_head_lr
     from cxsim.evaluation import torch_threads
-    from cxsim.experiments.training_run import TrainingRun
     from cxsim.generation import SamplingConfig
+    from cxsim.pipeline.training_run import TrainingRun
     from cxsim.ppo import actor_update, critic_update, score_batch
     from cxsim.segments import pack_segments
     from cxsim.stabilisers import linear_lr, set_lr, uniform_outcomes

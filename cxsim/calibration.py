@@ -17,7 +17,7 @@ candidate is scored:
   (ends included), the one closest to the band's middle; a tie goes to the candidate listed
   first.
 
-The scoring is injected (:data:`Evaluate`): ``cxsim calibrate`` (experiments/calibrate.py)
+The scoring is injected (:data:`Evaluate`): ``cxsim calibrate`` (cxsim/studies/calibrate.py)
 makes each seed's SFT base through the study engine and evaluates it; the tests pass a fake.
 """
 

@@ -1,9 +1,10 @@
-"""The ``cxsim`` console command: dispatches to tyro entry points in ``cxsim.experiments``.
+"""The ``cxsim`` console command: dispatches to tyro entry points, each named by its module.
 
-Each entry point is a module with ``main(argv: list[str] | None) -> None`` that
-parses its own frozen-dataclass config with ``tyro.cli``. Modules are imported
-lazily so that ``cxsim --help`` stays fast, and the entry points import torch only
-when they run, so that ``cxsim CMD --help`` does too.
+The commands' modules are library code (``cxsim.pipeline.run``, ``cxsim.studies.study``,
+...); the benchmarks' are ``cxsim.experiments.bench_*``. Each entry point is a module with
+``main(argv: list[str] | None) -> None`` that parses its own frozen-dataclass config with
+``tyro.cli``. Modules are imported lazily so that ``cxsim --help`` stays fast, and the entry
+points import torch only when they run, so that ``cxsim CMD --help`` does too.
 
 Exit status, the same for every command: 0 when it did what it was asked, 2 for a usage or
 configuration error (a bad flag or value, an unknown command, a missing file, a run folder
@@ -75,28 +76,28 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "PPO with context compaction (CompactionRL and ablations)",
     ),
     "eval": ("cxsim.pipeline.evaluate", "Single and Compacted protocols, Pass@1 with 95% CI"),
-    "tables": ("cxsim.experiments.tables", "the paper's tables in miniature, with seeds and CIs"),
+    "tables": ("cxsim.paper_tables.tables", "the paper's tables in miniature, with seeds and CIs"),
     "verdicts": (
-        "cxsim.experiments.verdicts",
+        "cxsim.paper_tables.verdicts",
         "a verdict on each of the paper's claims, from independent seeds",
     ),
-    "study": ("cxsim.experiments.study", "your own claims from a study file, on paired seeds"),
+    "study": ("cxsim.studies.study", "your own claims from a study file, on paired seeds"),
     "calibrate": (
-        "cxsim.experiments.calibrate",
+        "cxsim.studies.calibrate",
         "search an env's dials for a setting whose SFT base lands in a band of Pass@1",
     ),
     "critic-probe": (
         "cxsim.pipeline.critic_probe",
         "is the outcome in the context, and do the critic's features carry it",
     ),
-    "report": ("cxsim.experiments.report", "plots and tables from a finished run directory"),
+    "report": ("cxsim.report.report", "plots and tables from a finished run directory"),
     "stability": (
-        "cxsim.experiments.stability_page",
+        "cxsim.studies.stability_page",
         "which runs of a study kept what they learned (collapse figures from its cache)",
     ),
-    "lab": ("cxsim.experiments.lab", "estimator lab: estimators against ground truth"),
+    "lab": ("cxsim.lab.lab", "estimator lab: estimators against ground truth"),
     "conform": (
-        "cxsim.experiments.conform",
+        "cxsim.conformance.conform_command",
         "check another framework's advantages or loss reduction against cxsim",
     ),
 }

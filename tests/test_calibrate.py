@@ -24,7 +24,7 @@ from cxsim.calibration import (
 )
 from cxsim.calibration_preset import load_preset, make_env
 from cxsim.cli import main as cxsim
-from cxsim.experiments import calibrate as calibrate_entry
+from cxsim.studies import calibrate as calibrate_entry
 from cxsim.studies.load import read_toml
 
 ENV_ID = "cxsim/FactTrail-easy-v0"

@@ -88,7 +88,8 @@ def test_unknown_command_lists_every_command_with_bench():
 
 
 def test_tables_and_lab_write_under_runs_by_default():
-    from cxsim.experiments import lab, tables
+    from cxsim.lab import lab
+    from cxsim.paper_tables import tables
 
     cfg = tables.parse([])
     assert cfg.preset == "smoke" and Path(cfg.out_dir).parts[0] == "runs"

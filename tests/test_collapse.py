@@ -1,5 +1,5 @@
 """Collapse figures of a run (cxsim/diagnostics/collapse.py) and the stability tables
-rendered from an artefact alone (experiments/stability_page.py), on hand-made histories."""
+rendered from an artefact alone (cxsim/studies/stability_page.py), on hand-made histories."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import pytest
 
 from cxsim.diagnostics.collapse import collapsed, run_collapse
-from cxsim.experiments.stability_page import render
+from cxsim.studies.stability_page import render
 
 
 def history(success: list[float], warmup: int = 2) -> list[dict[str, float]]:

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from cxsim.advantages import adaptive_lambda
 from cxsim.conformance import LAYOUTS, Checker, conform, load_function
+from cxsim.conformance import conform_command as conform_cli
 from cxsim.conformance.pinned_batches import pinned_cases
 from cxsim.conformance.random_batches import random_cases
 from cxsim.conformance.reference import GAE_QUANTITIES, lambda_rows, reference
 from cxsim.conformance.term_models import gae_model
-from cxsim.experiments import conform as conform_cli
 
 ADAPTERS = "cxsim.conformance.adapters:"
 VARIANTS = "cxsim.conformance.variants:"
@@ -257,7 +257,7 @@ def test_cli_layout_table_matches_the_layouts():
 
 def test_help_does_not_import_torch():
     code = (
-        "import sys; import cxsim.experiments.conform as c; "
+        "import sys; import cxsim.conformance.conform_command as c; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

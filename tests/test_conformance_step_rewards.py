@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cxsim.conformance import Checker
+from cxsim.conformance import conform_command as conform_cli
 from cxsim.conformance.batches import Segment, build_batch
 from cxsim.conformance.check import cases_for
 from cxsim.conformance.pinned_batches import pinned_cases
@@ -23,7 +24,6 @@ from cxsim.conformance.random_batches import random_cases
 from cxsim.conformance.reference import GAE_QUANTITIES, reference
 from cxsim.conformance.term_models import gae_model
 from cxsim.estimators import ESTIMATORS, EstimatorInputs
-from cxsim.experiments import conform as conform_cli
 
 HERE = __name__
 

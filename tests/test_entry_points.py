@@ -200,7 +200,7 @@ def test_tables_smoke_on_cpu(tmp_path: Path):
 def test_run_and_tables_start_sft_from_a_policy_dir(tmp_path: Path, capsys):
     from local_hf_models import save_hf_policy
 
-    from cxsim.experiments import tables as tables_entry
+    from cxsim.paper_tables import tables as tables_entry
     from cxsim.pipeline import run as run_entry
 
     base = tmp_path / "base"

@@ -19,7 +19,16 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SUBPACKAGES = ("conformance", "diagnostics", "lab", "pipeline", "strategies", "studies")
+SUBPACKAGES = (
+    "conformance",
+    "diagnostics",
+    "lab",
+    "paper_tables",
+    "pipeline",
+    "report",
+    "strategies",
+    "studies",
+)
 PACKAGES = {
     "cxsim": ROOT / "cxsim",
     **{f"cxsim.{sub}": ROOT / "cxsim" / sub for sub in SUBPACKAGES},
@@ -168,12 +177,12 @@ def test_imports_are_read_as_they_run(tmp_path: Path):
 
 def test_no_module_of_the_package_lies_on_an_import_cycle():
     graph = import_graph(PACKAGES)
-    assert "cxsim.studies.runner" in graph and "cxsim.experiments.study" in graph
+    assert "cxsim.studies.runner" in graph and "cxsim.studies.study" in graph
     assert {"cxsim.ppo", "cxsim.envs.key_recall", "cxsim.agents.critic"} <= set(graph)
     assert "cxsim.studies.spec" in graph["cxsim.studies.runner"]  # the graph has edges
     for entry, helper in (
-        ("cxsim.experiments.lab", "cxsim.experiments.lab_studies"),
-        ("cxsim.pipeline.run", "cxsim.experiments.report"),
+        ("cxsim.lab.lab", "cxsim.lab.lab_studies"),
+        ("cxsim.pipeline.run", "cxsim.report.report"),
         ("cxsim.pipeline.train", "cxsim.pipeline.training_run"),
     ):
         # entry points import their helpers lazily: those edges are read too
@@ -190,3 +199,18 @@ def test_no_module_of_the_package_lies_on_an_import_cycle():
         f"import cycles {found}: move what both modules need to the lower one (or a small "
         "module of its own), or import it under `if TYPE_CHECKING:` if only annotations use it"
     )
+
+
+def test_the_library_never_imports_the_benchmarks_folder():
+    """experiments/ holds the benchmarks only (issue 38): the library (the study engine, the
+    pipeline and every other package) imports none of it; cxsim/cli.py names its modules as
+    strings and imports them when a benchmark runs."""
+    graph = import_graph(PACKAGES)
+    up = sorted(
+        f"{module} -> {imported}"
+        for module, imports in graph.items()
+        if not module.startswith("cxsim.experiments")
+        for imported in imports
+        if imported.startswith("cxsim.experiments")
+    )
+    assert up == [], f"library modules importing experiments/: {up}"

@@ -231,7 +231,7 @@ def test_cupy_path_matches_numpy_statistics():
 
 
 def test_lab_smoke_writes_page_and_plots(tmp_path):
-    from cxsim.experiments import lab
+    from cxsim.lab import lab
 
     lab.main(["--preset", "smoke", "--out", str(tmp_path)])
     page = (tmp_path / "estimators.md").read_text()
@@ -260,7 +260,6 @@ def test_lab_smoke_writes_page_and_plots(tmp_path):
 def test_lab_settings_stay_light_and_match_the_backend():
     from typing import get_args
 
-    from cxsim.experiments import lab
-    from cxsim.lab import backend
+    from cxsim.lab import backend, lab
 
     assert get_args(lab.Device) == get_args(backend.Device)

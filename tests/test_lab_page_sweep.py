@@ -1,6 +1,6 @@
 """The lab page's sentence on the compaction sweep prints a fall only where there is one."""
 
-from cxsim.experiments.lab_page import _k_sentence
+from cxsim.lab.lab_page import _k_sentence
 
 
 def sweep(cross: list[float], stitched: list[float]) -> dict:

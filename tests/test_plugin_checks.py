@@ -122,7 +122,7 @@ def test_the_lab_names_the_estimator(name: str):
 
 @pytest.mark.parametrize("name", list(FAULTS))
 def test_conform_fails_in_one_line_naming_the_estimator_and_the_case(name: str, capsys):
-    from cxsim.experiments import conform
+    from cxsim.conformance import conform_command as conform
 
     with pytest.raises(SystemExit) as stop:
         conform.main([f"{__name__}:{name}", "--quantity", "chain-split", "--only", "pinned/",

@@ -101,9 +101,9 @@ def test_a_plugin_estimator_trains_one_ppo_iteration_from_the_flag(tmp_path: Pat
 def test_a_plugin_estimator_appears_in_the_lab_tables():
     import tyro
 
-    from cxsim.experiments.lab import Config
-    from cxsim.experiments.lab_page import segment_section
-    from cxsim.experiments.lab_studies import Lab, by_segment
+    from cxsim.lab.lab import Config
+    from cxsim.lab.lab_page import segment_section
+    from cxsim.lab.lab_studies import Lab, by_segment
     from cxsim.lab.process import Critic
 
     cfg = tyro.cli(Config, args=["--preset", "smoke", "--estimators", PLUGIN])
@@ -124,7 +124,7 @@ def test_a_plugin_estimator_appears_in_the_lab_tables():
 
 
 def test_a_plugin_estimator_is_checked_by_cxsim_conform(capsys):
-    from cxsim.experiments import conform
+    from cxsim.conformance import conform_command as conform
 
     conform.main([PLUGIN, "--quantity", "stitched-gae", "--examples", "3", "--no-trees",
                   "--only", "segments/", "observations/", "pinned/"])  # fmt: skip
@@ -260,7 +260,7 @@ def test_an_installed_plugin_is_found_by_its_entry_point_name(monkeypatch):
         "declares no needs_critic: it is the function _stitched_gae_loop, not a "
         "cxsim.estimators.Estimator"
     )
-    from cxsim.experiments.lab import Config as LabConfig
-    from cxsim.experiments.lab_studies import lab_estimators
+    from cxsim.lab.lab import Config as LabConfig
+    from cxsim.lab.lab_studies import lab_estimators
 
     assert lab_estimators(LabConfig())[-2:] == ("broken-gae", "loop-gae")  # in the lab's tables

@@ -108,9 +108,9 @@ def test_sampling_and_scoring_at_other_temperatures_stops_the_update(policy):
 def test_a_registered_estimator_is_in_the_lab_and_conform(monkeypatch, capsys):
     """One table per concept: the lab measures every registered estimator and conform checks
     one by its name, in the layout the trainer calls it with."""
-    from cxsim.experiments import conform
-    from cxsim.experiments.lab import Config as LabConfig
-    from cxsim.experiments.lab_studies import lab_estimators
+    from cxsim.conformance import conform_command as conform
+    from cxsim.lab.lab import Config as LabConfig
+    from cxsim.lab.lab_studies import lab_estimators
 
     def split_evenly(x):  # chain-split written again: R over the rollout's chains
         from cxsim.scans import per_group_sum

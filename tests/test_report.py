@@ -14,8 +14,8 @@ from scipy.stats import t as student_t
 
 from cxsim.cli import main as cxsim
 from cxsim.evaluation import pass_at_1
-from cxsim.experiments.report import by_preset, critic_section, train_runs
-from cxsim.experiments.report_curves import RUN_CURVES, curves_figure, evaluations
+from cxsim.report.report import by_preset, critic_section, train_runs
+from cxsim.report.report_curves import RUN_CURVES, curves_figure, evaluations
 from cxsim.tracking import write_json
 
 # The entry-point smoke settings (tests/test_entry_points.py): a short KeyRecall that compacts.
@@ -285,7 +285,7 @@ def test_the_critic_section_reads_each_run_at_its_last_window():
 
 
 def test_the_survival_table_pools_evaluations_by_facts_and_reads_training_finals():
-    from cxsim.experiments.report_survival import survival_section
+    from cxsim.report.report_survival import survival_section
 
     def payload(protocol: str, survival: dict) -> dict:
         return {

@@ -543,7 +543,7 @@ def test_a_bad_check_fails_in_one_line(tmp_path: Path, old: str, new: str, messa
 @pytest.mark.parametrize("name", ["verdicts", "table4-horizons"])
 def test_the_shipped_studies_keep_the_critic_their_pages_were_made_with(name: str):
     from cxsim.config import PPOConfig
-    from cxsim.experiments import tables, verdicts
+    from cxsim.paper_tables import tables, verdicts
     from cxsim.pipeline.presets import PUBLISHED_CRITIC, PUBLISHED_RECIPE
     from cxsim.studies.stages import arm_ppo
 

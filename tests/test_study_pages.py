@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from test_study_verdicts import STUDY, Stages
 
-from cxsim.experiments.study import main as study_main
 from cxsim.studies.artefact import dumps
 from cxsim.studies.render import render_artefact
+from cxsim.studies.study import main as study_main
 from cxsim.studies.where import OWNER_FILE, claim_folder, own_files, page_name, study_folder
 
 REPO = Path(__file__).resolve().parents[1]

@@ -33,8 +33,8 @@ VERDICTS = ROOT / "studies" / "verdicts.toml"
 
 
 def test_the_file_holds_the_verdict_runs_settings_arms_and_predictions():
-    from cxsim.experiments import verdicts
-    from cxsim.experiments.verdicts_claims import CLAIMS
+    from cxsim.paper_tables import verdicts
+    from cxsim.paper_tables.verdicts_claims import CLAIMS
 
     study = load_study(VERDICTS)
     assert replace(load_study(VERDICTS, budget="full"), budget=None) == study  # as written
@@ -117,8 +117,8 @@ SAME = [  # (interval, the verdict of a "same" claim at margin 0.05)
 
 @pytest.mark.parametrize(("diff", "said"), SAME)
 def test_a_same_claim_follows_the_verdict_pages_rule(diff: Interval, said: str):
-    from cxsim.experiments.verdicts_claims import CLAIMS
-    from cxsim.experiments.verdicts_page import verdict_of
+    from cxsim.paper_tables.verdicts_claims import CLAIMS
+    from cxsim.paper_tables.verdicts_page import verdict_of
 
     assert verdict(diff, "same", 0.05) == said
     (no_effect,) = [c for c in CLAIMS if c.kind == "no-effect"]
@@ -498,7 +498,7 @@ def test_a_swap_is_evaluated_after_both_arms_with_their_policies(
 def test_a_swap_evaluation_is_cxsim_tables_table_1_evaluation(tmp_path: Path):
     """The study's swap (runner.evaluate_with_summarizer) and ``cxsim tables``'s Table 1
     evaluation play the same rollouts: same tasks, successes and summaries kept."""
-    from cxsim.experiments import tables
+    from cxsim.paper_tables import tables
     from cxsim.pretrained import PRETRAINED
 
     study = load_study(write(tmp_path, STUDY))

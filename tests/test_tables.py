@@ -230,7 +230,7 @@ def test_unknown_preset_and_bad_flags_fail_before_any_work(tmp_path: Path, capsy
 
 
 def test_seeds_a_to_b_map_to_their_folders_on_the_study_executor(tmp_path: Path, monkeypatch):
-    from cxsim.experiments import tables
+    from cxsim.paper_tables import tables
 
     cfg = tables.parse(["--preset", "smoke", "--seeds", "2:4", "--runs-dir", str(tmp_path)])
     assert cfg.seed_list == (2, 3)
@@ -248,8 +248,9 @@ def test_seeds_a_to_b_map_to_their_folders_on_the_study_executor(tmp_path: Path,
 def test_a_cache_holding_every_stage_is_read_without_running_one(tmp_path: Path, monkeypatch):
     """The cache layout every earlier ``cxsim tables`` wrote (``s<seed>/sft``,
     ``s<seed>/train/<row>-s<seed>``, ``s<seed>/tables/*.json``) is read as it is."""
-    from cxsim.experiments import tables
-    from cxsim.experiments.tables_page import ONE_WINDOW, ROWS
+    from cxsim.paper_tables import tables
+    from cxsim.paper_tables.tables_page import ONE_WINDOW
+    from cxsim.paper_tables.tables_seeds import ROWS
     from cxsim.pipeline import sft, train
     from cxsim.tracking import write_json
 

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 
 from cxsim.cli import main as cxsim
-from cxsim.experiments.verdicts import (
+from cxsim.paper_tables.verdicts import (
     ARMS,
     BUDGETS,
     CREDIT_ARMS,
     parse,
     verdict_study,
 )
-from cxsim.experiments.verdicts_claims import CLAIMS, Claim, evaluation_name, evaluation_side
-from cxsim.experiments.verdicts_page import (
+from cxsim.paper_tables.verdicts_claims import CLAIMS, Claim, evaluation_name, evaluation_side
+from cxsim.paper_tables.verdicts_page import (
     critic_by_segment,
     informative_mean,
     render_page,
@@ -205,7 +205,7 @@ def test_page_pairs_by_seed_and_gives_every_claim_a_verdict(tmp_path: Path):
 
 
 def test_a_page_made_outside_a_git_checkout_says_so():
-    from cxsim.experiments.verdicts_page import made_by
+    from cxsim.paper_tables.verdicts_page import made_by
 
     said = made_by([{"commit": "unknown", "command": "cxsim verdicts", "wall_time_s": 120.0}])
     assert said.startswith("`cxsim verdicts` outside a git checkout (cxsim ")
@@ -269,7 +269,7 @@ def old_cache(cfg: Any, loss_1001: float = 0.002) -> dict[str, float]:
     (its folders named after a hash of their settings, recorded in settings.json; candidate
     1000 of stage 0 does not copy, 1001 does); returns each evaluation's Pass@1 by
     (setting, seed, name), which its tasks encode."""
-    from cxsim.experiments.verdicts_adopt import old_settings
+    from cxsim.paper_tables.verdicts_adopt import old_settings
     from cxsim.tracking import write_json
 
     root = Path(cfg.runs_dir)
@@ -345,7 +345,7 @@ def test_a_cache_of_the_older_layout_is_adopted_and_nothing_runs(
     from dataclasses import replace
 
     from cxsim.config import SFTConfig
-    from cxsim.experiments.verdicts import run_verdicts
+    from cxsim.paper_tables.verdicts import run_verdicts
 
     smoke = BUDGETS["smoke"]
     credit, critic = smoke.credit
@@ -383,7 +383,7 @@ def test_a_cache_of_the_older_layout_is_adopted_and_nothing_runs(
 def test_a_cache_of_other_settings_is_not_adopted(tmp_path: Path):
     from dataclasses import replace
 
-    from cxsim.experiments.verdicts_adopt import adopt_old_runs
+    from cxsim.paper_tables.verdicts_adopt import adopt_old_runs
 
     cfg = replace(BUDGETS["smoke"], runs_dir=str(tmp_path), credit_setting=False)
     old_cache(cfg)

@@ -13,13 +13,22 @@ hand-built cases with textbook numbers),
 ``layouts``, ``adapters``, ``reference``, ``rules``, ``claims``, ``term_models``
 (each quantity in float64 with its terms as settings), ``terms`` (which terms a
 failing function gets wrong), ``variants``, ``check`` (runs the cases), ``report``
-(the results and their report).
+(the results and their report); ``conform_command`` is ``cxsim conform``'s entry point and
+``conform_gradient`` its ``--gradient`` check.
+
+The names below are imported on first use (:func:`__getattr__`), so that importing the
+command module, ``cxsim conform --help`` included, does not import torch.
 """
 
-from cxsim.conformance.check import CaseResult, Checker, Skipped, conform, load_function
-from cxsim.conformance.claims import Claims
-from cxsim.conformance.layouts import LAYOUTS
-from cxsim.conformance.reference import QUANTITIES
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cxsim.conformance.check import CaseResult, Checker, Skipped, conform, load_function
+    from cxsim.conformance.claims import Claims
+    from cxsim.conformance.layouts import LAYOUTS
+    from cxsim.conformance.reference import QUANTITIES
 
 __all__ = [
     "LAYOUTS",
@@ -31,3 +40,24 @@ __all__ = [
     "conform",
     "load_function",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The package's exports, imported when first asked for (PEP 562)."""
+    if name in ("CaseResult", "Checker", "Skipped", "conform", "load_function"):
+        from cxsim.conformance import check
+
+        return getattr(check, name)
+    if name == "Claims":
+        from cxsim.conformance.claims import Claims
+
+        return Claims
+    if name == "LAYOUTS":
+        from cxsim.conformance.layouts import LAYOUTS
+
+        return LAYOUTS
+    if name == "QUANTITIES":
+        from cxsim.conformance.reference import QUANTITIES
+
+        return QUANTITIES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

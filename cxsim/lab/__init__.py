@@ -5,5 +5,5 @@ known in closed form; ``measure`` runs the estimators of the trainer's registry
 (:data:`cxsim.estimators.ESTIMATORS`, plug-ins included) on them and reports bias,
 noise and correlation;
 ``backend`` picks NumPy or CuPy and hands arrays to torch without copies.
-The entry point is ``experiments/lab.py`` (``cxsim lab``).
+The entry point is ``cxsim/lab/lab.py`` (``cxsim lab``).
 """

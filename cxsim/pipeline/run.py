@@ -227,9 +227,9 @@ def run(cfg: Config) -> dict[str, Any]:
     run_dir = Path(cfg.run_dir)
     claim_run_dir(run_dir, recorded_settings(cfg), overwrite=cfg.overwrite)  # before any work
 
-    from cxsim.experiments.report import Config as ReportConfig
-    from cxsim.experiments.report import write_report
     from cxsim.pipeline import evaluate as evaluate_entry
+    from cxsim.report.report import Config as ReportConfig
+    from cxsim.report.report import write_report
 
     timings: dict[str, float] = {}
     announce = stage_announcer(2 + 2 * len(cfg.presets) * len(cfg.seeds), began)

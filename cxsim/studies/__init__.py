@@ -1,6 +1,6 @@
 """Studies as files: a researcher's own question on paired independent seeds, from one TOML file.
 
-``cxsim study FILE.toml`` (experiments/study.py) runs what the file names through the
+``cxsim study FILE.toml`` (cxsim/studies/study.py) runs what the file names through the
 machinery of ``cxsim verdicts``: independent seeds, each with its own SFT base, training
 seed and evaluation tasks; every arm of a seed trained from that seed's base; each claim
 two evaluations paired by seed (Student-t interval, a verdict, the smallest effect the run
@@ -41,5 +41,5 @@ One topic per module:
 
 The package drives the stages of :mod:`cxsim.pipeline` (it sits above them); of the
 commands, only the ones that run studies import it: ``cxsim study`` and ``cxsim verdicts``
-(experiments/verdicts.py, whose runs are a study built from its presets).
+(cxsim/paper_tables/verdicts.py, whose runs are a study built from its presets).
 """

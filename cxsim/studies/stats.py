@@ -11,7 +11,7 @@ The verdict of a claim (treatment ``higher`` or ``lower`` than the reference):
 *reproduced* when the paired interval excludes 0 in the claim's direction, *contradicted*
 when it excludes 0 the other way, *not resolved* when it covers 0. A claim that the arms
 do not differ (``same``, with a margin m) is the verdict page's "does not change" rule
-(experiments/verdicts_page.py ``verdict_of``): *reproduced* when the interval lies inside
+(cxsim/paper_tables/verdicts_page.py ``verdict_of``): *reproduced* when the interval lies inside
 [-m, +m], *contradicted* when it does not and excludes 0, *not resolved* otherwise.
 
 What the engine refuses (:func:`refusal`), before any of those verdicts: a claim with fewer

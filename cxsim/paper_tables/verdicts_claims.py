@@ -2,8 +2,8 @@
 evaluations to pair by seed, with the prediction written before the runs, the diagnostic
 that explains the row and the paper's own figures (docs/results/verdicts.md).
 
-experiments/verdicts.py makes the runs the claims name; experiments/verdicts_page.py pairs
-them. A claim names evaluations: an arm or ``base`` (Compacted), ``<arm>@single`` (Single),
+verdicts.py (this package) makes the runs the claims name; verdicts_page.py pairs them. A
+claim names evaluations: an arm or ``base`` (Compacted), ``<arm>@single`` (Single),
 ``t1:<summarizer>`` (the Table 1 swap), within its setting (``Claim.setting``);
 :func:`evaluation_side` reads such a name as the study engine's side of a claim.
 """

@@ -318,9 +318,9 @@ def check_estimator(estimator, config: Config, quantity: str, claims) -> tuple[b
 
 
 def gradient_check(config: Config, estimator) -> tuple[bool, str]:
-    """``--gradient``: (passed, report) of ``experiments/conform_gradient.py``."""
+    """``--gradient``: (passed, report) of ``cxsim/conformance/conform_gradient.py``."""
+    from cxsim.conformance.conform_gradient import GradientRequest, check
     from cxsim.conformance.reference import ESTIMATOR_QUANTITIES
-    from cxsim.experiments.conform_gradient import GradientRequest, check
 
     if estimator is None:
         raise ValueError(f"--gradient checks an estimator; {config.function} is not one")

@@ -1,5 +1,5 @@
 """The PNG plots of ``cxsim tables``: omission by compaction index, Table 1's summarizers,
-and the panels of the learning curves (drawn by ``cxsim.experiments.report.plot_curves``)."""
+and the panels of the learning curves (drawn by ``cxsim.report.report.plot_curves``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from cxsim.experiments.tables_page import (
+from cxsim.paper_tables.tables_seeds import (
     ROW_LABELS,
     PageSetup,
     Seeds,

@@ -1,7 +1,7 @@
 """The fact-survival table of ``cxsim report``: the share of needed facts alive at each
 compaction round and the first round below one half (``cxsim.diagnostics.survival``), for a
 main job's evaluations (the base and each preset, the Compacted protocol, pooled over seeds)
-and for each training run's last iterations. experiments/report.py places it on the page.
+and for each training run's last iterations. cxsim/report/report.py places it on the page.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cxsim.experiments.report_curves import BASE_LABEL
+from cxsim.report.report_curves import BASE_LABEL
 from cxsim.tables import markdown_table
 
 MAX_ROUNDS = 8

@@ -15,10 +15,10 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cxsim.experiments.verdicts_claims import ARMS
+from cxsim.paper_tables.verdicts_claims import ARMS
 
 if TYPE_CHECKING:
-    from cxsim.experiments.verdicts import Config, CreditSetting
+    from cxsim.paper_tables.verdicts import Config, CreditSetting
     from cxsim.studies.spec import Study
 
 

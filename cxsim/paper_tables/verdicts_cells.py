@@ -2,7 +2,7 @@
 claim the diagnostic that explains it (:data:`DIAGNOSTICS`, named by
 ``verdicts_claims.Claim.diagnostic``), each a paired interval over seeds.
 
-experiments/verdicts_page.py lays them out; these functions read one setting's seeds
+cxsim/paper_tables/verdicts_page.py lays them out; these functions read one setting's seeds
 (``verdicts.page_runs``'s dicts) and nothing else.
 """
 
@@ -13,12 +13,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cxsim.diagnostics.tracking import informative_mean
-from cxsim.experiments.tables_page import pass_prop
-from cxsim.experiments.verdicts_claims import evaluation_side
+from cxsim.paper_tables.tables_seeds import pass_prop
+from cxsim.paper_tables.verdicts_claims import evaluation_side
 from cxsim.tables import Interval, Proportion, fmt, mean_interval, seed_interval
 
 if TYPE_CHECKING:
-    from cxsim.experiments.verdicts_claims import Claim
+    from cxsim.paper_tables.verdicts_claims import Claim
 
 Runs = list[dict[str, Any]]
 """One setting's seeds (``verdicts.page_runs``'s dicts, in seed order)."""

@@ -1,6 +1,6 @@
-"""The estimator lab's studies (``cxsim lab``; settings in ``experiments/lab.py``): theory
+"""The estimator lab's studies (``cxsim lab``; settings in ``cxsim/lab/lab.py``): theory
 check, by segment, by distance, gap sweeps, throughput; ``run_lab`` runs them all and
-writes the page (``experiments/lab_page.py``)."""
+writes the page (``cxsim/lab/lab_page.py``)."""
 
 from __future__ import annotations
 
@@ -17,16 +17,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from cxsim.estimators import ESTIMATORS
-from cxsim.experiments.lab_page import render
 from cxsim.lab import measure
 from cxsim.lab.backend import array_module
 from cxsim.lab.gradient import GradientCheck, Weights, check_gradient, mode_weights
+from cxsim.lab.lab_page import render
 from cxsim.lab.process import Critic, ProcessSpec, build_layout, simulate
 from cxsim.loss_modes import LOSS_MODES
 from cxsim.tracking import say
 
 if TYPE_CHECKING:  # the settings of the entry point, which imports this module to run
-    from cxsim.experiments.lab import Config
+    from cxsim.lab.lab import Config
 
 PAGE_ESTIMATORS: tuple[str, ...] = ("local", "cross-segment", "stitched", "group-broadcast")
 """The estimators the page's findings and throughput speak of, in its order (registry names)."""

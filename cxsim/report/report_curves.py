@@ -2,7 +2,7 @@
 page (``learning_curves.png``): one panel per history key, one line per preset (the mean
 over its seeds, shaded min-max), the value-only warm-up iterations shaded, and on the
 success panel chance, the base's Compacted Pass@1 and each preset's after training, with
-the gain in the title. experiments/report.py writes the pages around them.
+the gain in the title. cxsim/report/report.py writes the pages around them.
 """
 
 from __future__ import annotations

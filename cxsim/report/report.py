@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import tyro
 
-from cxsim.experiments.report_curves import (
+from cxsim.pipeline.run_table import report_notes, report_table
+from cxsim.report.report_curves import (
     RUN_CURVES,
     Evaluations,
     curves_caption,
@@ -42,8 +43,7 @@ from cxsim.experiments.report_curves import (
     float_or_nan,
     plot_curves,
 )
-from cxsim.experiments.report_survival import survival_section
-from cxsim.pipeline.run_table import report_notes, report_table
+from cxsim.report.report_survival import survival_section
 from cxsim.tables import markdown_table
 
 if TYPE_CHECKING:

@@ -6,9 +6,9 @@ estimators of ``cxsim.advantages`` on them and writes ``estimators.md`` and
 correlation by segment and by distance to the end, the gap between the
 cross-segment and stitched estimators as a function of critic error, number of
 compactions, lambda, segment length and gamma, and a throughput benchmark. This
-module holds the settings; the studies are ``experiments/lab_studies.py`` (imported
+module holds the settings; the studies are ``cxsim/lab/lab_studies.py`` (imported
 once the flags are parsed, so that ``--help`` does not wait for torch), the page
-``experiments/lab_page.py``.
+``cxsim/lab/lab_page.py``.
 
     cxsim lab                          # full, about 2 minutes on 2 cores, under runs/lab
     cxsim lab --out docs/results       # rewrites the committed page
@@ -111,7 +111,7 @@ class Config:
 
 def main(argv: list[str] | None = None) -> None:
     cfg = tyro.cli(Config, args=argv)
-    from cxsim.experiments.lab_studies import run_lab
+    from cxsim.lab.lab_studies import run_lab
 
     run_lab(cfg)
 

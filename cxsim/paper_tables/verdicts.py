@@ -20,7 +20,7 @@ user's run would be:
    s: task seeds never shared between seeds), Single for the Table 2 claim, and the
    Table 1 swap: the base acting with another policy's summaries.
 
-Then experiments/verdicts_page.py pairs the claims' evaluations by seed (the mean
+Then cxsim/paper_tables/verdicts_page.py pairs the claims' evaluations by seed (the mean
 difference with its 95% Student-t interval, the verdict, the smallest effect the run could
 have detected, the diagnostic that explains the row) from plain per-seed results
 (:func:`page_runs`). ``--only`` narrows the run as ``cxsim study --only`` does. A cache
@@ -47,9 +47,10 @@ import tyro
 
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
-from cxsim.experiments.tables import SMOKE_ENV
-from cxsim.experiments.verdicts_adopt import adopt_old_runs
-from cxsim.experiments.verdicts_claims import (
+from cxsim.model_options import check_device_name
+from cxsim.paper_tables.tables import SMOKE_ENV
+from cxsim.paper_tables.verdicts_adopt import adopt_old_runs
+from cxsim.paper_tables.verdicts_claims import (
     ARMS,
     CLAIMS,
     CREDIT_ARMS,
@@ -57,7 +58,6 @@ from cxsim.experiments.verdicts_claims import (
     Claim,
     evaluation_side,
 )
-from cxsim.model_options import check_device_name
 from cxsim.pipeline.presets import PUBLISHED_CRITIC, PUBLISHED_RECIPE, cli_with_budget
 from cxsim.tracking import say
 
@@ -336,7 +336,7 @@ def run_verdicts(cfg: Config, command: str) -> dict[str, Any]:
     verdicts.md and its figures from their plain results."""
     import torch
 
-    from cxsim.experiments.verdicts_page import render_page
+    from cxsim.paper_tables.verdicts_page import render_page
     from cxsim.studies.executors import make_executor
     from cxsim.studies.runner import run_study
     from cxsim.studies.selection import select
@@ -384,7 +384,7 @@ def page_runs(study: Study, runs: dict[str, dict[str, list[dict[str, Any]]]]) ->
     ``{"results": {protocol: result}}``), each trained arm's ``final`` figures and history
     (read from the run's results.json), and the process-seconds of the stages it made
     itself (those of a base made by another setting counted there)."""
-    from cxsim.experiments.verdicts_claims import evaluation_name
+    from cxsim.paper_tables.verdicts_claims import evaluation_name
     from cxsim.studies.spec import BASE
 
     pages = {}
@@ -435,7 +435,7 @@ def record_invocation(cache: Path, command: str, wall_s: float) -> list[dict[str
     """Append this invocation (commit, command, wall seconds) to ``invocations.json`` in the
     main setting's cache folder and return them all: the page adds up the wall time of the
     invocations that made the runs, which a rerun that only reads them barely moves."""
-    from cxsim.experiments.verdicts_page import commit
+    from cxsim.paper_tables.verdicts_page import commit
     from cxsim.tracking import write_json
 
     path = cache / "invocations.json"

@@ -1,11 +1,11 @@
 """The page of ``cxsim verdicts``: per-seed results -> paired intervals, verdicts, the critic
 by segment, and the per-seed numbers.
 
-experiments/verdicts.py makes the runs through the study engine and hands this module plain
-results (one dict per seed, see ``verdicts.page_runs``) with the settings they were made
-with (the study engine's :class:`cxsim.studies.spec.Setting` and ``Stage0``);
-experiments/verdicts_claims.py holds the claims with their predictions, and
-experiments/verdicts_cells.py the per-seed numbers and each claim's diagnostic cell; this
+verdicts.py (this package) makes the runs through the study engine and hands this module
+plain results (one dict per seed, see ``verdicts.page_runs``) with the settings they were
+made with (the study engine's :class:`cxsim.studies.spec.Setting` and ``Stage0``);
+verdicts_claims.py holds the claims with their predictions, and
+verdicts_cells.py the per-seed numbers and each claim's diagnostic cell; this
 module lays them out and writes nothing but verdicts.md and verdicts_critic.png. Intervals and the power calculation live in
 cxsim/tables.py.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cxsim.diagnostics.tracking import INFORMATIVE, informative_mean
-from cxsim.experiments.verdicts_cells import (
+from cxsim.paper_tables.verdicts_cells import (
     DIAGNOSTICS,
     Runs,
     Settings,
@@ -44,7 +44,7 @@ BASE_ARM = "base"
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from cxsim.experiments.verdicts_claims import Claim
+    from cxsim.paper_tables.verdicts_claims import Claim
     from cxsim.studies.spec import Setting, Stage0
 
 
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 def verdict_of(claim: Claim, diff: Interval) -> str:
     """reproduced / contradicted / not resolved (see verdicts_claims.Claim.kind)."""
-    from cxsim.experiments.verdicts_claims import NO_EFFECT_MARGIN
+    from cxsim.paper_tables.verdicts_claims import NO_EFFECT_MARGIN
 
     if math.isnan(diff.low):
         return "not measured"
@@ -334,7 +334,8 @@ def prediction_lines(claims: Sequence[Claim]) -> list[str]:
         "## Predictions, written before the runs",
         "",
         "From the estimator lab (docs/results/estimators.md) and pilots; they are constants "
-        "of experiments/verdicts.py, committed before the runs (a row added later says so).",
+        "of cxsim/paper_tables/verdicts.py, committed before the runs (a row added later says "
+        "so).",
         "",
         markdown_table(["claim", "source, setting", "prediction"], rows),
         "",

@@ -19,8 +19,8 @@ result is cached under ``--runs-dir/<preset>-<hash of the settings>/``: a rerun
 or another table reuses it, a killed run resumes. The seeds run on the study engine's
 executors (cxsim/studies/executors.py): ``--jobs`` spawned single-threaded processes, or
 one Ray task per seed with ``--executor ray``. The page is written by
-experiments/tables_page.py (plots: tables_plots.py) from the per-seed results and a
-plain :class:`~cxsim.experiments.tables_page.PageSetup`, its intervals by cxsim/tables.py.
+cxsim/paper_tables/tables_page.py (plots: tables_plots.py) from the per-seed results and a
+plain :class:`~cxsim.paper_tables.tables_seeds.PageSetup`, its intervals by cxsim/tables.py.
 
     cxsim tables                                   # smoke: a minute, under runs/tables/page
     cxsim tables --preset full --out docs/results  # the committed page: 5 seeds, ~1 hour
@@ -49,8 +49,9 @@ from cxsim.config import (
     SFTConfig,
 )
 from cxsim.evaluation import evaluate_protocol
-from cxsim.experiments.tables_page import ONE_WINDOW, ROW_LABELS, ROWS, PageSetup, Seeds, render
 from cxsim.model_options import ChatOptions, Precision
+from cxsim.paper_tables.tables_page import ONE_WINDOW, render
+from cxsim.paper_tables.tables_seeds import ROW_LABELS, ROWS, PageSetup, Seeds
 from cxsim.pipeline import run as run_entry
 from cxsim.pipeline.presets import PUBLISHED_CRITIC, PUBLISHED_RECIPE, cli_with_budget
 from cxsim.tables import cached_json, config_tag
@@ -376,8 +377,8 @@ def run_tables(cfg: Config, command: str) -> dict[str, Any]:
     """Every run the tables need (cached), then tables.md and the plots; returns the paths."""
     import torch
 
-    from cxsim.experiments.report_curves import plot_curves
-    from cxsim.experiments.tables_plots import LEARNING_CURVES, plot_omission, plot_summarizers
+    from cxsim.paper_tables.tables_plots import LEARNING_CURVES, plot_omission, plot_summarizers
+    from cxsim.report.report_curves import plot_curves
 
     began = time.perf_counter()
     torch.set_num_threads(1)  # tiny models: one thread is 10-100x faster on a busy 2-core box

@@ -97,14 +97,12 @@ def setting_lines(
         if all(s.model == ModelSettings() for s in shown)
         else ", in float32 unless its setting's model row says otherwise"
     )
-    # the training tasks' seeds are drawn in cxsim/pipeline/train.py; the page keeps the path
-    # its committed pages carry (they rebuild byte for byte from their JSON)
     lines = [
         "## Every setting that decides a number",
         "",
         "Names as the command line writes them (`cxsim sft|train|eval --help`). Seed s is the "
         "SFT seed, the training seed and the evaluation seed; the PPO training tasks of seed s "
-        "are s * 1000000 + k (experiments/train.py), its evaluation tasks "
+        "are s * 1000000 + k (cxsim/pipeline/train.py), its evaluation tasks "
         f"{EVAL_SEED_OFFSET} + s * 10000 + i for i below `eval.episodes`, and repeat r samples "
         "with torch seeded s * 1000 + r (cxsim/evaluation.py). Every stage runs with one torch "
         f"thread {computes}.",

@@ -24,8 +24,6 @@ RESULTS = REPO / "docs" / "results"
 NOT_RENDERED = {
     "table4-critic": "made at d970160 before pages kept their inputs; its run cache "
     "(runs/studies/table4-critic) is not in this checkout",
-    "table4-horizons": "made at 5b1bdc9 before pages kept their inputs; its run cache "
-    "(runs/studies/table4-horizons) is not in this checkout",
 }
 """Committed study pages that cannot be rebuilt, and why (their claims and per-seed Pass@1
 are in their JSON; the figures only their runs hold are not)."""
@@ -46,9 +44,26 @@ def stages(monkeypatch: pytest.MonkeyPatch) -> Stages:
 MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:home|work|tmp|Users|root|mnt|var|opt|private)/")
 
 
+HISTORY = RESULTS / "history"
+"""Superseded pages kept as made, each headed with its commit and the command that remakes it."""
+
+
 def study_pages() -> list[Path]:
-    """Every committed page that ``cxsim study`` wrote."""
-    return sorted(p for p in RESULTS.rglob("*.md") if "written by `cxsim study " in p.read_text())
+    """Every committed page that ``cxsim study`` wrote, but the superseded ones in history/."""
+    return sorted(
+        p
+        for p in RESULTS.rglob("*.md")
+        if "written by `cxsim study " in p.read_text() and HISTORY not in p.parents
+    )
+
+
+def test_a_superseded_page_says_so_with_its_commit_and_command():
+    pages = sorted(HISTORY.glob("*.md"))
+    assert pages, "docs/results/history/ holds the superseded study pages"
+    for page in pages:
+        head = page.read_text().split("\n\n", 3)[1]
+        assert head.startswith("> **Superseded, kept as made.**"), page.name
+        assert re.search(r"commit [0-9a-f]{7}", head) and "`cxsim study " in head, page.name
 
 
 def rendered_pages() -> list[Path]:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import get_args
 
 import pytest
 import torch
@@ -14,10 +18,11 @@ from hypothesis import strategies as st
 from cxsim.advantages import adaptive_lambda
 from cxsim.conformance import LAYOUTS, Checker, conform, load_function
 from cxsim.conformance import conform_command as conform_cli
+from cxsim.conformance.check import format_report
 from cxsim.conformance.pinned_batches import pinned_cases
+from cxsim.conformance.quantities import GAE_QUANTITIES, QUANTITIES, reference_of, serving
 from cxsim.conformance.random_batches import random_cases
-from cxsim.conformance.reference import GAE_QUANTITIES, lambda_rows, reference
-from cxsim.conformance.term_models import gae_model
+from cxsim.conformance.reference import lambda_rows
 
 ADAPTERS = "cxsim.conformance.adapters:"
 VARIANTS = "cxsim.conformance.variants:"
@@ -26,7 +31,7 @@ _SUFFIX = {"segment-rows": "rows", "rollout-rows": "rollout_rows", "samples": "s
 OWN = [
     (f"{ADAPTERS}{q.replace('-', '_')}_{_SUFFIX[layout]}", q, layout, None)
     for layout in _SUFFIX
-    for q in LAYOUTS[layout].quantities
+    for q in serving(layout)
 ] + [
     (f"{ADAPTERS}reduce_micro_batches", "loss-reduction", "loss-matrix", mode)
     for mode in ("token-mean", "segment-mean", "rollout-mean", "seq-mean-token-sum")
@@ -40,7 +45,10 @@ _any_case = st.one_of([c.strategy for c in random_cases() if not c.name.startswi
 def test_gae_model_with_right_terms_equals_cxsim(batch, quantity):
     """The diagnosis model, with every term right, is the reference (so its wrong forms mean something)."""
     torch.testing.assert_close(
-        gae_model(batch, quantity), reference(batch, quantity), rtol=1e-12, atol=1e-12
+        QUANTITIES[quantity].model(batch, None, {}),
+        reference_of(batch, quantity),
+        rtol=1e-12,
+        atol=1e-12,
     )
 
 
@@ -252,7 +260,102 @@ def test_a_function_that_raises_is_reported():
 
 
 def test_cli_layout_table_matches_the_layouts():
-    assert {k: v.quantities for k, v in LAYOUTS.items()} == conform_cli.LAYOUT_QUANTITIES
+    assert {layout: serving(layout) for layout in LAYOUTS} == conform_cli.LAYOUT_QUANTITIES
+
+
+# --------------------------------------------------------------------------- the records
+
+
+def test_the_registry_holds_every_quantity_the_command_accepts():
+    """One record per ``--quantity`` choice, in the command's order; the command's torch-free
+    copies (names, ``--mode`` kinds, the tolerances --rtol's help quotes) say what the records
+    say."""
+    assert tuple(QUANTITIES) == get_args(conform_cli.QuantityName)
+    assert all(name == q.name for name, q in QUANTITIES.items())
+    modes = {name: q.mode for name, q in QUANTITIES.items() if q.mode is not None}
+    assert modes == conform_cli.MODE_KINDS
+    rtols = {name: q.rtol for name, q in QUANTITIES.items()}  # as --rtol's help says
+    assert rtols == {
+        **dict.fromkeys(GAE_QUANTITIES, 1e-3),
+        **{n: 1e-5 if n == "group-broadcast" else 1e-6 for n in rtols if n not in GAE_QUANTITIES},
+    }
+    help_text = Path(conform_cli.__file__).read_text()
+    assert "1e-3 for GAE, 1e-5 group broadcast, 1e-6 otherwise" in help_text
+    for name, q in QUANTITIES.items():
+        assert set(q.layouts) <= set(LAYOUTS), name
+        assert q.cases(), name
+        if q.estimator is not None:  # ``cxsim conform NAME`` hands it over as the trainer does
+            assert "estimator" in q.layouts, name
+
+
+def test_the_record_drives_the_check():
+    """A copy of chain-split's record with a deliberately wrong reference (the whole reward R
+    on every chain, not R/K) fails cxsim's own function through the same Checker and report,
+    on the record's own pinned case; the right record passes it."""
+    right = QUANTITIES["chain-split"]
+
+    def whole_reward(batch, mode):
+        return torch.where(batch.trainable, batch.rewards[:, None], 0.0)
+
+    wrong = replace(right, name="chain-split-unsplit", reference=whole_reward)
+    own = load_function(ADAPTERS + "chain_split_rows")
+    results, skipped = Checker(own, wrong, "segment-rows").run_all(2, 0, ("pinned/",))
+    assert [r.case.name for r in results] == ["pinned/three-chains"] and not skipped
+    assert not results[0].passed and results[0].max_diff == pytest.approx(2 / 3)
+    report = format_report(results, "own", wrong, "segment-rows", None)
+    assert report.startswith("conformance of own: chain-split-unsplit, layout segment-rows")
+    assert "FAIL pinned/three-chains" in report
+    assert "1 of 1 cases run differ from the reference" in report
+    assert all(r.passed for r in Checker(own, right, "segment-rows").run(2, 0, ("pinned/",)))
+
+
+def test_the_record_names_the_wrong_forms():
+    """The diagnosis reads the record's wrong forms: without them the unsplit variant's
+    failure is unidentified; with them it is "the split"."""
+    unsplit = load_function(VARIANTS + "chain_split_not_split")
+    right = QUANTITIES["chain-split"]
+    for record, term in ((right, "the split"), (replace(right, wrong_forms=lambda b, m: []), "")):
+        result = Checker(unsplit, record, "segment-rows").run(1, 0, ("pinned/three-chains",))[0]
+        assert not result.passed
+        assert result.failure.term == (term or "unidentified")
+
+
+def test_a_layout_outside_the_record_is_refused():
+    with pytest.raises(ValueError, match="layout loss-matrix does not serve chain-split"):
+        Checker(lambda **kw: None, "chain-split", "loss-matrix")
+
+
+def test_the_docs_list_each_records_variants():
+    """docs/conformance.md's list of the deliberately wrong functions is the records'
+    variants, and each is a function of a layout its record is served in."""
+    text = Path(__file__).parents[1].joinpath("docs", "conformance.md").read_text()
+    listed = set(
+        re.findall(
+            r"^cxsim conform (\S+) --quantity (\S+) --layout (\S+)(?: --mode (\S+))?$", text, re.M
+        )
+    )
+    records = {
+        (v.function, name, v.layout, v.mode or "")
+        for name, q in QUANTITIES.items()
+        for v in q.variants
+    }
+    assert {entry for entry in listed if ".conformance." in entry[0]} >= records
+    assert {e for e in listed if "variants:" in e[0]} == records
+    for name, q in QUANTITIES.items():
+        for v in q.variants:
+            assert v.layout in q.layouts, (name, v)
+            load_function(v.function)
+
+
+def test_cli_reference_lists_the_registry():
+    """docs/reference/cli.md's ``--quantity`` and ``--layout`` rows name what the registry holds."""
+    text = Path(__file__).parents[1].joinpath("docs", "reference", "cli.md").read_text()
+    rows = {
+        m[0]: m[1]
+        for m in re.findall(r"^\| `(--quantity|--layout)` \| `None` \| (.*)$", text, re.M)
+    }
+    assert re.findall(r"`([a-z-]+)`", rows["--quantity"].split(";")[0]) == list(QUANTITIES)
+    assert re.findall(r"`([a-z-]+)`", rows["--layout"].split(";")[0]) == list(LAYOUTS)
 
 
 def test_help_does_not_import_torch():

@@ -20,8 +20,8 @@ from cxsim.conformance import Checker, Claims, load_function
 from cxsim.conformance.batches import Segment, build_batch
 from cxsim.conformance.check import cases_for, format_report
 from cxsim.conformance.pinned_batches import pinned_cases
+from cxsim.conformance.quantities import reference_of as reference
 from cxsim.conformance.random_batches import random_cases
-from cxsim.conformance.reference import reference
 from cxsim.conformance.rules import (
     RULES,
     chain_split,
@@ -29,7 +29,7 @@ from cxsim.conformance.rules import (
     per_rollout_loss,
     trained_without_rejected,
 )
-from cxsim.conformance.term_models import gae_model, including_rejected
+from cxsim.conformance.term_models import CROSS_SEGMENT, gae_model, including_rejected
 from cxsim.estimators import split_over_chains
 from cxsim.losses import aggregate
 
@@ -148,7 +148,7 @@ def test_rejected_attempt_dropped_by_hand():
     out = trained_without_rejected(b, _cross_segment)
     assert out[0, :2].tolist() == [0.125, 0.25]
     assert out[1].abs().sum() == 0 and out[2, 0] == 0.5 and out[3, 0] == 1.0
-    included = gae_model(b, "cross-segment-gae", include_rejected=True)
+    included = gae_model(b, CROSS_SEGMENT, include_rejected=True)
     assert included[0, :2].tolist() == [1 / 64, 1 / 32]
     assert bool(including_rejected(b).trainable[1, :3].all())
 

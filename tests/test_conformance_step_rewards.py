@@ -20,9 +20,10 @@ from cxsim.conformance import conform_command as conform_cli
 from cxsim.conformance.batches import Segment, build_batch
 from cxsim.conformance.check import cases_for
 from cxsim.conformance.pinned_batches import pinned_cases
+from cxsim.conformance.quantities import GAE_QUANTITIES, QUANTITIES
+from cxsim.conformance.quantities import reference_of as reference
 from cxsim.conformance.random_batches import random_cases
-from cxsim.conformance.reference import GAE_QUANTITIES, reference
-from cxsim.conformance.term_models import gae_model
+from cxsim.conformance.term_models import LOCAL, gae_model
 from cxsim.estimators import ESTIMATORS, EstimatorInputs
 
 HERE = __name__
@@ -135,7 +136,10 @@ def test_the_cases_draw_step_rewards_at_the_last_token_of_responses():
 )
 def test_gae_model_with_step_rewards_equals_cxsim(batch, quantity):
     torch.testing.assert_close(
-        gae_model(batch, quantity), reference(batch, quantity), rtol=1e-12, atol=1e-12
+        QUANTITIES[quantity].model(batch, None, {}),
+        reference(batch, quantity),
+        rtol=1e-12,
+        atol=1e-12,
     )
 
 
@@ -147,7 +151,7 @@ def test_the_pinned_step_reward_has_the_hand_computed_numbers():
     want = [0.5 * q + q**3, 0.5 + q**2, 0, 0, q, 1.0, 0, 0]
     for quantity in GAE_QUANTITIES:
         assert reference(batch, quantity)[0].tolist() == pytest.approx(want, abs=1e-12)
-    assert gae_model(batch, "local-gae", step_at="none")[0, 1] == pytest.approx(q**2)
+    assert gae_model(batch, LOCAL, step_at="none")[0, 1] == pytest.approx(q**2)
     assert round(0.5 + q**2, 3) == 1.194 and round(q**2, 3) == 0.694
 
 
@@ -254,7 +258,7 @@ def test_the_pinned_step_reward_numbers_of_each_form():
     and first token (col 0)."""
     (batch,) = [c.example for c in pinned_cases() if c.name == "pinned/4+4"]
     q = 5 / 6
-    got = {at: gae_model(batch, "local-gae", step_at=at)[0] for at in
+    got = {at: gae_model(batch, LOCAL, step_at=at)[0] for at in
            ("last", "none", "first", "to-go", "every-window")}  # fmt: skip
     assert math.isclose(got["last"][1], 0.5 + q**2)
     assert math.isclose(got["none"][1], q**2)

@@ -31,9 +31,9 @@ from cxsim.config import DEFAULT_COMPACTION, EnvConfig, PPOConfig
 from cxsim.conformance import Checker
 from cxsim.conformance.check import cases_for
 from cxsim.conformance.pinned_batches import pinned_cases
+from cxsim.conformance.quantities import GAE_QUANTITIES, QUANTITIES
+from cxsim.conformance.quantities import reference_of as reference
 from cxsim.conformance.random_batches import tree_cases
-from cxsim.conformance.reference import GAE_QUANTITIES, reference
-from cxsim.conformance.term_models import gae_model
 from cxsim.envs import vocabulary
 from cxsim.estimators import ESTIMATORS, EstimatorInputs
 from cxsim.ppo import score_batch
@@ -548,5 +548,8 @@ def test_the_estimator_layout_checks_trees_and_names_a_chain_reading():
 def test_the_diagnosis_model_follows_the_tree(batch, quantity):
     assert batch.parent_index is not None
     torch.testing.assert_close(
-        gae_model(batch, quantity), reference(batch, quantity), rtol=1e-12, atol=1e-12
+        QUANTITIES[quantity].model(batch, None, {}),
+        reference(batch, quantity),
+        rtol=1e-12,
+        atol=1e-12,
     )

@@ -147,7 +147,7 @@ def test_a_plugin_estimator_is_checked_by_cxsim_conform(capsys):
 
 def test_every_registered_estimator_passes_its_reference_in_the_estimator_layout():
     from cxsim.conformance import Checker
-    from cxsim.conformance.reference import ESTIMATOR_QUANTITIES
+    from cxsim.conformance.quantities import ESTIMATOR_QUANTITIES
 
     assert set(ESTIMATOR_QUANTITIES) == set(ESTIMATORS)  # each answers to one reference
     for name, quantity in ESTIMATOR_QUANTITIES.items():

@@ -7,8 +7,11 @@ declares what the function implements (lambda scope and kind, smallest group,
 rejected summary attempts); ``cxsim.conformance.rules`` holds the credit rules
 in use as named references.
 
-Modules: ``batches`` (the canonical batch and building it), ``pinned_batches`` (the
-hand-built cases with textbook numbers),
+``QUANTITIES`` holds one :class:`Quantity` record per quantity: its reference,
+tolerance, layouts, term model, wrong forms, cases and report form (``quantities``).
+
+Modules: ``quantities`` (the records), ``batches`` (the canonical batch and building
+it), ``pinned_batches`` (the hand-built cases with textbook numbers),
 ``random_batches`` (the random case families, hypothesis strategies),
 ``layouts``, ``adapters``, ``reference``, ``rules``, ``claims``, ``term_models``
 (each quantity in float64 with its terms as settings), ``terms`` (which terms a
@@ -28,7 +31,7 @@ if TYPE_CHECKING:
     from cxsim.conformance.check import CaseResult, Checker, Skipped, conform, load_function
     from cxsim.conformance.claims import Claims
     from cxsim.conformance.layouts import LAYOUTS
-    from cxsim.conformance.reference import QUANTITIES
+    from cxsim.conformance.quantities import QUANTITIES, Quantity
 
 __all__ = [
     "LAYOUTS",
@@ -36,6 +39,7 @@ __all__ = [
     "CaseResult",
     "Checker",
     "Claims",
+    "Quantity",
     "Skipped",
     "conform",
     "load_function",
@@ -56,8 +60,8 @@ def __getattr__(name: str) -> Any:
         from cxsim.conformance.layouts import LAYOUTS
 
         return LAYOUTS
-    if name == "QUANTITIES":
-        from cxsim.conformance.reference import QUANTITIES
+    if name in ("QUANTITIES", "Quantity"):
+        from cxsim.conformance import quantities
 
-        return QUANTITIES
+        return getattr(quantities, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

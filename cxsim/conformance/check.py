@@ -27,9 +27,7 @@ from hypothesis import seed as hypothesis_seed
 from cxsim.conformance import layouts
 from cxsim.conformance.batches import Batch, Case, without_step_rewards
 from cxsim.conformance.claims import Claims
-from cxsim.conformance.pinned_batches import pinned_cases
-from cxsim.conformance.random_batches import random_cases, tree_cases
-from cxsim.conformance.reference import GAE_QUANTITIES, compared_positions, reference
+from cxsim.conformance.quantities import QUANTITIES, Quantity
 from cxsim.conformance.report import (
     DEFAULT_SHRINK_SECONDS,
     CaseResult,
@@ -53,18 +51,6 @@ __all__ = [
     "load_function",
 ]
 
-DEFAULT_RTOL: dict[str, float] = {
-    **dict.fromkeys(GAE_QUANTITIES, 1e-3),
-    "group-broadcast": 1e-5,
-    "chain-split": 1e-6,
-    "adaptive-lambda": 1e-6,
-    "loss-reduction": 1e-6,
-    "row-weights": 1e-6,
-}
-"""Relative tolerance per quantity. GAE allows 1e-3: a float32 lambda (cxsim's own
-``adaptive_lambda``, most frameworks) is off by up to 3e-8, which an exponent of
-3000 turns into 1e-4 relative; every pitfall of docs/conformance.md is off by more
-than 10%."""
 DEFAULT_ATOL = 1e-6
 
 
@@ -122,59 +108,21 @@ def load_function(path: str) -> Callable[..., Any]:
     return function
 
 
-_PINS: dict[str, tuple[str, ...]] = {
-    "local-gae": (
-        "pinned/observations-5",
-        "pinned/4+4",
-        "pinned/1000+2000",
-        "pinned/ends-on-observation",
-        "pinned/one-token-alpha-0.5",
-    ),
-    "group-broadcast": ("pinned/traces",),
-    "chain-split": ("pinned/three-chains",),
-    "adaptive-lambda": ("pinned/4+4", "pinned/1000+2000", "pinned/one-token-alpha-0.5"),
-    "loss-reduction": (
-        "pinned/two-micro-batches",
-        "pinned/rollout-denominators",
-        "pinned/sessions",
-    ),
-    "row-weights": ("pinned/sessions",),
-}
-_PINS["cross-segment-gae"] = (*_PINS["local-gae"], "pinned/rejected-summary")
-_PINS["stitched-gae"] = _PINS["cross-segment-gae"]
-
-
 def cases_for(quantity: str, min_group: int = 1, trees: bool = False) -> list[Case]:
-    """The random and pinned cases a quantity is checked on (``min_group``: the smallest
-    group the random batches are drawn with, for group quantities; ``trees``: segment trees
-    too, for the GAE quantities of a layout that hands over parents)."""
-    if quantity == "loss-reduction":
-        skip = ("long", "rejected-summaries")
-        randoms = [c for c in random_cases(("none",)) if c.name not in skip]
-    elif quantity == "row-weights":
-        randoms = [c for c in random_cases(("none",)) if c.name != "long"]
-    elif quantity == "group-broadcast":
-        randoms = random_cases(("none",), min_group=min_group)
-    elif quantity == "chain-split":
-        randoms = random_cases(("none",))
-    elif quantity == "adaptive-lambda":
-        randoms = random_cases(("adaptive",))
-    else:
-        randoms = random_cases()
-    pins = {c.name: c for c in pinned_cases()}
-    if trees and quantity in GAE_QUANTITIES:
-        randoms += tree_cases()
-        return [*randoms, *(pins[name] for name in (*_PINS[quantity], "pinned/tree"))]
-    return [*randoms, *(pins[name] for name in _PINS[quantity])]
+    """The random and pinned cases a quantity is checked on (its record's
+    :meth:`~cxsim.conformance.quantities.Quantity.cases`)."""
+    return QUANTITIES[quantity].cases(min_group, trees)
 
 
 class Checker:
-    """Compares one function with the reference of ``quantity`` in ``layout``."""
+    """Compares one function with the reference of ``quantity`` (a name of
+    :data:`~cxsim.conformance.quantities.QUANTITIES`, or a record) in ``layout``: every
+    decision per quantity is read from its record."""
 
     def __init__(
         self,
         function: Callable[..., Any],
-        quantity: str,
+        quantity: str | Quantity,
         layout: str,
         mode: str | None = None,
         atol: float = DEFAULT_ATOL,
@@ -182,11 +130,20 @@ class Checker:
         claims: Claims | None = None,
         shrink_seconds: float = DEFAULT_SHRINK_SECONDS,
     ) -> None:
-        self.function, self.quantity, self.layout, self.mode = function, quantity, layout, mode
+        self.record = QUANTITIES[quantity] if isinstance(quantity, str) else quantity
+        self.function, self.quantity, self.layout, self.mode = (
+            function, self.record.name, layout, mode,
+        )  # fmt: skip
+        if layout not in self.record.layouts:
+            raise ValueError(
+                f"layout {layout} does not serve {self.quantity}; it serves "
+                f"{', '.join(self.record.layouts)}"
+            )
+        self.handover = self.record.layouts[layout]
         self.atol = atol
-        self.rtol = DEFAULT_RTOL[quantity] if rtol is None else rtol
+        self.rtol = self.record.rtol if rtol is None else rtol
         self.claims = claims or Claims()
-        self.claims.check_applies(quantity)
+        self.claims.check_applies(self.record)
         if not shrink_seconds > 0:
             raise ValueError(f"--shrink-seconds must be > 0, got {shrink_seconds}")
         self.shrink_seconds = shrink_seconds
@@ -204,7 +161,7 @@ class Checker:
     def as_given(self, batch: Batch) -> Batch:
         """The batch as the function is given it: step rewards only to a GAE quantity in a
         layout that hands them over (``Layout.step_rewards``, the estimator layout)."""
-        if self.quantity in GAE_QUANTITIES and layouts.LAYOUTS[self.layout].step_rewards:
+        if self.record.step_rewards and layouts.LAYOUTS[self.layout].step_rewards:
             return batch
         return without_step_rewards(batch)
 
@@ -212,16 +169,16 @@ class Checker:
         """(largest difference, failure or None) on one batch (without its step rewards
         where the layout or the quantity takes none)."""
         batch = self.as_given(batch)
-        expected = reference(batch, self.quantity, self.mode)
-        where = compared_positions(batch, self.quantity)
+        expected = self.record.reference(batch, self.mode)
+        where = self.record.compared(batch)
         try:
-            got = layouts.call(self.function, batch, self.layout, self.quantity, self.mode)
+            got = layouts.call(self.function, batch, self.handover, self.mode)
         except PluginOutputError as err:
             raise _UnusableOutput(err) from None
         except Exception as err:
             error = f"{type(err).__name__}: {err}"
             if isinstance(err, TypeError):
-                names = layouts.LAYOUTS[self.layout].inputs(batch, self.quantity, self.mode)
+                names = self.handover.inputs(batch, self.mode)
                 error += (
                     f" (layout {self.layout} calls fn({', '.join(names)}) for {self.quantity}; "
                     "docs/conformance.md)"
@@ -239,10 +196,10 @@ class Checker:
         """The failure with its differing terms filled in (run once, on the shrunk example)."""
         if failure.got is None:
             return failure
-        where = compared_positions(failure.batch, self.quantity)
+        where = self.record.compared(failure.batch)
         diagnosis = explain(
             failure.batch,
-            self.quantity,
+            self.record,
             self.mode,
             failure.got,
             failure.expected,
@@ -278,7 +235,7 @@ class Checker:
                     state["stopped"] = True
                     raise _ShrinkBudgetSpent
                 state["steps"] += 1
-            kept, removed = self.claims.restrict(batch, self.quantity)
+            kept, removed = self.claims.restrict(batch, self.record)
             if not shrinking:
                 state["count"] += 1
                 state["removed"] += removed
@@ -322,7 +279,7 @@ class Checker:
         """The cases to run (those whose names start with one of ``only``, if given) and
         those skipped as outside the claims; ValueError when nothing is left to run."""
         trees = layouts.LAYOUTS[self.layout].trees
-        everything = cases_for(self.quantity, self.claims.min_group, trees)
+        everything = self.record.cases(self.claims.min_group, trees)
         cases = [c for c in everything if not only or c.name.startswith(tuple(only))]
         if not cases:
             names = ", ".join(c.name for c in everything)
@@ -331,7 +288,7 @@ class Checker:
             )
         run, skipped = [], []
         for case in cases:
-            reason = self.claims.excludes(case, self.quantity)
+            reason = self.claims.excludes(case, self.record)
             if reason is None:
                 run.append(case)
             else:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from cxsim.conformance.batches import Batch, Case, select_rows
-from cxsim.conformance.reference import GAE_QUANTITIES
+from cxsim.conformance.quantities import QUANTITIES, Quantity
 
 SCOPE_CLAIMS: dict[str, tuple[str, ...]] = {
     "both": ("segment", "rollout"),
@@ -31,16 +31,11 @@ LAMBDA_KINDS: dict[str, tuple[str, ...]] = {
     "adaptive": ("adaptive",),
 }
 """``--lambda-kind``: fixed lambda, length-adaptive lambda, or both."""
-LAMBDA_QUANTITIES: tuple[str, ...] = (*GAE_QUANTITIES, "adaptive-lambda")
-GROUP_QUANTITIES: tuple[str, ...] = ("group-broadcast",)
-REJECTED_QUANTITIES: tuple[str, ...] = (
-    *GAE_QUANTITIES,
-    "group-broadcast",
-    "chain-split",
-    "adaptive-lambda",
-    "row-weights",
-)
-"""Quantities checked on rejected summary attempts (the ``rejected-summaries`` cases)."""
+
+
+def _applies(flag: str) -> tuple[str, ...]:
+    """The quantities a declaration applies to: those whose record has ``flag`` set."""
+    return tuple(name for name, q in QUANTITIES.items() if getattr(q, flag))
 
 
 @dataclass(frozen=True)
@@ -71,35 +66,32 @@ class Claims:
         if self.min_group < 1:
             raise ValueError(f"--min-group must be >= 1, got {self.min_group}")
 
-    def check_applies(self, quantity: str) -> None:
+    def check_applies(self, quantity: Quantity) -> None:
         """Raises ValueError for a declaration that means nothing for ``quantity``."""
-        if (self.scope, self.lambda_kind) != ("both", "both") and quantity not in LAMBDA_QUANTITIES:
+        name = quantity.name
+        if (self.scope, self.lambda_kind) != ("both", "both") and not quantity.lambdas:
             raise ValueError(
-                f"--claims and --lambda-kind apply to {', '.join(LAMBDA_QUANTITIES)}; "
-                f"{quantity} has no lambda"
+                f"--claims and --lambda-kind apply to {', '.join(_applies('lambdas'))}; "
+                f"{name} has no lambda"
             )
-        if self.min_group > 1 and quantity not in GROUP_QUANTITIES:
+        if self.min_group > 1 and not quantity.groups:
             raise ValueError(
-                f"--min-group applies to {', '.join(GROUP_QUANTITIES)}; {quantity} has no groups"
+                f"--min-group applies to {', '.join(_applies('groups'))}; {name} has no groups"
             )
-        if not self.trees and quantity not in GAE_QUANTITIES:
+        if not self.trees and not quantity.trees:
             raise ValueError(
-                f"--no-trees applies to {', '.join(GAE_QUANTITIES)}; {quantity} has no tree cases"
+                f"--no-trees applies to {', '.join(_applies('trees'))}; {name} has no tree cases"
             )
-        if not self.rejected_attempts and quantity not in REJECTED_QUANTITIES:
+        if not self.rejected_attempts and not quantity.rejected:
             raise ValueError(
-                f"--no-rejected-attempts applies to {', '.join(REJECTED_QUANTITIES)}; "
-                f"{quantity} has no rejected-attempt cases"
+                f"--no-rejected-attempts applies to {', '.join(_applies('rejected'))}; "
+                f"{name} has no rejected-attempt cases"
             )
 
-    def excludes(self, case: Case, quantity: str) -> str | None:
+    def excludes(self, case: Case, quantity: Quantity) -> str | None:
         """Why ``case`` lies outside the claims (what is then not checked), or None."""
         kinds = LAMBDA_KINDS[self.lambda_kind]
-        if (
-            case.lam_kind is not None
-            and quantity in LAMBDA_QUANTITIES
-            and case.lam_kind not in kinds
-        ):
+        if case.lam_kind is not None and quantity.lambdas and case.lam_kind not in kinds:
             return f"{case.lam_kind} lambda (--lambda-kind {self.lambda_kind})"
         if case.scope is not None and case.scope not in SCOPE_CLAIMS[self.scope]:
             return f"adaptive lambda over the {case.scope} (--claims {self.scope})"
@@ -116,9 +108,9 @@ class Claims:
     def group_text(self) -> str:
         return f"groups of fewer than {self.min_group} rollouts (--min-group {self.min_group})"
 
-    def restrict(self, batch: Batch, quantity: str) -> tuple[Batch, int]:
+    def restrict(self, batch: Batch, quantity: Quantity) -> tuple[Batch, int]:
         """The batch without the groups smaller than ``min_group``, and how many were removed."""
-        if self.min_group <= 1 or quantity not in GROUP_QUANTITIES:
+        if self.min_group <= 1 or not quantity.groups:
             return batch, 0
         keep = torch.zeros(batch.num_rows, dtype=torch.bool)
         removed = 0

@@ -49,7 +49,7 @@ from cxsim.loss_modes import LOSS_MODES
 USAGE_ERROR = 2
 """Exit status of a usage, import or configuration error (1 means: the function differs)."""
 
-Quantity = Literal[
+QuantityName = Literal[
     "local-gae",
     "cross-segment-gae",
     "stitched-gae",
@@ -81,7 +81,9 @@ def _choices(names) -> str:
 ScopeClaim = Literal["both", "segment-scope", "rollout-scope"]
 LambdaKind = Literal["both", "fixed", "adaptive"]
 
-# kept here (not imported) so that --help never imports torch; tests check they match
+# The quantities' names (QuantityName), the layouts that serve each and what --mode names
+# for it: cxsim/conformance/quantities.py's records, copied here (not imported) so that
+# --help never imports torch; tests check they match the records.
 LAYOUT_QUANTITIES: dict[str, tuple[str, ...]] = {
     "segment-rows": (
         "local-gae",
@@ -112,6 +114,10 @@ LAYOUT_QUANTITIES: dict[str, tuple[str, ...]] = {
 }
 
 
+MODE_KINDS: dict[str, str] = {"loss-reduction": "loss mode", "row-weights": "weighting rule"}
+"""The quantities that take ``--mode`` (required there), and what it names for each."""
+
+
 @dataclass(frozen=True)
 class Config:
     """Check a function against cxsim's reference on random compacted batches. Exits 0 when
@@ -122,9 +128,9 @@ class Config:
     import path); or an estimator: a name of cxsim/estimators.py or of an installed plug-in,
     or package.module:name of an ``Estimator``."""
     quantity: Annotated[
-        Quantity | None,
+        QuantityName | None,
         tyro.conf.arg(
-            metavar=_choices(get_args(Quantity)),
+            metavar=_choices(get_args(QuantityName)),
             help_behavior_hint="(default: the reference of the estimator cxsim holds)",
         ),
     ] = None
@@ -208,16 +214,14 @@ class Config:
                 raise ValueError("--gradient needs --mode (a loss mode); --reduction only with it")
             LOSS_MODES.check("--mode", self.mode)
             return
-        moded = ("loss-reduction", "row-weights")
-        if (self.mode is None) == (self.quantity in moded):
-            raise ValueError(
-                "--mode is required for loss-reduction and row-weights, and only there"
-            )
-        if self.quantity == "loss-reduction":
+        kind = MODE_KINDS.get(self.quantity or "")
+        if (self.mode is None) == (kind is not None):
+            raise ValueError(f"--mode is required for {' and '.join(MODE_KINDS)}, and only there")
+        if kind == "loss mode":
             LOSS_MODES.check("--mode", self.mode)
-        if self.quantity == "row-weights" and self.mode not in WEIGHTING_RULES:
+        if kind == "weighting rule" and self.mode not in WEIGHTING_RULES:
             raise ValueError(
-                f"--mode for row-weights must be one of {', '.join(WEIGHTING_RULES)}, "
+                f"--mode for {self.quantity} must be one of {', '.join(WEIGHTING_RULES)}, "
                 f"got {self.mode!r}"
             )
         if self.examples < 1:
@@ -261,7 +265,7 @@ def estimator_under_test(function: str):
 
 def settle(config: Config, estimator) -> tuple[str, str]:
     """(quantity, layout) of the check: the flags, or an estimator's defaults."""
-    from cxsim.conformance.reference import ESTIMATOR_QUANTITIES
+    from cxsim.conformance.quantities import ESTIMATOR_QUANTITIES
 
     quantity, layout = config.quantity, config.layout
     if estimator is not None:
@@ -320,7 +324,7 @@ def check_estimator(estimator, config: Config, quantity: str, claims) -> tuple[b
 def gradient_check(config: Config, estimator) -> tuple[bool, str]:
     """``--gradient``: (passed, report) of ``cxsim/conformance/conform_gradient.py``."""
     from cxsim.conformance.conform_gradient import GradientRequest, check
-    from cxsim.conformance.reference import ESTIMATOR_QUANTITIES
+    from cxsim.conformance.quantities import ESTIMATOR_QUANTITIES
 
     if estimator is None:
         raise ValueError(f"--gradient checks an estimator; {config.function} is not one")

@@ -31,26 +31,34 @@ from typing import Any
 import torch
 
 from cxsim.conformance.batches import Batch
-from cxsim.conformance.reference import GAE_QUANTITIES, lambda_rows
 from cxsim.conformance.reference import GROUP_EPS as _EPS
+from cxsim.conformance.reference import lambda_rows
 from cxsim.conformance.term_models import tokens_after_rows
 from cxsim.estimators import EstimatorInputs
 
 
 @dataclass(frozen=True)
 class Layout:
-    """One layout: which quantities it serves, how inputs are built, how outputs come back."""
+    """One layout: how it hands a batch over. The quantities it serves, and how each one's
+    inputs are built and its output read back (a :class:`Handover`), are in each quantity's
+    record (``cxsim.conformance.quantities``)."""
 
     name: str
     what: str
-    quantities: tuple[str, ...]
-    inputs: Callable[[Batch, str, str | None], dict[str, Any]]
-    output: Callable[[Batch, Any, str], torch.Tensor]
     trees: bool = False
     """It hands the function each segment's parent, so segment trees are checked too."""
     step_rewards: bool = False
     """It hands a GAE function the step rewards, so the cases' step rewards are checked;
     the other layouts (terminal rewards only) are given the batches without them."""
+
+
+@dataclass(frozen=True)
+class Handover:
+    """How one quantity is handed over in one layout: the function's keyword arguments from a
+    batch (and the mode), and its output back in canonical form."""
+
+    inputs: Callable[[Batch, str | None], dict[str, Any]]
+    output: Callable[[Batch, Any], torch.Tensor]
 
 
 def _as_tensor(x: Any, name: str) -> torch.Tensor:
@@ -78,33 +86,42 @@ def _lambda_args(batch: Batch) -> dict[str, Any]:
 # --------------------------------------------------------------------------- segment rows
 
 
-def _segment_rows_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, Any]:
-    masks = {"response_mask": batch.trainable.clone(), "attention_mask": batch.response.clone()}
-    if quantity == "adaptive-lambda":
-        return {
-            **masks,
-            "rollout_id": batch.rollout_id.clone(),
-            "alpha": batch.alpha,
-            "lambda_scope": batch.scope,
-        }
-    if quantity == "group-broadcast":
-        return {
-            "rewards": batch.rewards.clone(),
-            **masks,
-            "rollout_id": batch.rollout_id.clone(),
-            "group_id": batch.group_id.clone(),
-            "eps": _EPS,
-        }
-    if quantity == "chain-split":
-        return {
-            "rewards": batch.rewards.clone(),
-            **masks,
-            "rollout_id": batch.rollout_id.clone(),
-            "segment_index": batch.segment_index.clone(),
-        }
+def _row_masks(batch: Batch) -> dict[str, Any]:
+    return {"response_mask": batch.trainable.clone(), "attention_mask": batch.response.clone()}
+
+
+def _segment_rows_lambda(batch: Batch, mode: str | None) -> dict[str, Any]:
+    return {
+        **_row_masks(batch),
+        "rollout_id": batch.rollout_id.clone(),
+        "alpha": batch.alpha,
+        "lambda_scope": batch.scope,
+    }
+
+
+def _segment_rows_group(batch: Batch, mode: str | None) -> dict[str, Any]:
+    return {
+        "rewards": batch.rewards.clone(),
+        **_row_masks(batch),
+        "rollout_id": batch.rollout_id.clone(),
+        "group_id": batch.group_id.clone(),
+        "eps": _EPS,
+    }
+
+
+def _segment_rows_chain(batch: Batch, mode: str | None) -> dict[str, Any]:
+    return {
+        "rewards": batch.rewards.clone(),
+        **_row_masks(batch),
+        "rollout_id": batch.rollout_id.clone(),
+        "segment_index": batch.segment_index.clone(),
+    }
+
+
+def _segment_rows_gae(batch: Batch, mode: str | None) -> dict[str, Any]:
     return {
         "values": batch.values.clone(),
-        **masks,
+        **_row_masks(batch),
         "rewards": batch.rewards.clone(),
         "rollout_id": batch.rollout_id.clone(),
         "segment_index": batch.segment_index.clone(),
@@ -113,9 +130,11 @@ def _segment_rows_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[
     }
 
 
-def _segment_rows_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
-    if quantity == "adaptive-lambda":
-        return _shaped(out, (batch.num_rows,), "lambdas")
+def _lambdas_output(batch: Batch, out: Any) -> torch.Tensor:
+    return _shaped(out, (batch.num_rows,), "lambdas")
+
+
+def _tokens_output(batch: Batch, out: Any) -> torch.Tensor:
     return _shaped(out, tuple(batch.values.shape), "advantages")
 
 
@@ -164,7 +183,7 @@ def _rollout_index(batch: Batch) -> _RolloutIndex:
     )
 
 
-def _rollout_rows_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, Any]:
+def _rollout_rows_gae(batch: Batch, mode: str | None) -> dict[str, Any]:
     idx = _rollout_index(batch)
     src, dst = (idx.src_row, idx.src_col), (idx.dst_row, idx.dst_col)
     values = torch.zeros(idx.shape, dtype=torch.float64)
@@ -186,7 +205,7 @@ def _rollout_rows_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[
     }
 
 
-def _rollout_rows_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
+def _rollout_rows_output(batch: Batch, out: Any) -> torch.Tensor:
     idx = _rollout_index(batch)
     rows = _shaped(out, idx.shape, "advantages")
     back = torch.zeros_like(batch.values)
@@ -201,41 +220,50 @@ def _lengths(batch: Batch) -> list[int]:
     return batch.response.sum(dim=1).tolist()
 
 
-def _samples_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, Any]:
+def _samples_meta(batch: Batch) -> dict[str, Any]:
+    """The loss masks, and the lengths and rollout ids every samples function is given."""
     lengths = _lengths(batch)
-    loss_masks = [batch.trainable[r, :n].to(torch.int64) for r, n in enumerate(lengths)]
-    meta = {
+    return {
+        "loss_masks": [batch.trainable[r, :n].to(torch.int64) for r, n in enumerate(lengths)],
         "response_lengths": lengths,
         "rollout_ids": batch.rollout_id.tolist(),
     }
-    if quantity == "adaptive-lambda":
-        return {
-            "loss_masks": loss_masks,
-            **meta,
-            "trainable_counts": batch.trainable.sum(dim=1).tolist(),
-            "alpha": batch.alpha,
-            "lambda_scope": batch.scope,
-        }
-    if quantity == "group-broadcast":
-        return {
-            "rewards": batch.rewards.tolist(),
-            "loss_masks": loss_masks,
-            **meta,
-            "group_ids": batch.group_id.tolist(),
-            "eps": _EPS,
-        }
-    if quantity == "chain-split":
-        return {
-            "rewards": batch.rewards.tolist(),
-            "loss_masks": loss_masks,
-            **meta,
-            "segment_indices": batch.segment_index.tolist(),
-        }
+
+
+def _samples_lambda(batch: Batch, mode: str | None) -> dict[str, Any]:
     return {
-        "values": [batch.values[r, :n].clone() for r, n in enumerate(lengths)],
-        "loss_masks": loss_masks,
+        **_samples_meta(batch),
+        "trainable_counts": batch.trainable.sum(dim=1).tolist(),
+        "alpha": batch.alpha,
+        "lambda_scope": batch.scope,
+    }
+
+
+def _samples_group(batch: Batch, mode: str | None) -> dict[str, Any]:
+    return {
         "rewards": batch.rewards.tolist(),
-        **meta,
+        **_samples_meta(batch),
+        "group_ids": batch.group_id.tolist(),
+        "eps": _EPS,
+    }
+
+
+def _samples_chain(batch: Batch, mode: str | None) -> dict[str, Any]:
+    return {
+        "rewards": batch.rewards.tolist(),
+        **_samples_meta(batch),
+        "segment_indices": batch.segment_index.tolist(),
+    }
+
+
+def _samples_gae(batch: Batch, mode: str | None) -> dict[str, Any]:
+    meta = _samples_meta(batch)
+    return {
+        "values": [batch.values[r, :n].clone() for r, n in enumerate(meta["response_lengths"])],
+        "loss_masks": meta["loss_masks"],
+        "rewards": batch.rewards.tolist(),
+        "response_lengths": meta["response_lengths"],
+        "rollout_ids": meta["rollout_ids"],
         "segment_indices": batch.segment_index.tolist(),
         "trainable_counts": batch.trainable.sum(dim=1).tolist(),
         "tokens_after": [
@@ -246,9 +274,7 @@ def _samples_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, 
     }
 
 
-def _samples_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
-    if quantity == "adaptive-lambda":
-        return _shaped(out, (batch.num_rows,), "lambdas")
+def _samples_output(batch: Batch, out: Any) -> torch.Tensor:
     lengths = _lengths(batch)
     if not isinstance(out, list | tuple) or len(out) != len(lengths):
         raise TypeError(f"the function must return a list of {len(lengths)} 1-D tensors")
@@ -261,7 +287,7 @@ def _samples_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
 # --------------------------------------------------------------------------- loss matrix
 
 
-def _loss_matrix_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, Any]:
+def _loss_matrix_inputs(batch: Batch, mode: str | None) -> dict[str, Any]:
     losses, masks, rollout_ids, start = [], [], [], 0
     for size in batch.micro_batches:
         rows = slice(start, start + size)
@@ -272,14 +298,14 @@ def _loss_matrix_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[s
     return {"losses": losses, "masks": masks, "rollout_ids": rollout_ids, "mode": mode}
 
 
-def _loss_matrix_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
+def _loss_matrix_output(batch: Batch, out: Any) -> torch.Tensor:
     return _shaped(out, (), "the loss").reshape(1)
 
 
 # --------------------------------------------------------------------------- row weights
 
 
-def _row_weights_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, Any]:
+def _row_weights_inputs(batch: Batch, mode: str | None) -> dict[str, Any]:
     """Per micro-batch: the trainable-token masks, the response masks (observation tokens
     too), the rollout ids; and the rule."""
     masks, responses, rollout_ids, start = [], [], [], 0
@@ -292,7 +318,7 @@ def _row_weights_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[s
     return {"masks": masks, "attention_masks": responses, "rollout_ids": rollout_ids, "rule": mode}
 
 
-def _row_weights_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
+def _row_weights_output(batch: Batch, out: Any) -> torch.Tensor:
     if not isinstance(out, list | tuple) or len(out) != len(batch.micro_batches):
         raise TypeError(
             f"the function must return a list of {len(batch.micro_batches)} per-row weight "
@@ -306,7 +332,7 @@ def _row_weights_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
 # --------------------------------------------------------------------------- estimator
 
 
-def _estimator_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str, Any]:
+def _estimator_inputs(batch: Batch, mode: str | None) -> dict[str, Any]:
     """``inputs``: the batch as the trainer gives it to an estimator (the trainable tokens as
     the policy mask, the step rewards at the last token of each response, the float64
     lambda of each row when adaptive)."""
@@ -326,59 +352,66 @@ def _estimator_inputs(batch: Batch, quantity: str, mode: str | None) -> dict[str
     }
 
 
-def _estimator_output(batch: Batch, out: Any, quantity: str) -> torch.Tensor:
-    return _shaped(out, tuple(batch.values.shape), "advantages")
-
+ESTIMATOR = Handover(_estimator_inputs, _tokens_output)
+"""The estimator layout: one ``EstimatorInputs``, whatever the estimator computes."""
+GAE: dict[str, Handover] = {
+    "segment-rows": Handover(_segment_rows_gae, _tokens_output),
+    "rollout-rows": Handover(_rollout_rows_gae, _rollout_rows_output),
+    "samples": Handover(_samples_gae, _samples_output),
+    "estimator": ESTIMATOR,
+}
+"""A GAE quantity's layouts: values, masks, rewards, ids, gamma and lambda in, advantages out."""
+GROUP: dict[str, Handover] = {
+    "segment-rows": Handover(_segment_rows_group, _tokens_output),
+    "samples": Handover(_samples_group, _samples_output),
+    "estimator": ESTIMATOR,
+}
+"""Group advantages: rewards, masks, rollout and group ids, eps in; advantages out."""
+CHAIN: dict[str, Handover] = {
+    "segment-rows": Handover(_segment_rows_chain, _tokens_output),
+    "samples": Handover(_samples_chain, _samples_output),
+    "estimator": ESTIMATOR,
+}
+"""A credit split over chains: rewards, masks, rollout ids, segment indices in."""
+LAMBDA: dict[str, Handover] = {
+    "segment-rows": Handover(_segment_rows_lambda, _lambdas_output),
+    "samples": Handover(_samples_lambda, _lambdas_output),
+}
+"""Per-row lambdas: masks (or trainable counts), rollout ids, alpha, scope in; (S,) out."""
+REDUCTION: dict[str, Handover] = {
+    "loss-matrix": Handover(_loss_matrix_inputs, _loss_matrix_output),
+}
+"""A loss reduction: per-token losses and masks in micro-batches, and the mode; a scalar."""
+ROW_WEIGHTS: dict[str, Handover] = {
+    "row-weights": Handover(_row_weights_inputs, _row_weights_output),
+}
+"""Per-row weights: masks and rollout ids per micro-batch, and the rule; a column each."""
 
 LAYOUTS: dict[str, Layout] = {
     "segment-rows": Layout(
-        "segment-rows",
-        "one padded row per segment with a response mask (verl style)",
-        (*GAE_QUANTITIES, "group-broadcast", "chain-split", "adaptive-lambda"),
-        _segment_rows_inputs,
-        _segment_rows_output,
+        "segment-rows", "one padded row per segment with a response mask (verl style)"
     ),
     "rollout-rows": Layout(
-        "rollout-rows",
-        "one padded row per rollout, segments concatenated (stitched GAE)",
-        GAE_QUANTITIES,
-        _rollout_rows_inputs,
-        _rollout_rows_output,
+        "rollout-rows", "one padded row per rollout, segments concatenated (stitched GAE)"
     ),
     "samples": Layout(
         "samples",
         "response-only 1-D tensors with per-sample lengths and metadata (slime style)",
-        (*GAE_QUANTITIES, "group-broadcast", "chain-split", "adaptive-lambda"),
-        _samples_inputs,
-        _samples_output,
     ),
-    "loss-matrix": Layout(
-        "loss-matrix",
-        "(loss, mask) split into micro-batches, for reductions",
-        ("loss-reduction",),
-        _loss_matrix_inputs,
-        _loss_matrix_output,
-    ),
+    "loss-matrix": Layout("loss-matrix", "(loss, mask) split into micro-batches, for reductions"),
     "row-weights": Layout(
-        "row-weights",
-        "per-row weight columns, one per micro-batch, from masks and rollout ids",
-        ("row-weights",),
-        _row_weights_inputs,
-        _row_weights_output,
+        "row-weights", "per-row weight columns, one per micro-batch, from masks and rollout ids"
     ),
     "estimator": Layout(
         "estimator",
         "one EstimatorInputs, as the trainer calls an estimator of its registry",
-        (*GAE_QUANTITIES, "group-broadcast", "chain-split"),
-        _estimator_inputs,
-        _estimator_output,
         trees=True,
         step_rewards=True,
     ),
 }
 
 
-def call(function: Callable[..., Any], batch: Batch, layout: str, quantity: str, mode: str | None):
-    """Calls ``function`` on ``batch`` in ``layout`` and returns its output in canonical form."""
-    spec = LAYOUTS[layout]
-    return spec.output(batch, function(**spec.inputs(batch, quantity, mode)), quantity)
+def call(function: Callable[..., Any], batch: Batch, handover: Handover, mode: str | None):
+    """Calls ``function`` on ``batch`` as ``handover`` (a quantity in a layout) hands it over,
+    and returns its output in canonical form."""
+    return handover.output(batch, function(**handover.inputs(batch, mode)))

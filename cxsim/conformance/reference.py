@@ -31,24 +31,9 @@ from cxsim.conformance.batches import Batch
 from cxsim.losses import aggregate
 from cxsim.scans import per_group_sum
 
-GAE_QUANTITIES: tuple[str, ...] = ("local-gae", "cross-segment-gae", "stitched-gae")
-QUANTITIES: tuple[str, ...] = (
-    *GAE_QUANTITIES,
-    "group-broadcast",
-    "chain-split",
-    "adaptive-lambda",
-    "loss-reduction",
-    "row-weights",
-)
-ESTIMATOR_QUANTITIES: dict[str, str] = {
-    "local": "local-gae",
-    "cross-segment": "cross-segment-gae",
-    "stitched": "stitched-gae",
-    "group-broadcast": "group-broadcast",
-    "chain-split": "chain-split",
-}
-"""The quantity whose reference each estimator of cxsim's registry (cxsim/estimators.py)
-answers to (``cxsim conform NAME``); a plug-in says its own with ``--quantity``."""
+Reference = Callable[[Batch, "str | None"], torch.Tensor]
+"""A quantity's reference: (batch, mode) -> the expected output in canonical form."""
+
 GROUP_EPS = 1e-6
 """``eps`` of the group-broadcast reference (``(R - mean) / (std + eps)``)."""
 
@@ -80,8 +65,8 @@ def lambda_rows(
     return lam
 
 
-def _segmented(estimator: Callable[..., torch.Tensor]) -> Callable[[Batch], torch.Tensor]:
-    def reference(batch: Batch) -> torch.Tensor:
+def _segmented(estimator: Callable[..., torch.Tensor]) -> Reference:
+    def reference(batch: Batch, mode: str | None = None) -> torch.Tensor:
         return estimator(
             batch.values,
             batch.trainable,
@@ -97,7 +82,8 @@ def _segmented(estimator: Callable[..., torch.Tensor]) -> Callable[[Batch], torc
     return reference
 
 
-def _local(batch: Batch) -> torch.Tensor:
+def local_gae(batch: Batch, mode: str | None = None) -> torch.Tensor:
+    """``local-gae``: :func:`cxsim.advantages.segment_gae`, each segment on its own."""
     return segment_gae(
         batch.values,
         batch.trainable,
@@ -108,52 +94,43 @@ def _local(batch: Batch) -> torch.Tensor:
     )
 
 
-def _broadcast(batch: Batch) -> torch.Tensor:
+cross_segment = _segmented(cross_segment_gae)
+"""``cross-segment-gae``: :func:`cxsim.advantages.cross_segment_gae`."""
+stitched = _segmented(stitched_gae)
+"""``stitched-gae``: :func:`cxsim.advantages.stitched_gae`."""
+
+
+def broadcast(batch: Batch, mode: str | None = None) -> torch.Tensor:
+    """``group-broadcast``: :func:`cxsim.advantages.group_broadcast` with :data:`GROUP_EPS`."""
     return group_broadcast(
         batch.rewards, batch.trainable, batch.rollout_id, batch.group_id, eps=GROUP_EPS
     )
 
 
-def _chain_split(batch: Batch) -> torch.Tensor:
-    from cxsim.conformance.rules import chain_split
+def chain_split(batch: Batch, mode: str | None = None) -> torch.Tensor:
+    """``chain-split``: the credit rule :func:`cxsim.conformance.rules.chain_split`."""
+    from cxsim.conformance.rules import chain_split as rule
 
-    return chain_split(batch.rewards, batch.trainable, batch.rollout_id)
+    return rule(batch.rewards, batch.trainable, batch.rollout_id)
 
 
-def _lambda(batch: Batch) -> torch.Tensor:
-    # the float64 form of adaptive_lambda (its float32 output agrees to 6e-8; tested)
+def adaptive_lambda(batch: Batch, mode: str | None = None) -> torch.Tensor:
+    """``adaptive-lambda``: the float64 form of ``adaptive_lambda`` (its float32 output agrees
+    to 6e-8; tested)."""
     return lambda_rows(replace(batch, lam=None))
 
 
-_REFERENCES: dict[str, Callable[[Batch], torch.Tensor]] = {
-    "local-gae": _local,
-    "cross-segment-gae": _segmented(cross_segment_gae),
-    "stitched-gae": _segmented(stitched_gae),
-    "group-broadcast": _broadcast,
-    "chain-split": _chain_split,
-    "adaptive-lambda": _lambda,
-}
+def loss_reduction(batch: Batch, mode: str | None) -> torch.Tensor:
+    """``loss-reduction``: :func:`cxsim.losses.aggregate` under ``mode``, shape (1,)."""
+    if mode is None:
+        raise ValueError("loss-reduction needs a mode")
+    return aggregate(batch.loss, batch.trainable, mode, batch.rollout_id).reshape(1)
 
 
-def reference(batch: Batch, quantity: str, mode: str | None = None) -> torch.Tensor:
-    """The expected output in canonical form: (S, T), (S,) for lambda, (1,) for a reduction."""
-    if quantity == "loss-reduction":
-        if mode is None:
-            raise ValueError("loss-reduction needs a mode")
-        return aggregate(batch.loss, batch.trainable, mode, batch.rollout_id).reshape(1)
-    if quantity == "row-weights":
-        from cxsim.conformance.weighting import WEIGHTING_RULES
+def row_weights(batch: Batch, mode: str | None) -> torch.Tensor:
+    """``row-weights``: the weighting rule ``mode``'s per-row weights."""
+    from cxsim.conformance.weighting import WEIGHTING_RULES
 
-        if mode not in WEIGHTING_RULES:
-            raise ValueError(f"row-weights needs a rule, one of {', '.join(WEIGHTING_RULES)}")
-        return WEIGHTING_RULES[mode].weights(batch.trainable, batch.rollout_id)
-    return _REFERENCES[quantity](batch)
-
-
-def compared_positions(batch: Batch, quantity: str) -> torch.Tensor:
-    """Bool mask of the output entries that are compared (the ones a loss ever reads)."""
-    if quantity in ("adaptive-lambda", "row-weights"):  # rows with a trainable token
-        return batch.trainable.any(dim=1)
-    if quantity == "loss-reduction":
-        return torch.ones(1, dtype=torch.bool)
-    return batch.trainable
+    if mode not in WEIGHTING_RULES:
+        raise ValueError(f"row-weights needs a rule, one of {', '.join(WEIGHTING_RULES)}")
+    return WEIGHTING_RULES[mode].weights(batch.trainable, batch.rollout_id)

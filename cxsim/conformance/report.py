@@ -15,7 +15,7 @@ import torch
 
 from cxsim.conformance.batches import Batch, Case
 from cxsim.conformance.claims import Claims
-from cxsim.conformance.reference import GAE_QUANTITIES
+from cxsim.conformance.quantities import QUANTITIES, Quantity
 
 DEFAULT_SHRINK_SECONDS = 10.0
 """Time each failing case may spend shrinking its example."""
@@ -81,24 +81,18 @@ def _runs(flags: list[str]) -> str:
     return " ".join(out)
 
 
-def format_batch(failure: Failure, quantity: str, mode: str | None) -> list[str]:
-    """The failing batch and both outputs as small tensors (long rows run-length coded)."""
+def format_batch(failure: Failure, quantity: str | Quantity, mode: str | None) -> list[str]:
+    """The failing batch and both outputs as small tensors (long rows run-length coded), as
+    ``quantity``'s record has them printed (its ``header``, ``shown``, ``output``)."""
+    record = QUANTITIES[quantity] if isinstance(quantity, str) else quantity
     b = failure.batch
-    lam = f"lam={b.lam}" if b.lam is not None else f"lam=adaptive alpha={b.alpha} scope={b.scope}"
-    header = {
-        "loss-reduction": f"mode={mode}, micro-batch sizes (rows) {list(b.micro_batches)}",
-        "adaptive-lambda": f"alpha={b.alpha} scope={b.scope}",
-        "group-broadcast": "eps=1e-06",
-        "chain-split": "each rollout's reward over its chains",
-        "row-weights": f"rule={mode}, micro-batch sizes (rows) {list(b.micro_batches)}",
-    }
-    lines = ["    " + header.get(quantity, f"gamma={b.gamma} {lam}")]
+    lines = ["    " + record.header(b, mode)]
     legend = "    mask: T trainable, o observation inside the response"
     rejected = b.rejected
     if bool(rejected.any()):
         legend += ", x token of a rejected summary attempt (untrained)"
     lines.append(legend)
-    per_row = quantity not in ("adaptive-lambda", "loss-reduction", "row-weights")
+    per_row = record.output == "tokens"
     for r in range(b.num_rows):
         n = int(b.response[r].sum())
         flags = [
@@ -111,12 +105,10 @@ def format_batch(failure: Failure, quantity: str, mode: str | None) -> list[str]
         lines.append(head + (" (rejected summary attempt)" if bool(rejected[r]) else ""))
         if n <= 16:
             lines.append("      mask     " + " ".join(f"{f:>7}" for f in flags))
-            if quantity in ("loss-reduction", *GAE_QUANTITIES):
-                data = b.loss if quantity == "loss-reduction" else b.values
-                name = "loss    " if quantity == "loss-reduction" else "values  "
-                cells = " ".join(f"{_num(float(v)):>7}" for v in data[r, :n])
-                lines.append(f"      {name} {cells}")
-            if quantity in GAE_QUANTITIES and bool((b.steps != 0).any()):
+            if record.shown is not None:
+                cells = " ".join(f"{_num(float(v)):>7}" for v in getattr(b, record.shown)[r, :n])
+                lines.append(f"      {record.shown:<8} {cells}")
+            if record.step_rewards and bool((b.steps != 0).any()):
                 cells = " ".join(
                     f"{_num(float(v)):>7}" if v else f"{'.':>7}" for v in b.steps[r, :n].tolist()
                 )
@@ -178,7 +170,7 @@ def _not_checked(
 def format_report(
     results: list[CaseResult],
     function: str,
-    quantity: str,
+    quantity: str | Quantity,
     layout: str,
     mode: str | None,
     skipped: Sequence[Skipped] = (),
@@ -187,7 +179,8 @@ def format_report(
 ) -> str:
     """The per-case table, then each failure with its minimal example and the differing
     terms, what the claims left out, and the shrinking budget."""
-    what = quantity + (f" ({mode})" if mode else "")
+    record = QUANTITIES[quantity] if isinstance(quantity, str) else quantity
+    what = record.name + (f" ({mode})" if mode else "")
     lines = [f"conformance of {function}: {what}, layout {layout}"]
     if claims is not None and claims.describe():
         lines.append(claims.describe())
@@ -215,7 +208,7 @@ def format_report(
         if r.shrink_stopped:
             kind = "smallest example found before the shrinking budget ran out"
         lines += ["", f"{r.case.name}: {r.case.what}", f"  {kind}:"]
-        lines += format_batch(f, quantity, mode)
+        lines += format_batch(f, record, mode)
         if f.error is not None:
             lines.append(f"  the function raised {f.error}")
         elif len(f.parts) > 1:

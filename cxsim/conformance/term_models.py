@@ -5,21 +5,21 @@ choose one form of each term (which tokens are GAE steps, where the reward
 sits, where the step rewards sit, what ``N_after`` counts, the lambda used,
 the trace factor, the group statistics, the split over chains, the denominator
 of a reduction, whether rejected summary attempts enter); its default settings
-give the reference (tested). The known
-wrong forms of each term, and the search for those that reproduce a failing
-function's output, are in ``terms.py``.
+give the reference (tested). Each quantity's record (``quantities.py``) names its
+model. The known wrong forms of each term, and the search for those that reproduce
+a failing function's output, are in ``terms.py``.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from cxsim.conformance.batches import Batch, select_rows
-from cxsim.conformance.reference import GAE_QUANTITIES, GROUP_EPS, lambda_rows
-from cxsim.conformance.weighting_models import row_weights_model, weighted_reduction_model
+from cxsim.conformance.reference import GROUP_EPS, lambda_rows
+from cxsim.conformance.weighting_models import weighted_reduction_model
 from cxsim.losses import aggregate
 from cxsim.segment_trees import segment_chains
 
@@ -144,9 +144,30 @@ def _one_lambda(lam_rows: torch.Tensor, one_lam: str | None) -> torch.Tensor:
     return torch.full_like(lam_rows, float(one))
 
 
+@dataclass(frozen=True)
+class GaeForm:
+    """Which GAE a quantity computes, as its model and its wrong forms read it."""
+
+    stitched: bool = False
+    """One recursion over each rollout's trainable tokens in segment order (stitched GAE);
+    False: one recursion per segment."""
+    correction: bool = False
+    """Each segment's advantages times ``(gamma lam)^N_after`` (cross-segment GAE)."""
+
+    @property
+    def across_segments(self) -> bool:
+        """It reads later segments (so a segment tree's paths matter)."""
+        return self.stitched or self.correction
+
+
+LOCAL = GaeForm()
+CROSS_SEGMENT = GaeForm(correction=True)
+STITCHED = GaeForm(stitched=True)
+
+
 def gae_model(
     batch: Batch,
-    quantity: str,
+    form: GaeForm,
     lam: torch.Tensor | None = None,
     steps: str = "trainable",
     reward_at: str = "trainable",
@@ -158,11 +179,11 @@ def gae_model(
     one_lam: str | None = None,
     trace: str = "gamma-lam",
 ) -> torch.Tensor:
-    """GAE of ``quantity`` with chosen terms; (S, T), nonzero only on trainable tokens.
+    """GAE of ``form`` with chosen terms; (S, T), nonzero only on trainable tokens.
 
     Args:
         batch: canonical batch.
-        quantity: "local-gae", "cross-segment-gae" or "stitched-gae".
+        form: which GAE: :data:`LOCAL`, :data:`CROSS_SEGMENT` or :data:`STITCHED`.
         lam: (S,) lambda per segment (default: the reference's, or ``lam_form``'s).
         steps: tokens the recursion runs over, "trainable" (right) or "response"
             (observation tokens become GAE steps).
@@ -189,8 +210,8 @@ def gae_model(
         chains = segment_chains(full.rollout_id, full.segment_index, full.parent_index)
         full = replace(full, rollout_id=chains)
     trace_gamma = full.gamma if trace == "gamma-lam" else 1.0
-    out = _gae_rows(full, quantity, steps, reward_at, lam_rows, trace_gamma, step_at == "to-go")
-    if quantity == "cross-segment-gae" and after != "none":
+    out = _gae_rows(full, form, steps, reward_at, lam_rows, trace_gamma, step_at == "to-go")
+    if form.correction and after != "none":
         later = tokens_after_rows(full, _mask(full, after).sum(dim=1))
         factor = lam_rows * (1.0 if trace == "lam-everywhere" else full.gamma)
         out = torch.pow(factor, later)[:, None] * out
@@ -199,7 +220,7 @@ def gae_model(
 
 def _gae_rows(
     full: Batch,
-    quantity: str,
+    form: GaeForm,
     steps: str,
     reward_at: str,
     lam_rows: torch.Tensor,
@@ -213,7 +234,7 @@ def _gae_rows(
     out = torch.zeros_like(full.values)
     rows = range(full.num_rows)
     width = full.values.shape[1]
-    if quantity == "stitched-gae":
+    if form.stitched:
         for rid in full.rollout_id.unique().tolist():
             members = sorted(
                 (r for r in rows if full.rollout_id[r] == rid),
@@ -397,23 +418,12 @@ def lambda_model(
     return lambda_rows(replace(full, lam=None), **(lam_form or {}))
 
 
-# --------------------------------------------------------------------------- dispatch
+# --------------------------------------------------------------------------- reductions
 
 
-def model(batch: Batch, quantity: str, mode: str | None, settings: dict[str, Any]) -> torch.Tensor:
-    """The output of ``quantity``'s model under ``settings`` (canonical form)."""
-    if quantity in GAE_QUANTITIES:
-        return gae_model(batch, quantity, **settings)
-    if quantity == "group-broadcast":
-        return broadcast_model(batch, **settings)
-    if quantity == "chain-split":
-        return chain_model(batch, **settings)
-    if quantity == "adaptive-lambda":
-        return lambda_model(batch, **settings)
-    if quantity == "loss-reduction" and "row_form" in settings:
+def loss_reduction_model(batch: Batch, mode: str | None, settings: dict[str, Any]) -> torch.Tensor:
+    """A reduction with chosen terms: the row weights' wrong forms (``row_form``) or the
+    denominator's (:func:`reduction_model`)."""
+    if "row_form" in settings:
         return weighted_reduction_model(batch, mode or "session-equal", settings["row_form"])
-    if quantity == "loss-reduction":
-        return reduction_model(batch, mode or "token-mean", **settings)
-    if quantity == "row-weights":
-        return row_weights_model(batch, mode or "session-equal", **settings)
-    raise ValueError(f"no model for quantity {quantity!r}")
+    return reduction_model(batch, mode or "token-mean", **settings)

@@ -20,18 +20,21 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from cxsim.conformance.batches import Batch
-from cxsim.conformance.reference import GAE_QUANTITIES, lambda_rows
-from cxsim.conformance.term_models import model
+from cxsim.conformance.reference import lambda_rows
+from cxsim.conformance.term_models import GaeForm
 from cxsim.conformance.weighting_models import (
     LOSS_MODE_RULES,
     row_weight_choices,
     weighted_reduction_choices,
 )
+
+if TYPE_CHECKING:
+    from cxsim.conformance.quantities import Quantity
 
 MAX_TERMS = 3
 """The most wrong terms tried together."""
@@ -143,7 +146,7 @@ def _step_choices(batch: Batch) -> list[Choice]:
     return [Choice("the step rewards", form, {"step_at": at}) for form, at in forms]
 
 
-def _trace_choices(batch: Batch, quantity: str) -> list[Choice]:
+def _trace_choices(batch: Batch, form: GaeForm) -> list[Choice]:
     """gamma left out of the trace factor (visible only below gamma 1)."""
     if batch.gamma == 1.0:
         return []
@@ -154,7 +157,7 @@ def _trace_choices(batch: Batch, quantity: str) -> list[Choice]:
             {"trace": "lam"},
         )
     ]
-    if quantity == "cross-segment-gae":
+    if form.correction:
         choices.append(
             Choice(
                 "the trace",
@@ -172,7 +175,8 @@ def _rejected_choice(batch: Batch, form: str) -> list[Choice]:
     return [Choice("the rejected summary attempts", form, {"include_rejected": True})]
 
 
-def _gae_choices(batch: Batch, quantity: str) -> list[Choice]:
+def gae_choices(batch: Batch, form: GaeForm) -> list[Choice]:
+    """The wrong forms of a GAE's terms (``form``: which GAE)."""
     choices = _rejected_choice(
         batch,
         "a rejected summary attempt is included in the advantage computation "
@@ -197,7 +201,7 @@ def _gae_choices(batch: Batch, quantity: str) -> list[Choice]:
             {"reward_at": "response"},
         ),
     ]
-    if batch.parent_index is not None and quantity != "local-gae":
+    if batch.parent_index is not None and form.across_segments:
         choices.append(
             Choice(
                 "the path",
@@ -206,7 +210,7 @@ def _gae_choices(batch: Batch, quantity: str) -> list[Choice]:
                 {"tree": False},
             )
         )
-    if quantity == "cross-segment-gae":
+    if form.correction:
         choices += [
             Choice(
                 "the exponent",
@@ -225,14 +229,14 @@ def _gae_choices(batch: Batch, quantity: str) -> list[Choice]:
                 {"steps": "response"},
             ),
         ]
-    choices += _step_choices(batch) + _trace_choices(batch, quantity)
+    choices += _step_choices(batch) + _trace_choices(batch, form)
     return choices + _lambda_choices(batch) + _one_lambda_choices(batch)
 
 
 # --------------------------------------------------------------------------- group broadcast
 
 
-def _broadcast_choices(batch: Batch) -> list[Choice]:
+def broadcast_choices(batch: Batch, mode: str | None = None) -> list[Choice]:
     return [
         Choice(
             "the group statistics",
@@ -258,7 +262,7 @@ def _broadcast_choices(batch: Batch) -> list[Choice]:
 # --------------------------------------------------------------------------- chain split
 
 
-def _chain_choices(batch: Batch) -> list[Choice]:
+def chain_choices(batch: Batch, mode: str | None = None) -> list[Choice]:
     return [
         Choice(
             "the split",
@@ -282,7 +286,9 @@ def _chain_choices(batch: Batch) -> list[Choice]:
 # --------------------------------------------------------------------------- reductions
 
 
-def _reduction_choices(batch: Batch, mode: str) -> list[Choice]:
+def reduction_choices(batch: Batch, mode: str | None) -> list[Choice]:
+    """The wrong denominators of a reduction under ``mode`` (default token-mean)."""
+    mode = mode or "token-mean"
     from cxsim.conformance.batches import REDUCTION_MODES
 
     choices = [
@@ -326,7 +332,7 @@ def _reduction_choices(batch: Batch, mode: str) -> list[Choice]:
 # --------------------------------------------------------------------------- adaptive lambda
 
 
-def _adaptive_choices(batch: Batch) -> list[Choice]:
+def adaptive_choices(batch: Batch, mode: str | None = None) -> list[Choice]:
     return [
         *_rejected_choice(
             batch,
@@ -336,24 +342,12 @@ def _adaptive_choices(batch: Batch) -> list[Choice]:
     ]
 
 
-# --------------------------------------------------------------------------- dispatch
+# --------------------------------------------------------------------------- row weights
 
 
-_CHOICES: dict[str, Callable[[Batch, str, str | None], list[Choice]]] = {
-    **{q: (lambda b, q, m: _gae_choices(b, q)) for q in GAE_QUANTITIES},
-    "group-broadcast": lambda b, q, m: _broadcast_choices(b),
-    "chain-split": lambda b, q, m: _chain_choices(b),
-    "adaptive-lambda": lambda b, q, m: _adaptive_choices(b),
-    "loss-reduction": lambda b, q, m: _reduction_choices(b, m or "token-mean"),
-    "row-weights": lambda b, q, m: [
-        Choice(t, f, s) for t, f, s in row_weight_choices(b, m or "session-equal")
-    ],
-}
-
-
-def choices(batch: Batch, quantity: str, mode: str | None = None) -> list[Choice]:
-    """The known wrong forms of ``quantity``'s terms on ``batch``, in order of preference."""
-    return _CHOICES[quantity](batch, quantity, mode)
+def weight_choices(batch: Batch, mode: str | None) -> list[Choice]:
+    """The wrong forms of the row weights of rule ``mode`` (default session-equal)."""
+    return [Choice(t, f, s) for t, f, s in row_weight_choices(batch, mode or "session-equal")]
 
 
 def _combinations(options: list[Choice], size: int) -> list[tuple[Choice, ...]]:
@@ -368,7 +362,7 @@ def _combinations(options: list[Choice], size: int) -> list[tuple[Choice, ...]]:
 
 def explain(
     batch: Batch,
-    quantity: str,
+    quantity: Quantity,
     mode: str | None,
     got: torch.Tensor,
     expected: torch.Tensor,
@@ -377,16 +371,18 @@ def explain(
 ) -> Diagnosis:
     """The wrong forms that reproduce ``got``: one choice, else the fewest that together do.
 
+    ``quantity``'s record gives the wrong forms (``wrong_forms``) and the model that
+    computes them (``model``).
     ``where`` masks the compared entries; ``close(a, b)`` is the pass criterion. With
     no matching set of forms (up to :data:`MAX_TERMS`), locates the largest difference
     instead. ``where`` is nonempty for every quantity (batches have a trainable token).
     """
-    options = choices(batch, quantity, mode)
+    options = quantity.wrong_forms(batch, mode)
     for size in range(1, MAX_TERMS + 1):
         matches = []
         for index, combo in enumerate(_combinations(options, size)):
             settings = {k: v for c in combo for k, v in c.settings.items()}
-            output = model(batch, quantity, mode, settings)
+            output = quantity.model(batch, mode, settings)
             if close(output[where], expected[where]) or not close(output[where], got[where]):
                 continue
             matches.append((float((output[where] - got[where]).abs().max()), index, combo))
@@ -404,10 +400,10 @@ def explain(
 
 
 def _locate(
-    batch: Batch, quantity: str, got: torch.Tensor, expected: torch.Tensor, where: torch.Tensor
+    batch: Batch, quantity: Quantity, got: torch.Tensor, expected: torch.Tensor, where: torch.Tensor
 ) -> str:
     diff = torch.where(where, (got - expected).abs(), 0.0)
-    if quantity in ("adaptive-lambda", "loss-reduction", "row-weights"):
+    if quantity.output != "tokens":
         return "no known pitfall reproduces the output"
     row, col = divmod(int(diff.argmax()), diff.shape[1])
     last = max(i for i, f in enumerate(batch.trainable[row].tolist()) if f)

@@ -31,7 +31,12 @@ def test_the_calibrated_records_are_there() -> None:
         "FactUpdate-default",
         "SimRepo-easy",
         "SimRepo-default",
+        "SimRepo-hard",
+        "KeyRecall-easy",
         "KeyRecall-default",
+        "KeyRecall-hard",
+        "FactUpdate-easy",
+        "FactUpdate-hard",
     } <= names
 
 

@@ -21,10 +21,7 @@ from cxsim.studies.where import OWNER_FILE, claim_folder, own_files, page_name, 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
 
-NOT_RENDERED = {
-    "table4-critic": "made at d970160 before pages kept their inputs; its run cache "
-    "(runs/studies/table4-critic) is not in this checkout",
-}
+NOT_RENDERED: dict[str, str] = {}
 """Committed study pages that cannot be rebuilt, and why (their claims and per-seed Pass@1
 are in their JSON; the figures only their runs hold are not)."""
 
@@ -74,7 +71,14 @@ def test_every_committed_study_page_keeps_its_inputs_or_says_why_not():
     pages = {
         p.stem: "inputs" in json.loads(p.with_suffix(".json").read_text()) for p in study_pages()
     }
-    assert {"stability-heldout", "stability-credit", "weighting", *NOT_RENDERED} <= set(pages)
+    assert {
+        "stability-heldout",
+        "stability-credit",
+        "weighting",
+        "table4-critic",
+        "strategies",
+        "suite",
+    } <= set(pages)
     assert {name for name, kept in pages.items() if not kept} == set(NOT_RENDERED)
 
 

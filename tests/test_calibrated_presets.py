@@ -37,6 +37,7 @@ def test_the_calibrated_records_are_there() -> None:
         "KeyRecall-hard",
         "FactUpdate-easy",
         "FactUpdate-hard",
+        "FactTrail-hard",
     } <= names
 
 

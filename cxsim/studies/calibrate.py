@@ -176,13 +176,17 @@ def check_candidates(cfg: Config, candidates: list[Candidate]) -> None:
     """Each candidate's env builds and the pre-flight passes under the strategy, in the
     starting policy's chat format (as its SFT will run it), before any work; one line naming
     the candidate otherwise."""
+    from cxsim.agents import WordChatFormat, default_tokenizer
     from cxsim.pipeline.evaluate import Config as EvalEntryConfig
     from cxsim.pipeline.evaluate import scripted_chat
+    from cxsim.pipeline.sft import env_words
     from cxsim.preflight import preflight
 
     chat = scripted_chat(EvalEntryConfig(agent="oracle", tokenizer=cfg.policy))
     for candidate in candidates:
         setting = candidate_setting(cfg, candidate)
+        if cfg.policy is None:  # a fresh model's tokenizer holds the env's own words (sft)
+            chat = WordChatFormat(default_tokenizer(env_words(setting.env)))
         try:  # the pre-flight builds the env (the constructor's checks) and plays the oracle
             preflight(setting.env, setting.compaction, chat)
         except ValueError as error:

@@ -15,6 +15,7 @@ import gymnasium as gym
 import pytest
 
 from cxsim.calibration_preset import make_env
+from cxsim.envs import _VARIANT_KWARGS as VARIANT_KWARGS
 from cxsim.envs import ENV_CLASSES
 from cxsim.envs.defaults import DEFAULT_KWARGS
 from cxsim.envs.scripted import oracle_for, play
@@ -38,6 +39,9 @@ def test_the_calibrated_records_are_there() -> None:
         "FactUpdate-easy",
         "FactUpdate-hard",
         "FactTrail-hard",
+        "KeyRecallActive-easy",
+        "KeyRecallActive-default",
+        "KeyRecallActive-hard",
     } <= names
 
 
@@ -48,12 +52,13 @@ def test_each_record_is_its_shipped_preset(path: Path) -> None:
     cls = ENV_CLASSES[family]
     env_id = f"cxsim/{family}-v0" if preset == "default" else f"cxsim/{family}-{preset}-v0"
     run_with = DEFAULT_KWARGS.get(env_id, {})  # what every command passes with no --env.kwargs
-    assert {**cls.PRESETS[preset], **run_with} == raw["search"]["full-kwargs"]
+    variant = VARIANT_KWARGS.get(family, {})  # KeyRecallActive: KeyRecall's presets, active
+    assert {**cls.PRESETS[preset], **variant, **run_with} == raw["search"]["full-kwargs"]
     assert raw["env-id"] in (env_id, f"cxsim/{family}-v0")
-    assert gym.registry[env_id].kwargs == cls.PRESETS[preset]
+    assert gym.registry[env_id].kwargs == {**cls.PRESETS[preset], **variant}
     shipped = [gym.make(env_id, **run_with)]
     if preset == "default":
-        shipped.append(cls(**run_with))
+        shipped.append(cls(**variant, **run_with))
     recorded = make_env(path)
     for env in shipped:
         for seed in range(4):

@@ -375,10 +375,10 @@ class PPOConfig:
                 f"rollouts_per_batch={self.rollouts_per_batch} must be a positive multiple of "
                 f"group_size={self.group_size}: change --ppo.rollouts-per-batch or --ppo.group-size"
             )
-        if self.estimator == "group-broadcast" and self.group_size < 2:  # needs groups
+        if ESTIMATORS[self.estimator].needs_groups and self.group_size < 2:
             raise ValueError(
-                "estimator='group-broadcast' normalises rewards within a group: set "
-                "--ppo.group-size to 2 or more"
+                f"estimator={self.estimator!r} reads groups of rollouts of one task (its "
+                "needs_groups): set --ppo.group-size to 2 or more"
             )
         if self.bootstrap_truncated and not self.uses_critic:
             raise ValueError(

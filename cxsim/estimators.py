@@ -67,6 +67,12 @@ class Estimator:
     """The trainer builds, scores with and trains a critic only when True."""
     help: str
     """One line for ``--ppo.estimator``'s help."""
+    needs_groups: bool = False
+    """It reads groups of rollouts of one task: the config refuses ``--ppo.group-size`` 1."""
+    quantity: str | None = None
+    """The conformance quantity whose reference it computes (a name of
+    cxsim/conformance/quantity_names.py served by the estimator layout): ``cxsim conform
+    NAME`` checks it against that reference with no ``--quantity``."""
 
 
 def _local(x: EstimatorInputs) -> torch.Tensor:
@@ -135,15 +141,35 @@ def _chain_split(x: EstimatorInputs) -> torch.Tensor:
 ESTIMATORS: Registry[Estimator] = Registry(
     {
         "cross-segment": Estimator(
-            _cross_segment, True, "the paper: local GAE times (gamma lambda)^N_{>s}"
+            _cross_segment,
+            True,
+            "the paper: local GAE times (gamma lambda)^N_{>s}",
+            quantity="cross-segment-gae",
         ),
-        "local": Estimator(_local, True, "GAE inside each segment, no cross-segment correction"),
-        "stitched": Estimator(_stitched, True, "exact GAE over the rollout's segments in order"),
+        "local": Estimator(
+            _local,
+            True,
+            "GAE inside each segment, no cross-segment correction",
+            quantity="local-gae",
+        ),
+        "stitched": Estimator(
+            _stitched,
+            True,
+            "exact GAE over the rollout's segments in order",
+            quantity="stitched-gae",
+        ),
         "group-broadcast": Estimator(
-            _group_broadcast, False, "SUPO/GRPO: group-normalised return on every token; no critic"
+            _group_broadcast,
+            False,
+            "SUPO/GRPO: group-normalised return on every token; no critic",
+            needs_groups=True,
+            quantity="group-broadcast",
         ),
         "chain-split": Estimator(
-            _chain_split, False, "the rollout's return split as R/K over its K chains; no critic"
+            _chain_split,
+            False,
+            "the rollout's return split as R/K over its K chains; no critic",
+            quantity="chain-split",
         ),
     },
     entry_type=Estimator,

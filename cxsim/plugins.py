@@ -186,7 +186,11 @@ class Registry(dict[str, Entry], Generic[Entry]):
             elif f.type == "str" and not isinstance(value, str):
                 problem = "must be a str"
             elif value is None and f.default is None:
-                continue  # an optional function left out
+                continue  # an optional function or name left out
+            elif f.type == "str | None" and not isinstance(value, str):
+                problem = "must be a str or None"
+            elif f.type == "str | None":
+                continue
             elif f.type not in ("bool", "str") and not callable(value):
                 problem = "must be a function"
             else:

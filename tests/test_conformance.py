@@ -20,7 +20,13 @@ from cxsim.conformance import LAYOUTS, Checker, conform, load_function
 from cxsim.conformance import conform_command as conform_cli
 from cxsim.conformance.check import format_report
 from cxsim.conformance.pinned_batches import pinned_cases
-from cxsim.conformance.quantities import GAE_QUANTITIES, QUANTITIES, reference_of, serving
+from cxsim.conformance.quantities import (
+    ESTIMATOR_QUANTITIES,
+    GAE_QUANTITIES,
+    QUANTITIES,
+    reference_of,
+)
+from cxsim.conformance.quantity_names import check_records, serving
 from cxsim.conformance.random_batches import random_cases
 from cxsim.conformance.reference import lambda_rows
 
@@ -284,8 +290,25 @@ def test_the_registry_holds_every_quantity_the_command_accepts():
     for name, q in QUANTITIES.items():
         assert set(q.layouts) <= set(LAYOUTS), name
         assert q.cases(), name
-        if q.estimator is not None:  # ``cxsim conform NAME`` hands it over as the trainer does
-            assert "estimator" in q.layouts, name
+    for estimator, name in ESTIMATOR_QUANTITIES.items():  # as each estimator declares it
+        # ``cxsim conform NAME`` hands it over as the trainer does
+        assert "estimator" in QUANTITIES[name].layouts, estimator
+
+
+def test_a_registry_that_drifts_from_the_torch_free_names_fails_when_built():
+    """The names ``--help`` lists are the records': a record serving a layout its line in
+    quantity_names.py does not list, another mode kind, or a record with no line fails
+    when the registry is built, naming both sides."""
+    records = {name: (q, tuple(q.layouts), q.mode) for name, q in QUANTITIES.items()}
+    assert check_records(records) == QUANTITIES
+    chain = QUANTITIES["chain-split"]
+    drifted = {**records, "chain-split": (chain, (*chain.layouts, "rollout-rows"), None)}
+    with pytest.raises(ValueError, match=r"'chain-split': its record serves .*'rollout-rows'"):
+        check_records(drifted)
+    with pytest.raises(ValueError, match=r"'chain-split': its record's mode is 'loss mode'"):
+        check_records({**records, "chain-split": (chain, tuple(chain.layouts), "loss mode")})
+    with pytest.raises(ValueError, match=r"differ from QUANTITY_LAYOUTS"):
+        check_records({**records, "chain-splat": (chain, tuple(chain.layouts), None)})
 
 
 def test_the_record_drives_the_check():

@@ -219,7 +219,7 @@ def test_conform_cli_row_weights(capsys):
 
 
 def test_the_conform_flag_names_the_rules():
-    from cxsim.conformance.conform_command import WEIGHTING_RULES as FLAG_RULES
+    from cxsim.conformance.quantity_names import WEIGHTING_RULE_NAMES as FLAG_RULES
 
     assert FLAG_RULES == tuple(WEIGHTING_RULES) == ROW_WEIGHT_RULES
 

@@ -207,6 +207,32 @@ def test_a_plugin_without_its_declaration_fails_at_config_time_in_one_line(
         PPOConfig(estimator="no_such_module:gae")
 
 
+def test_what_a_plugin_declares_it_needs_and_computes_is_read_by_config_and_conform(
+    folder: Path, monkeypatch, capsys
+):
+    """``needs_groups``: the config refuses a group size of 1, naming the plug-in;
+    ``quantity``: ``cxsim conform`` checks it against that reference with no ``--quantity``
+    (and a quantity that is not a str is refused in one line)."""
+    from cxsim.conformance import conform_command as conform
+
+    body = (
+        "from cxsim.estimators import ESTIMATORS\n\n"
+        "grouped = Estimator(ESTIMATORS['group-broadcast'].advantages, False, 'groups', "
+        "needs_groups=True, quantity='group-broadcast')\n"
+        "wrong = Estimator(ESTIMATORS['local'].advantages, True, 'local', quantity=3)\n"
+    )
+    module = write_module(folder, "declared", body, monkeypatch)
+    with pytest.raises(ValueError, match=r"^estimator='declared:grouped' reads groups .* 2 or"):
+        PPOConfig(estimator=f"{module}:grouped", group_size=1)
+    PPOConfig(estimator=f"{module}:grouped", group_size=2)  # a group of 2 is taken
+    with pytest.raises(ValueError, match=r"^declared:wrong declares quantity=3: it must be a str"):
+        PPOConfig(estimator=f"{module}:wrong")
+    conform.main([f"{module}:grouped", "--examples", "2", "--only", "segments"])
+    report = capsys.readouterr().out
+    assert report.startswith(f"conformance of {module}:grouped: group-broadcast, layout estimator")
+    assert "agree with the reference" in report
+
+
 def test_an_unknown_name_lists_the_choices_and_the_plugin_form():
     with pytest.raises(ValueError) as info:
         PPOConfig(estimator="gae")

@@ -43,33 +43,21 @@ from typing import Annotated, Literal, get_args
 
 import tyro
 
+from cxsim.conformance.quantity_names import (
+    LAYOUT_NAMES,
+    LAYOUT_QUANTITIES,
+    MODE_KINDS,
+    QUANTITY_LAYOUTS,
+    WEIGHTING_RULE_NAMES,
+)
 from cxsim.estimators import ESTIMATORS
 from cxsim.loss_modes import LOSS_MODES
 
 USAGE_ERROR = 2
 """Exit status of a usage, import or configuration error (1 means: the function differs)."""
 
-QuantityName = Literal[
-    "local-gae",
-    "cross-segment-gae",
-    "stitched-gae",
-    "group-broadcast",
-    "chain-split",
-    "adaptive-lambda",
-    "loss-reduction",
-    "row-weights",
-]
-LayoutName = Literal[
-    "segment-rows", "rollout-rows", "samples", "loss-matrix", "row-weights", "estimator"
-]
-WEIGHTING_RULES: tuple[str, ...] = (
-    "session-equal",
-    "partition-preserving",
-    "one-reward-per-rollout",
-    "thread-mean",
-)
-"""The rules of ``--quantity row-weights`` (cxsim/conformance/weighting.py; kept here so that
---help never imports torch, tests check they match)."""
+QuantityName = Literal[tuple(QUANTITY_LAYOUTS)]  # type: ignore[valid-type]
+LayoutName = Literal[LAYOUT_NAMES]  # type: ignore[valid-type]
 Mode = str
 """A loss mode of the trainer's registry (cxsim/loss_modes.py), plug-ins included."""
 
@@ -80,42 +68,6 @@ def _choices(names) -> str:
 
 ScopeClaim = Literal["both", "segment-scope", "rollout-scope"]
 LambdaKind = Literal["both", "fixed", "adaptive"]
-
-# The quantities' names (QuantityName), the layouts that serve each and what --mode names
-# for it: cxsim/conformance/quantities.py's records, copied here (not imported) so that
-# --help never imports torch; tests check they match the records.
-LAYOUT_QUANTITIES: dict[str, tuple[str, ...]] = {
-    "segment-rows": (
-        "local-gae",
-        "cross-segment-gae",
-        "stitched-gae",
-        "group-broadcast",
-        "chain-split",
-        "adaptive-lambda",
-    ),
-    "rollout-rows": ("local-gae", "cross-segment-gae", "stitched-gae"),
-    "samples": (
-        "local-gae",
-        "cross-segment-gae",
-        "stitched-gae",
-        "group-broadcast",
-        "chain-split",
-        "adaptive-lambda",
-    ),
-    "loss-matrix": ("loss-reduction",),
-    "row-weights": ("row-weights",),
-    "estimator": (
-        "local-gae",
-        "cross-segment-gae",
-        "stitched-gae",
-        "group-broadcast",
-        "chain-split",
-    ),
-}
-
-
-MODE_KINDS: dict[str, str] = {"loss-reduction": "loss mode", "row-weights": "weighting rule"}
-"""The quantities that take ``--mode`` (required there), and what it names for each."""
 
 
 @dataclass(frozen=True)
@@ -219,9 +171,9 @@ class Config:
             raise ValueError(f"--mode is required for {' and '.join(MODE_KINDS)}, and only there")
         if kind == "loss mode":
             LOSS_MODES.check("--mode", self.mode)
-        if kind == "weighting rule" and self.mode not in WEIGHTING_RULES:
+        if kind == "weighting rule" and self.mode not in WEIGHTING_RULE_NAMES:
             raise ValueError(
-                f"--mode for {self.quantity} must be one of {', '.join(WEIGHTING_RULES)}, "
+                f"--mode for {self.quantity} must be one of {', '.join(WEIGHTING_RULE_NAMES)}, "
                 f"got {self.mode!r}"
             )
         if self.examples < 1:
@@ -264,9 +216,7 @@ def estimator_under_test(function: str):
 
 
 def settle(config: Config, estimator) -> tuple[str, str]:
-    """(quantity, layout) of the check: the flags, or an estimator's defaults."""
-    from cxsim.conformance.quantities import ESTIMATOR_QUANTITIES
-
+    """(quantity, layout) of the check: the flags, or an estimator's declarations."""
     quantity, layout = config.quantity, config.layout
     if estimator is not None:
         if layout not in (None, "estimator"):
@@ -281,7 +231,7 @@ def settle(config: Config, estimator) -> tuple[str, str]:
             f"({', '.join(LAYOUT_QUANTITIES)}; docs/conformance.md)"
         )
     if quantity is None:
-        quantity = ESTIMATOR_QUANTITIES.get(config.function)
+        quantity = estimator.quantity if estimator is not None else None
         if quantity is None:
             raise ValueError(
                 f"say what {config.function} computes with --quantity (one of: "
@@ -328,7 +278,7 @@ def gradient_check(config: Config, estimator) -> tuple[bool, str]:
 
     if estimator is None:
         raise ValueError(f"--gradient checks an estimator; {config.function} is not one")
-    quantity = config.quantity or ESTIMATOR_QUANTITIES.get(config.function)
+    quantity = config.quantity or estimator.quantity
     references = {q: name for name, q in ESTIMATOR_QUANTITIES.items()}
     if quantity not in references:
         raise ValueError(

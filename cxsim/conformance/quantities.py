@@ -5,11 +5,13 @@ reference (:mod:`cxsim.conformance.reference`), its relative tolerance, the layo
 that serve it and how each hands it over (:mod:`cxsim.conformance.layouts`), its term
 model and the known wrong forms of its terms (:mod:`cxsim.conformance.term_models`,
 :mod:`cxsim.conformance.terms`), the cases it is checked on, the declarations that
-apply to it, how the report prints it, the estimator of cxsim's registry that answers
-to it, and its deliberately wrong variants (:mod:`cxsim.conformance.variants`), which
-the check must reject. :data:`QUANTITIES` is the registry, keyed by name, in the order
-the command lists them. ``conform_command`` keeps a torch-free copy of the names, the
-layouts and the mode kinds for ``--help`` (tests check it matches this registry).
+apply to it, how the report prints it and its deliberately wrong variants
+(:mod:`cxsim.conformance.variants`), which the check must reject. :data:`QUANTITIES` is the
+registry, keyed by name, in the order the command lists them. The names, the layouts that
+serve each and what ``--mode`` names live torch-free in
+:mod:`cxsim.conformance.quantity_names` (``--help`` reads them); each record is checked
+against its line there when it is made. Which estimator answers to a quantity is the
+estimator's declaration (``Estimator.quantity``, cxsim/estimators.py).
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from cxsim.conformance import layouts, reference, term_models, terms
 from cxsim.conformance.batches import Batch, Case
 from cxsim.conformance.layouts import Handover
 from cxsim.conformance.pinned_batches import pinned_cases
+from cxsim.conformance.quantity_names import ModeKind, check_records
 from cxsim.conformance.random_batches import random_cases, tree_cases
 from cxsim.conformance.reference import GROUP_EPS, Reference
 from cxsim.conformance.terms import Choice
 from cxsim.conformance.weighting_models import row_weights_model
+from cxsim.estimators import ESTIMATORS
 
 Model = Callable[[Batch, "str | None", dict[str, Any]], torch.Tensor]
 """(batch, mode, settings) -> the quantity's output with the terms ``settings`` choose."""
@@ -73,8 +77,6 @@ class Quantity:
     """The pinned cases it is checked on."""
     shown: Literal["values", "loss"] | None = None
     """The input row the report prints under each example's mask."""
-    mode: Literal["loss mode", "weighting rule"] | None = None
-    """What ``--mode`` names for it (required then), or None (no ``--mode``)."""
     lambdas: bool = False
     """It takes a lambda: ``--claims`` and ``--lambda-kind`` apply."""
     groups: bool = False
@@ -83,8 +85,8 @@ class Quantity:
     """Checked on segment trees too where the layout hands over parents; ``--no-trees``."""
     step_rewards: bool = False
     """It reads step rewards, where the layout hands them over (``Layout.step_rewards``)."""
-    estimator: str | None = None
-    """The estimator of cxsim's registry that answers to it (``cxsim conform NAME``)."""
+    mode: ModeKind | None = None
+    """What ``--mode`` names for it (required then), or None (no ``--mode``)."""
     variants: tuple[Variant, ...] = ()
 
     @property
@@ -172,7 +174,6 @@ _RECORDS = (
         reference.local_gae,
         term_models.LOCAL,
         pins=_LOCAL_PINS,
-        estimator="local",
         variants=(
             Variant(_V + "local_gae_observations_as_steps", "segment-rows"),
             Variant(_V + "local_gae_reward_on_last_response_token", "segment-rows"),
@@ -184,7 +185,6 @@ _RECORDS = (
         reference.cross_segment,
         term_models.CROSS_SEGMENT,
         pins=(*_LOCAL_PINS, "pinned/rejected-summary"),
-        estimator="cross-segment",
         variants=(
             Variant(_V + "cross_segment_gae_lambda_capped", "samples"),
             Variant(_V + "cross_segment_gae_negative_lambda", "samples"),
@@ -198,7 +198,6 @@ _RECORDS = (
         reference.stitched,
         term_models.STITCHED,
         pins=(*_LOCAL_PINS, "pinned/rejected-summary"),
-        estimator="stitched",
     ),
     Quantity(
         "group-broadcast",
@@ -212,7 +211,6 @@ _RECORDS = (
         lambda b, m: f"eps={GROUP_EPS}",
         pins=("pinned/traces",),
         groups=True,
-        estimator="group-broadcast",
         variants=(Variant(_V + "group_broadcast_per_segment", "segment-rows"),),
     ),
     Quantity(
@@ -226,7 +224,6 @@ _RECORDS = (
         terms.chain_choices,
         lambda b, m: "each rollout's reward over its chains",
         pins=("pinned/three-chains",),
-        estimator="chain-split",
         variants=(Variant(_V + "chain_split_not_split", "segment-rows"),),
     ),
     Quantity(
@@ -290,20 +287,21 @@ _RECORDS = (
     ),
 )
 
-QUANTITIES: dict[str, Quantity] = {q.name: q for q in _RECORDS}
-"""Every quantity ``cxsim conform --quantity`` accepts, by name."""
+QUANTITIES: dict[str, Quantity] = check_records(
+    {q.name: (q, tuple(q.layouts), q.mode) for q in _RECORDS}
+)
+"""Every quantity ``cxsim conform --quantity`` accepts, by name (checked against the
+torch-free names ``--help`` lists when it is built)."""
 GAE_QUANTITIES: tuple[str, ...] = tuple(name for name, q in QUANTITIES.items() if q.trees)
 """The GAE quantities (those also checked on segment trees)."""
 ESTIMATOR_QUANTITIES: dict[str, str] = {
-    q.estimator: name for name, q in QUANTITIES.items() if q.estimator is not None
+    name: estimator.quantity
+    for name, estimator in ESTIMATORS.items()
+    if estimator.quantity is not None
 }
 """The quantity whose reference each estimator of cxsim's registry (cxsim/estimators.py)
-answers to (``cxsim conform NAME``); a plug-in says its own with ``--quantity``."""
-
-
-def serving(layout: str) -> tuple[str, ...]:
-    """The quantities ``layout`` serves, in registry order."""
-    return tuple(name for name, q in QUANTITIES.items() if layout in q.layouts)
+answers to, as it declares it (``cxsim conform NAME``); a plug-in declares its own
+(``Estimator(..., quantity=...)``) or says it with ``--quantity``."""
 
 
 def reference_of(batch: Batch, quantity: str, mode: str | None = None) -> torch.Tensor:

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from cxsim.conformance.quantity_names import WEIGHTING_RULE_NAMES
+
 
 def _rollout_rows(rollout_id: torch.Tensor, voting: list[bool]) -> dict[int, list[int]]:
     """Each rollout's voting rows, in row order."""
@@ -173,3 +175,8 @@ WEIGHTING_RULES: dict[str, WeightingRule] = {
     ),
 }
 """The weighting rules by name (``cxsim conform --quantity row-weights --mode NAME``)."""
+if tuple(WEIGHTING_RULES) != WEIGHTING_RULE_NAMES:  # what --help lists without torch
+    raise ValueError(
+        f"WEIGHTING_RULES {tuple(WEIGHTING_RULES)} differ from WEIGHTING_RULE_NAMES "
+        f"{WEIGHTING_RULE_NAMES} in cxsim/conformance/quantity_names.py: make them the same"
+    )

@@ -145,31 +145,7 @@ class ContextStrategy:
                 "--compaction.threshold"
             )
         if chat is not None:
-            self._check_sized(config, chat, system_prompt)
-
-    def _check_sized(self, config: CompactionConfig, chat: ChatFormat, system_prompt: str) -> None:
-        header = len(chat.assistant_prefix())
-        plan = self.summary(config)
-        q_sum, summary = len(plan.prompt(chat)), plan.max_tokens
-        need = q_sum + summary + header + 1
-        assert config.threshold is not None and config.budget is not None
-        if config.threshold < need:
-            raise ValueError(
-                f"threshold ({config.threshold}) must be >= |q_sum| ({q_sum}) + max_summary_tokens "
-                f"({summary}) + assistant header ({header}) + 1 = {need}: raise "
-                "--compaction.threshold or lower --compaction.max_summary_tokens"
-            )
-        if self.rebuild(config) is None:
-            return
-        sizing = self.sizing(config, _chat_count(chat))
-        rebuilt = sizing.rebuilt_floor(len(chat.system(system_prompt)))
-        if config.full(rebuilt):
-            raise ValueError(
-                f"budget ({config.budget}) is too small for a rebuilt window: system prompt and "
-                f"resume turn with a full summary take {rebuilt} tokens, leaving "
-                f"{config.budget - rebuilt} < threshold ({config.threshold}); raise "
-                "--compaction.budget or lower --compaction.threshold / max_summary_tokens"
-            )
+            check_sized(self, config, chat, system_prompt)
 
     # -- what the next context is ---------------------------------------------------
     def rebuild(self, config: CompactionConfig) -> RebuiltWindow | None:
@@ -211,6 +187,35 @@ def check_counts(**counts: int) -> None:
     for name, value in counts.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} ({value!r}) must be an integer >= 1")
+
+
+def check_sized(
+    strategy: ContextStrategy, config: CompactionConfig, chat: ChatFormat, system_prompt: str
+) -> None:
+    """The checks of a sized ``config`` under ``strategy`` that need a chat format
+    (:meth:`ContextStrategy.check`)."""
+    header = len(chat.assistant_prefix())
+    plan = strategy.summary(config)
+    q_sum, summary = len(plan.prompt(chat)), plan.max_tokens
+    need = q_sum + summary + header + 1
+    assert config.threshold is not None and config.budget is not None
+    if config.threshold < need:
+        raise ValueError(
+            f"threshold ({config.threshold}) must be >= |q_sum| ({q_sum}) + max_summary_tokens "
+            f"({summary}) + assistant header ({header}) + 1 = {need}: raise "
+            "--compaction.threshold or lower --compaction.max_summary_tokens"
+        )
+    if strategy.rebuild(config) is None:
+        return
+    sizing = strategy.sizing(config, _chat_count(chat))
+    rebuilt = sizing.rebuilt_floor(len(chat.system(system_prompt)))
+    if config.full(rebuilt):
+        raise ValueError(
+            f"budget ({config.budget}) is too small for a rebuilt window: system prompt and "
+            f"resume turn with a full summary take {rebuilt} tokens, leaving "
+            f"{config.budget - rebuilt} < threshold ({config.threshold}); raise "
+            "--compaction.budget or lower --compaction.threshold / max_summary_tokens"
+        )
 
 
 def _chat_count(chat: ChatFormat) -> TokenCount:

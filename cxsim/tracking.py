@@ -70,12 +70,15 @@ def log_evaluation(run_dir: str | Path, payload: Mapping[str, Any], step: int) -
 
 
 def flatten_config(config: Any, prefix: str = "") -> dict[str, Any]:
-    """A dataclass config as ``{"ppo.actor_lr": 1e-3, ...}`` (nested dataclasses dotted)."""
+    """A dataclass config as ``{"ppo.actor_lr": 1e-3, ...}`` (nested dataclasses dotted, a
+    :data:`RECORDED_FLAT` group's fields undotted)."""
     flat: dict[str, Any] = {}
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         key = f"{prefix}{f.name}"
-        if dataclasses.is_dataclass(value):
+        if f.metadata.get(RECORDED_FLAT):
+            flat.update(flatten_config(value, prefix=prefix))
+        elif dataclasses.is_dataclass(value):
             flat.update(flatten_config(value, prefix=f"{key}."))
         else:
             flat[key] = value
@@ -102,6 +105,12 @@ it, so those runs' records and cache folders stay valid: ``field(default=..., me
 {RECORDED_WHEN_SET: True})``, or, for a field whose default changed since, the old default
 in place of True (``{RECORDED_WHEN_SET: ("last",)}``, the value in a 1-tuple), so a run made
 at the old default keeps its record and one made at the new default is told apart."""
+
+
+RECORDED_FLAT = "cxsim.recorded_flat"
+"""Field metadata key: the field is a settings group (a dataclass) whose fields are recorded
+as its parent's own, in its place (``{"device": ..., "precision": ...}``, not ``{"compute":
+{...}}``), as the command line spells them (:data:`cxsim.compute.FLAT`)."""
 
 
 def unrecorded_value(f: dataclasses.Field) -> Any:
@@ -139,13 +148,16 @@ def _recorded(value: Any, f: dataclasses.Field) -> bool:
 
 def to_jsonable(value: Any) -> Any:
     """Dataclasses, tuples, paths and non-finite floats made JSON-friendly (a dataclass
-    field marked :data:`RECORDED_WHEN_SET` only when it differs from its default)."""
+    field marked :data:`RECORDED_WHEN_SET` only when it differs from its default, one marked
+    :data:`RECORDED_FLAT` as its fields)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: to_jsonable(getattr(value, f.name))
-            for f in dataclasses.fields(value)
-            if _recorded(value, f)
-        }
+        record: dict[str, Any] = {}
+        for f in dataclasses.fields(value):
+            if f.metadata.get(RECORDED_FLAT):
+                record.update(to_jsonable(getattr(value, f.name)))
+            elif _recorded(value, f):
+                record[f.name] = to_jsonable(getattr(value, f.name))
+        return record
     if isinstance(value, Mapping):
         return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

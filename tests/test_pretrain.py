@@ -19,6 +19,7 @@ from cxsim.chat_model import (
     word_model_size,
 )
 from cxsim.cli import main as cxsim
+from cxsim.compute import Compute
 from cxsim.config import EnvConfig, SFTConfig
 from cxsim.pipeline import sft as sft_entry
 from cxsim.pipeline.pretrain import COPY_SFT, POLISH_SFT
@@ -64,7 +65,7 @@ def test_the_shipped_checkpoint_copies_the_key_on_unseen_tasks():
     promised (it copies), and that of a fresh model is far above it."""
     cfg = sft_entry.Config(
         env=EnvConfig(), sft=SFTConfig(episodes=1, heldout_episodes=8, omission_rate=0.0),
-        seed=424242, policy=PRETRAINED, device="cpu",
+        seed=424242, policy=PRETRAINED, compute=Compute(device="cpu"),
     )  # fmt: skip
     policy, _, chat = sft_entry.starting_policy(cfg, torch.device("cpu"))
     cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))
@@ -123,7 +124,7 @@ def test_the_shipped_chat_model_loads_by_name_with_its_template_and_manifest():
 def test_the_shipped_chat_model_copies_the_key_on_unseen_tasks():
     cfg = sft_entry.Config(
         env=EnvConfig(), sft=SFTConfig(episodes=1, heldout_episodes=8, omission_rate=0.0),
-        seed=424242, policy=PRETRAINED_CHAT, device="cpu",
+        seed=424242, policy=PRETRAINED_CHAT, compute=Compute(device="cpu"),
     )  # fmt: skip
     policy, _, chat = sft_entry.starting_policy(cfg, torch.device("cpu"))
     cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import tyro
 
 from cxsim.compaction import CompactionConfig
+from cxsim.compute import FLAT, ComputeFlags, OneThreadCompute
 from cxsim.config import (
     DEFAULT_COMPACTION,
     EnvConfig,
@@ -49,7 +50,7 @@ from cxsim.config import (
     SFTConfig,
 )
 from cxsim.evaluation import evaluate_protocol
-from cxsim.model_options import ChatOptions, Precision
+from cxsim.model_options import ChatOptions
 from cxsim.paper_tables.tables_page import ONE_WINDOW, render
 from cxsim.paper_tables.tables_seeds import ROW_LABELS, ROWS, PageSetup, Seeds
 from cxsim.pipeline import run as run_entry
@@ -114,12 +115,8 @@ class Config:
     tokenizer and chat template from it); None: a fresh ``--sft.model`` preset."""
     chat: ChatOptions = field(default_factory=ChatOptions)
     """How the policy's chat template renders turns (``--policy`` with a template only)."""
-    device: str = "auto"
-    """auto (CUDA when present), cpu, cuda or cuda:N: every run's models and batches."""
-    precision: Precision = "fp32"
-    """fp32, or bf16: bfloat16 autocast, float32 weights and Adam state."""
-    gradient_checkpointing: bool = False
-    """Recompute decoder activations in the backward pass of SFT and PPO (less memory)."""
+    compute: ComputeFlags[OneThreadCompute] = field(default_factory=OneThreadCompute, metadata=FLAT)
+    """How every run computes."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "eval", self.eval.seeded(0))
@@ -130,7 +127,7 @@ class Config:
         if self.executor == "ray":
             from cxsim.studies.executors import gpus_per_run
 
-            gpus_per_run(self.device)
+            gpus_per_run(self.compute.device)
         elif self.ray_address is not None:
             raise ValueError("--ray-address joins a Ray cluster: pass --executor ray too")
         if not self.tables or len(set(self.tables)) != len(self.tables):
@@ -162,10 +159,9 @@ class Config:
         return run_entry.Config(
             run_dir=str(seed_dir), presets=self.rows, seeds=(seed,), sft_seed=seed,
             env=self.env, compaction=self.compaction, sft=self.sft, ppo=self.ppo,
-            eval=self.eval, train_time_limit_s=self.train_time_limit_s, threads=1,
+            eval=self.eval, train_time_limit_s=self.train_time_limit_s,
             progress_bar=self.progress_bar, policy=self.policy, chat=self.chat,
-            device=self.device, precision=self.precision,
-            gradient_checkpointing=self.gradient_checkpointing,
+            compute=self.compute.per_run(),
         )  # fmt: skip
 
 
@@ -209,10 +205,10 @@ def lm_agent(policy_dir: str, cfg: Config) -> tuple[LMAgent, Any]:
     from cxsim.generation import SamplingConfig
     from cxsim.pipeline.evaluate import chat_options_given
 
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.compute.device)
     policy, _, chat = load_policy(policy_dir, device, chat_options_given(cfg.chat))
     sampling = SamplingConfig(temperature=cfg.eval.temperature)
-    return LMAgent(policy, chat, sampling, device=device, precision=cfg.precision), chat
+    return LMAgent(policy, chat, sampling, device=device, precision=cfg.compute.precision), chat
 
 
 def with_omission(result: dict[str, Any], records: list) -> dict[str, Any]:
@@ -350,7 +346,7 @@ def run_seeds(cfg: Config, cache: Path) -> list[dict[str, Any]]:
 
     calls = [(cfg, cache / f"s{seed}", seed) for seed in cfg.seed_list]
     results: list[dict[str, Any]] = [{} for _ in calls]
-    executor = make_executor(cfg.executor, cfg.jobs, cfg.device, cfg.ray_address)
+    executor = make_executor(cfg.executor, cfg.jobs, cfg.compute.device, cfg.ray_address)
     try:
         for index, result in executor.map(run_seed, calls):
             results[index] = result

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import tyro
 
 from cxsim.compaction import CompactionConfig
+from cxsim.compute import FLAT, ComputeFlags, SamplingCompute
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, check_policy_dir
-from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
+from cxsim.model_options import ChatOptions
 from cxsim.pretrained import policy_path
 from cxsim.strategies import RolloutAgents, ScriptedOptions
 from cxsim.tracking import say, write_json
@@ -61,12 +62,7 @@ class Config:
     chat: ChatOptions = field(default_factory=ChatOptions)
     """How a chat template renders turns; left at the defaults, a policy keeps those it was
     saved with."""
-    device: str = "auto"
-    """auto (CUDA when present), cpu, cuda or cuda:N."""
-    precision: Precision = "fp32"
-    """fp32, or bf16: the policy samples under bfloat16 autocast."""
-    threads: int = 1
-    """torch threads while sampling (1: fastest for tiny models; 0: torch's default)."""
+    compute: ComputeFlags[SamplingCompute] = field(default_factory=SamplingCompute, metadata=FLAT)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "eval", self.eval.seeded(0))
@@ -82,8 +78,6 @@ class Config:
             if self.agent is None:
                 raise ValueError("--tokenizer is for --agent (a --policy brings its own tokenizer)")
             check_tokenizer_dir(self.tokenizer)
-        check_device_name(self.device)
-        check_precision(self.precision)
         if not 0.0 <= self.omission_rate <= 1.0:
             raise ValueError(f"omission_rate={self.omission_rate} must lie in [0, 1]")
 
@@ -134,10 +128,10 @@ def build_agent(cfg: Config) -> tuple[Agent | None, ChatFormat, str]:
     from cxsim.generation import SamplingConfig
 
     if cfg.policy is not None:
-        device = resolve_device(cfg.device)
+        device = resolve_device(cfg.compute.device)
         policy, _, chat = load_policy(cfg.policy, device, chat_options_given(cfg.chat))
         sampling = SamplingConfig(temperature=cfg.eval.temperature)
-        agent = LMAgent(policy, chat, sampling, device=device, precision=cfg.precision)
+        agent = LMAgent(policy, chat, sampling, device=device, precision=cfg.compute.precision)
         return agent, chat, cfg.policy
     chat = scripted_chat(cfg)
     if cfg.agent == "oracle":
@@ -195,7 +189,7 @@ def evaluate(
             cfg.eval.episodes,
             cfg.eval.repeats,
             cfg.eval.seed,
-            threads=cfg.threads,
+            threads=cfg.compute.threads,
             summarizer_agent=agents.summarizer,
         )
         results.append(result)

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cxsim.chat_model import ARCHITECTURES, ChatModelSize
+from cxsim.compute import Compute
 from cxsim.config import EnvConfig, SFTConfig
 from cxsim.pretrained import MANIFEST
 from cxsim.tracking import say, to_jsonable
@@ -151,7 +152,7 @@ def sft_stage(
 
     stage = sft_entry.Config(
         run_dir=str(Path(cfg.runs_dir) / f"c{seed}" / name), seed=seed, env=env, sft=sft,
-        policy=start, device=cfg.device, threads=1, progress_bar=cfg.progress_bar,
+        policy=start, compute=Compute(device=cfg.device), progress_bar=cfg.progress_bar,
     )  # fmt: skip
     return sft_entry.run_sft(stage)
 

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import tyro
 
 from cxsim.compaction import CompactionConfig
+from cxsim.compute import FLAT, Compute, ComputeFlags, SamplingCompute
 from cxsim.config import (
     DEFAULT_COMPACTION,
     EnvConfig,
@@ -50,7 +51,7 @@ from cxsim.config import (
     PPOConfig,
     SFTConfig,
 )
-from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
+from cxsim.model_options import ChatOptions
 from cxsim.pipeline.presets import PRESETS, PresetName
 from cxsim.pipeline.run_table import pooled, report_notes, report_table
 from cxsim.pipeline.sft import check_starting_policy
@@ -84,12 +85,8 @@ class Config:
     tokenizer (give it ``--sft.epochs 12`` or more)."""
     chat: ChatOptions = field(default_factory=ChatOptions)
     """How the policy's chat template renders turns (``--policy`` with a template only)."""
-    device: str = "auto"
-    """auto (CUDA when present), cpu, cuda or cuda:N: every stage's models and batches."""
-    precision: Precision = "fp32"
-    """fp32, or bf16: bfloat16 autocast, float32 weights and Adam state (every stage)."""
-    gradient_checkpointing: bool = False
-    """Recompute decoder activations in the backward pass of SFT and PPO (less memory)."""
+    compute: ComputeFlags[Compute] = field(default_factory=Compute, metadata=FLAT)
+    """How every stage computes (``--threads``: SFT's and PPO's updates)."""
     env: EnvConfig = field(default_factory=EnvConfig)
     compaction: CompactionConfig = field(default_factory=lambda: DEFAULT_COMPACTION)
     sft: SFTConfig = field(default_factory=SFTConfig)
@@ -97,9 +94,6 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     train_time_limit_s: float | None = None
     """Cap on each training run's wall time (it stops and checkpoints); None: all iterations."""
-    threads: int = 1
-    """torch intra-op threads for training (0: torch's default). 1 is the safe choice on shared
-    cores: a second thread that must wait for a busy core made a tiny-model update 8x slower."""
     rollout_threads: int = 1
     """torch threads while sampling rollouts and evaluating (1: fastest for tiny models)."""
     progress_bar: bool = True
@@ -119,8 +113,6 @@ class Config:
         if self.sft_seed is None:
             object.__setattr__(self, "sft_seed", self.seeds[0])
         object.__setattr__(self, "eval", self.eval.seeded(self.seeds[0]))
-        check_device_name(self.device)
-        check_precision(self.precision)
         # build every stage's config now, so that a bad combination fails before any work
         for name in self.presets:
             preset_ppo(self, name)
@@ -158,8 +150,8 @@ def model_settings(cfg: Config) -> dict[str, Any]:
     given = {
         "policy": cfg.policy,
         "chat": cfg.chat if cfg.chat != ChatOptions() else None,
-        "precision": cfg.precision if cfg.precision != "fp32" else None,
-        "gradient_checkpointing": cfg.gradient_checkpointing or None,
+        "precision": cfg.compute.precision if cfg.compute.precision != "fp32" else None,
+        "gradient_checkpointing": cfg.compute.gradient_checkpointing or None,
     }
     return {k: v for k, v in given.items() if v is not None}
 
@@ -175,10 +167,7 @@ def sft_config(cfg: Config) -> sft_entry.Config:
         sft=cfg.sft,
         policy=cfg.policy,
         chat=cfg.chat,
-        device=cfg.device,
-        precision=cfg.precision,
-        gradient_checkpointing=cfg.gradient_checkpointing,
-        threads=cfg.threads,
+        compute=cfg.compute,
         progress_bar=cfg.progress_bar,
     )
 
@@ -196,13 +185,10 @@ def train_config(cfg: Config, policy: str, name: str, seed: int) -> train_entry.
         ppo=preset_ppo(cfg, name),
         resume=True,
         time_limit_s=cfg.train_time_limit_s,
-        threads=cfg.threads,
         rollout_threads=cfg.rollout_threads,
         progress_bar=cfg.progress_bar,
         chat=cfg.chat,
-        device=cfg.device,
-        precision=cfg.precision,
-        gradient_checkpointing=cfg.gradient_checkpointing,
+        compute=cfg.compute,
     )
 
 
@@ -216,9 +202,9 @@ def eval_config(cfg: Config, policy: str, out: Path) -> evaluate_entry.Config:
         eval=cfg.eval,
         out=str(out),
         chat=cfg.chat,
-        device=cfg.device,
-        precision=cfg.precision,
-        threads=cfg.rollout_threads,
+        compute=SamplingCompute(
+            device=cfg.compute.device, precision=cfg.compute.precision, threads=cfg.rollout_threads
+        ),
     )
 
 

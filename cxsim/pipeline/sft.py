@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cxsim.compaction import CompactionConfig
+from cxsim.compute import FLAT, Compute, ComputeFlags
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, SFTConfig, check_policy_dir
 from cxsim.evaluation import EVAL_SEED_OFFSET
-from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
+from cxsim.model_options import ChatOptions
 from cxsim.pretrained import PRETRAINED
 from cxsim.tracking import write_json
 
@@ -62,25 +63,15 @@ class Config:
     tokenizer."""
     chat: ChatOptions = field(default_factory=ChatOptions)
     """How the policy's chat template renders turns (``--policy`` with a template only)."""
-    device: str = "auto"
-    """auto (CUDA when present), cpu, cuda or cuda:N."""
-    precision: Precision = "fp32"
-    """fp32, or bf16: bfloat16 autocast, float32 weights and Adam state."""
-    gradient_checkpointing: bool = False
-    """Recompute decoder activations in the backward pass (less memory, ~1.3x the time)."""
+    compute: ComputeFlags[Compute] = field(default_factory=Compute, metadata=FLAT)
     micro_batch_rows: int = 32
     """Segments per forward pass (gradient accumulation inside a step)."""
-    threads: int = 1
-    """torch intra-op threads for training (0: torch's default). 1 is the safe choice on shared
-    cores: a second thread that must wait for a busy core made a tiny-model update 8x slower."""
     progress_bar: bool = True
     """Show a tqdm progress bar with an ETA."""
 
     def __post_init__(self) -> None:
         if self.micro_batch_rows < 1:
             raise ValueError("micro_batch_rows must be >= 1")
-        check_device_name(self.device)
-        check_precision(self.precision)
         check_starting_policy(self.policy, self.sft)
 
 
@@ -142,7 +133,7 @@ def starting_policy(cfg: Config, device: Any) -> tuple[Any, Any, ChatFormat]:
         policy = build_policy(cfg.sft.model, tokenizer, seed=cfg.seed).to(device)
     else:
         policy, tokenizer, chat = load_policy(cfg.policy, device, cfg.chat)
-    if cfg.gradient_checkpointing:
+    if cfg.compute.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
     return policy, tokenizer, chat
 
@@ -201,11 +192,11 @@ def run_sft(cfg: Config) -> dict[str, Any]:
     from cxsim.tracking import log_config, log_transcripts, open_writer, say
 
     began = time.perf_counter()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    if cfg.compute.threads:
+        torch.set_num_threads(cfg.compute.threads)
     seed_everything(cfg.seed)
     run_dir = Path(cfg.run_dir)
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.compute.device)
     policy, tokenizer, chat = starting_policy(cfg, device)
     cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))
 
@@ -219,7 +210,8 @@ def run_sft(cfg: Config) -> dict[str, Any]:
         f"sft: {len(batch)} segments, {batch.num_trainable} trainable tokens from "
         f"{cfg.sft.episodes} demonstrations (success {demo_stats['charts/success_rate']:.2f}, "
         f"summary recall {demo_stats['compaction/summary_recall']:.2f}); "
-        f"policy {count_parameters(policy) / 1e6:.2f}M parameters on {device} ({cfg.precision})"
+        f"policy {count_parameters(policy) / 1e6:.2f}M parameters on {device} "
+        f"({cfg.compute.precision})"
     )
     history = fit_policy(cfg, policy, tokenizer, batch, heldout_batch, writer)
     writer.close()
@@ -271,13 +263,13 @@ def fit_policy(
                 batch.select(rows),
                 cfg.micro_batch_rows,
                 cfg.sft.max_grad_norm,
-                cfg.precision,
+                cfg.compute.precision,
             )
             schedule.step()
             log_scalars(writer, metrics, step)
             step += 1
             advance(bar, loss=f"{metrics['losses/sft']:.3f}")
-        heldout_metrics = sft_eval(policy, heldout, cfg.micro_batch_rows, cfg.precision)
+        heldout_metrics = sft_eval(policy, heldout, cfg.micro_batch_rows, cfg.compute.precision)
         log_scalars(writer, heldout_metrics, step)
         history.append({"epoch": epoch, **metrics, **heldout_metrics})
         # usable if the run is cut short

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cxsim.compaction import CompactionConfig
+from cxsim.compute import FLAT, Compute, ComputeFlags
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, PPOConfig
-from cxsim.model_options import ChatOptions, Precision, check_device_name, check_precision
+from cxsim.model_options import ChatOptions
 from cxsim.pipeline.presets import DEFAULT_PRESET, PresetName, cli_with_preset, preset_ppo
 
 TRAIN_SEED_STRIDE = 1_000_000
@@ -42,15 +43,7 @@ class Config:
     chat: ChatOptions = field(default_factory=ChatOptions)
     """How the policy's chat template renders turns (a template policy only); left at the
     defaults, the options saved with the policy (by ``cxsim sft``) are used."""
-    device: str = "auto"
-    """auto (CUDA when present), cpu, cuda or cuda:N; under torchrun, cuda is each rank's
-    LOCAL_RANK GPU (NCCL), cpu runs every rank on CPU (gloo)."""
-    precision: Precision = "fp32"
-    """fp32, or bf16: bfloat16 autocast in rollouts, scoring and updates, with float32 weights
-    and Adam state for the actor and the critic."""
-    gradient_checkpointing: bool = False
-    """Recompute decoder activations in the backward pass, actor and critic (less memory,
-    ~1.3x the update time)."""
+    compute: ComputeFlags[Compute] = field(default_factory=Compute, metadata=FLAT)
     run_dir: str = "runs/train"
     """Output folder: tb/ (TensorBoard), checkpoints/, results.json."""
     seed: int = 0
@@ -74,17 +67,12 @@ class Config:
     """Stop (and checkpoint) after this many seconds of training; None: run all iterations."""
     transcripts_every: int = 10
     """Log two sample transcripts to TensorBoard every this many iterations."""
-    threads: int = 1
-    """torch intra-op threads for training (0: torch's default). 1 is the safe choice on shared
-    cores: a second thread that must wait for a busy core made a tiny-model update 8x slower."""
     rollout_threads: int = 1
     """torch threads while sampling rollouts (1: fastest for tiny models; 0: as --threads)."""
     progress_bar: bool = True
     """Show a tqdm progress bar with an ETA."""
 
     def __post_init__(self) -> None:
-        check_device_name(self.device)
-        check_precision(self.precision)
         protocol, default = self.compaction.protocol, PPOConfig().protocol
         if protocol != default:  # the run's context strategy: the rollouts run under it
             if self.ppo.protocol not in (default, protocol):
@@ -139,8 +127,8 @@ def train(cfg: Config) -> dict[str, Any]:
     cfg = run.cfg  # with the compaction sizes derived for this env and chat format
     ppo, policy, critic, chat, opt = cfg.ppo, run.policy, run.critic, run.chat, run.optimizers
     sampling = SamplingConfig(temperature=ppo.temperature)
-    agent = LMAgent(policy, chat, sampling, run.device, cfg.precision)
-    fp = cfg.precision
+    agent = LMAgent(policy, chat, sampling, run.device, cfg.compute.precision)
+    fp = cfg.compute.precision
     run.pretrain_critic(agent, TRAIN_SEED_STRIDE)  # --ppo.value-pretrain-steps (0: nothing)
     for iteration in range(run.start_iteration, cfg.total_iterations):
         warmup = iteration < ppo.critic_warmup
@@ -230,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     from cxsim.distributed import init_distributed, shutdown_distributed
 
     results = train(cfg)
-    is_main = init_distributed(device=cfg.device).is_main  # the context train() joined
+    is_main = init_distributed(device=cfg.compute.device).is_main  # the context train() joined
     shutdown_distributed()
     if not is_main:
         return

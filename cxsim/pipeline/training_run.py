@@ -83,20 +83,20 @@ class TrainingRun:
     def __init__(self, cfg: Config):
         self.cfg = cfg
         # a one-process context without torchrun; under it, this rank's GPU (NCCL) or CPU (gloo)
-        self.ctx = init_distributed(device=cfg.device)
+        self.ctx = init_distributed(device=cfg.compute.device)
         self.device = self.ctx.device
         check_policy_dir(cfg.policy)
         self.run_dir = Path(cfg.run_dir)
         checkpoint = starting_checkpoint(cfg, self.ctx)
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        if cfg.compute.threads:
+            torch.set_num_threads(cfg.compute.threads)
         seed_everything(rank_seed(cfg.seed, self.ctx))  # rank 0 keeps cfg.seed
         self.policy, self.tokenizer, self.chat, self.critic = load_models(
             cfg, checkpoint, self.device
         )
         self.reference = load_reference(cfg, self.device)  # the starting policy, frozen
         if self.ctx.is_main:
-            print(f"train: policy on {self.device} ({cfg.precision})")
+            print(f"train: policy on {self.device} ({cfg.compute.precision})")
         # sizes derived for this env and chat format; fails loudly if the oracle cannot solve it
         self.cfg = cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, self.chat))
         # float32 master weights (load_models), hence float32 Adam state, in bf16 too
@@ -143,7 +143,7 @@ class TrainingRun:
         run keeps no reference (``PPOConfig.uses_reference``)."""
         if self.reference is None:
             return None
-        return reference_logprobs(self.reference, batch, self.cfg.ppo, self.cfg.precision)
+        return reference_logprobs(self.reference, batch, self.cfg.ppo, self.cfg.compute.precision)
 
     def collect(self, agent: LMAgent, seeds: list[int], groups: list[int]) -> RolloutBatch:
         """This rank's share of the rollouts: whole task groups, with the rollout ids of a
@@ -223,7 +223,7 @@ class TrainingRun:
             ppo.gamma, step_rewards=held_batch.step_rewards,
         )  # fmt: skip
         one_step = replace(ppo, minibatches=1)
-        header, fp = agent.chat.assistant_prefix(), cfg.precision
+        header, fp = agent.chat.assistant_prefix(), cfg.compute.precision
         curve: list[dict[str, float]] = []
         for step in range(ppo.value_pretrain_steps + 1):
             metrics: dict[str, float] = {}
@@ -380,7 +380,7 @@ def load_models(
             check_critic(critic, cfg.ppo)
         else:  # the configured value head and loss (cxsim/critics.py)
             critic = build_critic(policy, cfg.ppo)
-    if cfg.gradient_checkpointing:
+    if cfg.compute.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
         if critic is not None:
             enable_gradient_checkpointing(critic.backbone)

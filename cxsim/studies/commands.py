@@ -3,9 +3,10 @@ that make one seed's runs of a study, each equivalent to the unit the study runs
 
 Each command is built from the very config the runner uses (:mod:`cxsim.studies.runner`):
 every field that differs from the command's own default becomes a flag (nested groups as
-``--ppo.lam 0.9``, booleans as ``--x`` / ``--no-x``, None as ``None``), and the task is
-always written out. Only the folders differ: the commands write under the study file's own
-folder in the runs folder (:func:`cxsim.studies.where.own_files`),
+``--ppo.lam 0.9``, a group recorded flat as its own fields, ``--device cpu``, booleans as
+``--x`` / ``--no-x``, None as ``None``), and the task is always written out. Only the
+folders differ: the commands write under the study file's own folder in the runs folder
+(:func:`cxsim.studies.where.own_files`),
 ``<runs-dir>/studies/<stem>-<hash>/replicate/<setting>/s<seed>/`` (a stage 0 under
 ``.../replicate/stage0-<name>/``), beside the study's cache and never in another file's.
 """
@@ -27,6 +28,7 @@ from cxsim.studies.stage0 import chosen_file
 from cxsim.studies.stages import arm_ppo, stage0_sft_config, under
 from cxsim.studies.values import type_hints
 from cxsim.studies.where import own_files
+from cxsim.tracking import RECORDED_FLAT
 
 
 def field_default(f: Field) -> Any:
@@ -71,7 +73,8 @@ def config_flags(
             words += flag("env.env-id", value.env_id) + flag("env.kwargs", dict(value.kwargs))
         elif is_dataclass(value):
             nested = base if is_dataclass(base) else None
-            words += config_flags(field_values(value), type(value), nested, name + ".")
+            inner = prefix if f.metadata.get(RECORDED_FLAT) else name + "."  # --device
+            words += config_flags(field_values(value), type(value), nested, inner)
         elif value != base:
             words += flag(name, value, may_be_none(hints[f.name]))
     return words

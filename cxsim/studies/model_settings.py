@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from cxsim.compute import Compute
 from cxsim.model_options import ChatOptions, Precision
 from cxsim.studies.values import (
     StudyError,
@@ -44,6 +45,16 @@ class ModelSettings:
     """Recompute decoder activations in the backward pass of SFT and PPO (less memory)."""
     chat: ChatOptions = field(default_factory=ChatOptions)
     """How the policy's chat template renders turns (a policy with a template only)."""
+
+    def compute(self, device: str) -> Compute:
+        """How a unit of the setting computes on ``device``: these settings, one thread (each
+        unit is one single-threaded process)."""
+        return Compute(
+            device=device,
+            precision=self.precision,
+            gradient_checkpointing=self.gradient_checkpointing,
+            threads=1,
+        )
 
     def recorded(self) -> dict[str, Any]:
         """The settings that differ from the defaults, as a cache key holds them (as ``cxsim

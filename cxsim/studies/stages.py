@@ -51,13 +51,10 @@ def main_job_config(
         sft=setting.sft,
         ppo=setting.ppo,
         eval=replace(setting.eval, seed=seed),
-        threads=1,
         progress_bar=False,
-        device=device,
         policy=starting_point(setting, start),
-        precision=setting.model.precision,
         chat=setting.model.chat,
-        gradient_checkpointing=setting.model.gradient_checkpointing,
+        compute=setting.model.compute(device),
     )
 
 
@@ -74,13 +71,10 @@ def stage0_sft_config(stage: Stage0, seed: int, folder: Path, device: str) -> sf
         compaction=stage.compaction,
         sft=stage.sft,
         eval=EvalConfig(protocols=("compacted",), seed=seed),
-        threads=1,
         progress_bar=False,
-        device=device,
         policy=stage.policy,
-        precision=stage.model.precision,
         chat=stage.model.chat,
-        gradient_checkpointing=stage.model.gradient_checkpointing,
+        compute=stage.model.compute(device),
     )
     return run_entry.sft_config(rc)
 

@@ -1,0 +1,95 @@
+"""How a command's models compute: ``--device``, ``--precision``, ``--gradient-checkpointing``
+and ``--threads``, one settings group every command embeds.
+
+:class:`Compute` holds the four fields with their one docstring each and checks them when
+made (device and precision: :mod:`cxsim.model_options`), so a bad value stops a command
+before any stage starts. A command config holds it as
+
+    compute: ComputeFlags[Compute] = field(default_factory=Compute, metadata=FLAT)
+
+tyro offers its fields without a prefix (``--device``, not ``--compute.device``), and the
+group is recorded flat (``cxsim.tracking.RECORDED_FLAT``): a results.json ``config``, the
+TensorBoard config table and ``cxsim study --print-commands`` spell its fields as the
+command's own, as before the group existed. A command that offers only some of the flags
+embeds a subclass that hides the others (:class:`SamplingCompute`: ``eval``;
+:class:`OneThreadCompute`: ``tables``), left out of its records. ``cxsim pretrain`` (only
+``--device``), ``cxsim verdicts``, ``study`` and ``calibrate`` (the device of a study's
+runs, part of its cache keys), ``critic-probe`` (only ``--threads``) and ``lab`` (its
+``--device`` names an array backend) keep their own fields. No torch import (``--help``
+stays fast).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Annotated, Any, TypeVar
+
+import tyro
+
+from cxsim.model_options import Precision, check_device_name, check_precision
+from cxsim.tracking import RECORDED_FLAT, RECORDED_WHEN_SET
+
+ComputeT = TypeVar("ComputeT", bound="Compute")
+
+HIDDEN: Mapping[str, Any] = MappingProxyType({RECORDED_WHEN_SET: True})
+"""A field a subclass hides from its command: no flag, and left out of records at its
+default (the command's records never held it)."""
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Where and how the models compute (speed and memory; ``--precision`` also changes the
+    numbers)."""
+
+    device: str = "auto"
+    """auto (CUDA when present), cpu, cuda or cuda:N: every model and batch of the command;
+    under torchrun (``cxsim train``), cuda is each rank's LOCAL_RANK GPU (NCCL), cpu runs
+    every rank on CPU (gloo)."""
+    precision: Precision = "fp32"
+    """fp32, or bf16: bfloat16 autocast in sampling, scoring and updates, with float32
+    weights and Adam state."""
+    gradient_checkpointing: bool = False
+    """Recompute decoder activations in the backward pass of SFT and PPO, actor and critic
+    (less memory, ~1.3x the update time)."""
+    threads: int = 1
+    """torch intra-op threads of the command's updates (``eval``: of its sampling; 0: torch's
+    default). 1 is the safe choice on shared cores: a second thread that must wait for a
+    busy core made a tiny-model update 8x slower."""
+
+    def __post_init__(self) -> None:
+        check_device_name(self.device)
+        check_precision(self.precision)
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0 (0: torch's default); got {self.threads}")
+
+
+@dataclass(frozen=True)
+class SamplingCompute(Compute):
+    """Where and how the policy samples (it has no backward pass to checkpoint)."""
+
+    gradient_checkpointing: tyro.conf.Suppress[bool] = field(default=False, metadata=HIDDEN)
+
+
+@dataclass(frozen=True)
+class OneThreadCompute(Compute):
+    """Where and how the models compute; each run is one single-threaded process (``--jobs``
+    sets how many run at once: no ``--threads``)."""
+
+    threads: tyro.conf.Suppress[int] = field(default=1, metadata=HIDDEN)
+
+    def per_run(self) -> Compute:
+        """What each run computes with: these settings on one thread."""
+        return Compute(self.device, self.precision, self.gradient_checkpointing, threads=1)
+
+
+ComputeFlags = Annotated[ComputeT, tyro.conf.OmitArgPrefixes]
+"""A config field's type for an embedded :class:`Compute` (or subclass): its flags without
+the group's prefix."""
+
+
+FLAT: Mapping[str, Any] = MappingProxyType({RECORDED_FLAT: True})
+"""The metadata of a config field that embeds a :class:`Compute`: ``compute:
+ComputeFlags[Compute] = field(default_factory=Compute, metadata=FLAT)``, recorded flat
+(:data:`cxsim.tracking.RECORDED_FLAT`)."""

@@ -107,7 +107,8 @@ def test_no_results_page_or_artefact_holds_a_machine_path(path: Path):
 def test_a_page_rebuilds_from_its_json_with_no_cache_and_a_narrowed_run_writes_beside_it(
     tmp_path: Path, stages: Stages, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.chdir(tmp_path)  # outside a git checkout, as a user's own folder
+    monkeypatch.chdir(tmp_path)  # a user's own folder, with cxsim outside a git checkout
+    monkeypatch.setattr("cxsim.provenance._HERE", tmp_path)  # an installed package's folder
     Path("study.toml").write_text(STUDY)
     study_main(["study.toml"])
     folder = Path("runs/studies/study")

@@ -435,7 +435,7 @@ def record_invocation(cache: Path, command: str, wall_s: float) -> list[dict[str
     """Append this invocation (commit, command, wall seconds) to ``invocations.json`` in the
     main setting's cache folder and return them all: the page adds up the wall time of the
     invocations that made the runs, which a rerun that only reads them barely moves."""
-    from cxsim.paper_tables.verdicts_page import commit
+    from cxsim.provenance import commit
     from cxsim.tracking import write_json
 
     path = cache / "invocations.json"

@@ -13,7 +13,6 @@ cxsim/tables.py.
 from __future__ import annotations
 
 import math
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,7 @@ from cxsim.paper_tables.verdicts_cells import (
     segment_count,
     segment_label,
 )
+from cxsim.provenance import commit, cxsim_version, made_at
 from cxsim.tables import (
     Interval,
     detectable_difference,
@@ -163,29 +163,11 @@ def plot_critic(table: dict[str, list[Interval]], path: Path, band: str = "compa
 # -- the page ---------------------------------------------------------------------------
 
 
-def commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=5, check=False)  # fmt: skip
-        return out.stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
-def made_at(commit_id: str) -> str:
-    """``at commit abc1234``; outside a git checkout (no commit), the package's version."""
-    if commit_id and commit_id != "unknown":
-        return f"at commit {commit_id}"
-    from importlib.metadata import version
-
-    return f"outside a git checkout (cxsim {version('cxsim')})"
-
-
 def made_by(invocations: list[dict[str, Any]]) -> str:
     """The invocations that made the runs (those of a minute or more) and their total."""
     working = [i for i in invocations if i["wall_time_s"] >= 60] or invocations[-1:]
     total = sum(i["wall_time_s"] for i in working) / 60
-    parts = [f"`{i['command']}` {made_at(i['commit'])} ({i['wall_time_s'] / 60:.0f} min)"
+    parts = [f"`{i['command']}` {made_at(i['commit'], cxsim_version())} ({i['wall_time_s'] / 60:.0f} min)"
              for i in working]  # fmt: skip
     return f"{' then '.join(parts)}: **{total:.0f} minutes** of wall time in all"
 
@@ -236,7 +218,7 @@ def setup_lines(
         "",
         f"Runs made by {made_by(invocations)}, {jobs} seeds at a time in single-threaded "
         f"processes (the recorded stage times add up to {compute_min:.0f} process-minutes). "
-        f"This page was written by `{command}` {made_at(commit())}; a rerun that finds the "
+        f"This page was written by `{command}` {made_at(commit(), cxsim_version())}; a rerun that finds the "
         "runs in the cache rewrites it in seconds.",
         "",
         f"**{len(runs)} independent seeds.** Seed s has its own SFT base (SFT seed s), its own "

@@ -23,7 +23,6 @@ written, and the command exits 1 naming the nearest.
 from __future__ import annotations
 
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -52,6 +51,7 @@ from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
 from cxsim.model_options import check_device_name
 from cxsim.pretrained import PRETRAINED
+from cxsim.provenance import commit_state
 from cxsim.toml_text import Inline
 from cxsim.tracking import say
 
@@ -225,22 +225,6 @@ def study_evaluator(cfg: Config, seeds: tuple[int, ...], executor: Executor) -> 
 
 
 # -- the record -----------------------------------------------------------------------------
-
-
-def commit_state() -> dict[str, Any]:
-    """The checkout's commit and whether tracked files differ from it."""
-    here = Path(__file__).resolve().parent
-
-    def git(*words: str) -> str:
-        try:
-            done = subprocess.run(["git", *words], capture_output=True, text=True, cwd=here,
-                                  timeout=10, check=False)  # fmt: skip
-        except OSError:
-            return ""
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    sha = git("rev-parse", "HEAD")
-    return {"commit": sha or "unknown", "dirty": bool(git("status", "--porcelain", "-uno"))}
 
 
 def candidate_row(scored: Scored, band: Band, chosen: bool) -> dict[str, Any]:

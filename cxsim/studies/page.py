@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from cxsim.provenance import made_at
 from cxsim.studies.artefact import compact_stage0, dumps, write_text
 from cxsim.studies.checks import check_lines, run_checks
 from cxsim.studies.outcomes import Runs, claim_comparisons, comparison, side_value
@@ -48,7 +49,7 @@ def header_lines(
     )
     lines += [
         f"Study file `{Path(study.path).name}`{budget}, written by `{made_by['command']}` "
-        f"{made_at(made_by)} in {made_by['wall_time_s']:.0f}s; the runs it read (cache "
+        f"{made_at(made_by.get('commit'), made_by.get('version'))} in {made_by['wall_time_s']:.0f}s; the runs it read (cache "
         f"`{made_by['runs_dir']}`) took {stage_s / 60:.1f} process-minutes when made, on "
         f"`{made_by['device']}`. A rerun that finds them in the cache rewrites this page in "
         "seconds; without them, `cxsim study --render` of the JSON beside it rebuilds it, byte "
@@ -68,15 +69,6 @@ def header_lines(
             "",
         ]
     return lines
-
-
-def made_at(made_by: dict[str, Any]) -> str:
-    """``at commit abc1234``, or, for a run outside a git checkout, the package's version."""
-    commit = made_by.get("commit") or "unknown"
-    if commit != "unknown":
-        return f"at commit {commit}"
-    version = made_by.get("version")
-    return "outside a git checkout" + (f" (cxsim {version})" if version else "")
 
 
 def stage_seconds(result: dict[str, Any]) -> float:

@@ -117,7 +117,7 @@ def provenance(argv: list[str], runs_dir: str, cfg: Config, began: float) -> dic
     package's version), the wall time, the runs folder and where the runs ran."""
     from importlib.metadata import version
 
-    from cxsim.paper_tables.verdicts_page import commit
+    from cxsim.provenance import commit
     from cxsim.studies.where import shown_path
 
     made_by = {

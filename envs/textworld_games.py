@@ -163,7 +163,7 @@ class TextWorldGames(TextEnv):
 
     ## Arguments
     ``rooms``, ``objects``, ``quest_length``, ``num_games``, ``cache_dir``,
-    ``error_penalty``, ``horizon`` (default ``3 * quest_length + 6``). Presets in
+    ``error_penalty``, ``horizon`` (default ``3 * quest_length + 6``). The default preset in
     ``PRESETS``. Facts: each entity the winning commands name (the thing to take, the
     direction to go, ...), its value the one word that names it in this game.
 
@@ -179,10 +179,11 @@ class TextWorldGames(TextEnv):
         "play the text game . do what the goal says , one command at a time ."
     )
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
-        "easy": {"rooms": 1, "objects": 2, "quest_length": 1},
         "default": {"rooms": 2, "objects": 3, "quest_length": 2},
-        "hard": {"rooms": 4, "objects": 6, "quest_length": 4},
     }
+    """Only the default, the registered id's (the constructor's defaults), calibrated by
+    ``cxsim calibrate`` for a fresh word-level model (docs/results/calibration/
+    TextWorld-default.toml, whose flags carry its recipe); other houses via kwargs."""
 
     def __init__(
         self,

@@ -16,16 +16,20 @@ import pytest
 
 from cxsim.calibration_preset import make_env
 from cxsim.envs import _VARIANT_KWARGS as VARIANT_KWARGS
-from cxsim.envs import ENV_CLASSES
+from cxsim.envs import ENV_CLASSES, OUTSIDE_IDS
 from cxsim.envs.defaults import DEFAULT_KWARGS
 from cxsim.envs.scripted import oracle_for, play
 from cxsim.studies.load import read_toml
 
-RECORDS = sorted((Path(__file__).parents[1] / "docs/results/calibration").glob("*.toml"))
+ALL_RECORDS = sorted((Path(__file__).parents[1] / "docs/results/calibration").glob("*.toml"))
+RECORDS = [p for p in ALL_RECORDS if read_toml(p)["env-id"] not in OUTSIDE_IDS]
+"""The records of cxsim's own families."""
+OUTSIDE_RECORDS = [p for p in ALL_RECORDS if read_toml(p)["env-id"] in OUTSIDE_IDS]
+"""The records of families from outside (their modules need an optional extra)."""
 
 
 def test_the_calibrated_records_are_there() -> None:
-    names = {p.stem for p in RECORDS}
+    names = {p.stem for p in ALL_RECORDS}
     assert {
         "FactTrail-easy",
         "FactTrail-default",
@@ -42,6 +46,7 @@ def test_the_calibrated_records_are_there() -> None:
         "KeyRecallActive-easy",
         "KeyRecallActive-default",
         "KeyRecallActive-hard",
+        "TextWorld-default",
     } <= names
 
 
@@ -64,3 +69,28 @@ def test_each_record_is_its_shipped_preset(path: Path) -> None:
         for seed in range(4):
             mine, theirs = (play(e, oracle_for(e), seed=seed) for e in (env, recorded))
             assert [mine.task, *mine.observations] == [theirs.task, *theirs.observations]
+
+
+@pytest.mark.parametrize("path", OUTSIDE_RECORDS, ids=lambda p: p.stem)
+def test_an_outside_familys_record_is_its_shipped_preset(path: Path) -> None:
+    """An outside id is registered without kwargs (its module needs the extra), so its
+    class's constructor defaults are its default preset: the record's kwargs are that
+    preset's, the constructor's defaults say the same, and both build the same oracle
+    episodes."""
+    import importlib
+    import inspect
+
+    pytest.importorskip("textworld")
+    raw = read_toml(path)
+    preset = raw["preset"].rsplit("-", 1)[1]
+    assert preset == "default"  # only the default of an outside family is registered
+    module, _, name = OUTSIDE_IDS[raw["env-id"]].partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    shipped = cls.PRESETS[preset]
+    assert {**shipped, **raw["search"]["full-kwargs"]} == shipped
+    defaults = inspect.signature(cls).parameters
+    assert {key: defaults[key].default for key in shipped} == shipped
+    recorded, made = make_env(path), gym.make(raw["env-id"])
+    for seed in range(2):
+        mine, theirs = (play(e, oracle_for(e), seed=seed) for e in (made, recorded))
+        assert [mine.task, *mine.observations] == [theirs.task, *theirs.observations]

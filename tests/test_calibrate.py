@@ -22,9 +22,9 @@ from cxsim.calibration import (
     pick,
     run_search,
 )
-from cxsim.calibration_preset import load_preset, make_env
 from cxsim.cli import main as cxsim
 from cxsim.studies import calibrate as calibrate_entry
+from cxsim.studies.calibration_preset import load_preset, make_env
 from cxsim.studies.load import read_toml
 
 ENV_ID = "cxsim/FactTrail-easy-v0"

@@ -14,11 +14,11 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-from cxsim.calibration_preset import make_env
 from cxsim.envs import _VARIANT_KWARGS as VARIANT_KWARGS
 from cxsim.envs import ENV_CLASSES, OUTSIDE_IDS
 from cxsim.envs.defaults import DEFAULT_KWARGS
 from cxsim.envs.scripted import oracle_for, play
+from cxsim.studies.calibration_preset import make_env
 from cxsim.studies.load import read_toml
 
 ALL_RECORDS = sorted((Path(__file__).parents[1] / "docs/results/calibration").glob("*.toml"))

@@ -10,7 +10,7 @@ line); then score candidates: each seed's SFT base made and evaluated under
 the evaluation seed), cached under ``--runs-dir`` in a folder per candidate keyed by its
 settings, so a rerun reads what is there; pick the candidate whose mean Pass@1 over the
 seeds is inside ``--target`` and closest to its middle; write the preset and the search's
-record (cxsim/calibration_preset.py). No candidate in the band: the record alone is
+record (cxsim/studies/calibration_preset.py). No candidate in the band: the record alone is
 written, and the command exits 1 naming the nearest.
 
     cxsim calibrate --env.env-id cxsim/FactTrail-v0 --seeds 0:8 \\
@@ -274,7 +274,7 @@ def search_record(
         "device": cfg.device,
     }
     if chosen is not None:
-        from cxsim.calibration_preset import full_kwargs
+        from cxsim.studies.calibration_preset import full_kwargs
 
         env = candidate_setting(cfg, chosen.candidate).env
         record["full-kwargs"] = Inline(full_kwargs(env))
@@ -286,7 +286,7 @@ def write_outcome(
     cfg: Config, outcome: SearchOutcome, record: dict[str, Any], seeds: tuple[int, ...]
 ) -> Path:
     """The preset file (or, with no pick, the record alone) at ``cfg.out_file``."""
-    from cxsim.calibration_preset import preset_text, record_text
+    from cxsim.studies.calibration_preset import preset_text, record_text
 
     band = parse_band(cfg.target)
     on = f"seeds {seeds[0]}..{seeds[-1]}" if len(seeds) > 1 else f"seed {seeds[0]}"

@@ -97,6 +97,56 @@ def test_local_executor_yields_every_call_once_with_its_index():
         executor.close()
 
 
+KILLED_STUDY = """
+import os, sys, time
+from pathlib import Path
+from cxsim.studies.executors import LocalExecutor
+
+def hold(folder):
+    Path(folder, str(os.getpid())).write_text("")  # a worker says it has started a run
+    time.sleep(120)
+
+if __name__ == "__main__":
+    dict(LocalExecutor(2).map(hold, [(sys.argv[1],), (sys.argv[1],)]))
+"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's"
+)
+def test_a_killed_study_leaves_no_worker_computing(tmp_path: Path):
+    """SIGTERM to a study's process (``kill``, a scheduler's stop) ends its local workers too,
+    instead of leaving each to finish the run it holds."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    script, started = tmp_path / "killed_study.py", tmp_path / "started"
+    script.write_text(KILLED_STUDY)
+    started.mkdir()
+    study = subprocess.Popen([sys.executable, str(script), str(started)], cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while len(list(started.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    workers = [int(p.name) for p in started.iterdir()]
+    assert len(workers) == 2, "the workers did not start"
+    study.send_signal(signal.SIGTERM)
+    assert study.wait(timeout=30) == -signal.SIGTERM
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"  # a zombie has ended
+
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(pid) for pid in workers), "a worker outlived the killed study"
+
+
 @pytest.mark.slow  # Ray's start alone takes about 10 s
 @needs_ray
 def test_ray_executor_maps_and_raises_the_calls_own_error(ray_session):

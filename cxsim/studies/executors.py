@@ -10,7 +10,8 @@ nothing large comes back.
 
 - :class:`LocalExecutor` (``--executor local``, the default): ``--jobs`` spawned processes
   with one torch thread each (tiny models run 10-100x faster on one thread each than on a
-  shared pool); one job runs in this process.
+  shared pool); one job runs in this process. On Linux a worker ends with the process that
+  started it, so a study or calibration killed by a signal leaves no worker computing.
 - :class:`RayExecutor` (``--executor ray``): one Ray task per call, asking for one CPU and,
   when the study's device is ``cuda``, one GPU. ``--ray-address HOST:PORT`` joins a running
   cluster; without it a local Ray instance starts with ``--jobs`` CPUs. Ray is imported only
@@ -93,15 +94,14 @@ class LocalExecutor:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        import torch
 
         if self.pool is None:
             # spawn, not fork: a child must not inherit torch's thread pools
             self.pool = ProcessPoolExecutor(
                 self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=torch.set_num_threads,
-                initargs=(1,),
+                initializer=start_worker,
+                initargs=(os.getpid(),),
             )
         return self.pool
 
@@ -109,6 +109,28 @@ class LocalExecutor:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
+
+
+PR_SET_PDEATHSIG = 1
+"""Linux's prctl option: the signal a process gets when the thread that made it ends."""
+
+
+def start_worker(parent: int) -> None:
+    """A local worker's start: one torch thread and, on Linux, a SIGTERM when ``parent`` (the
+    study's process) ends, so that killing a study ends its workers too instead of leaving
+    them to finish their runs unwatched. A parent already gone ends the worker at once."""
+    import torch
+
+    torch.set_num_threads(1)
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # it ended before the request took hold
+        os._exit(1)
 
 
 def import_ray() -> ModuleType:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 import pytest
 
 from cxsim.agents import WordChatFormat, default_tokenizer
 from cxsim.compaction import CompactionConfig, _episode_plan, _Measured, fit_sizes
 from cxsim.envs.defaults import EpisodeText
+from cxsim.strategies import STRATEGIES
 
 UNSIZED = CompactionConfig(
     budget=None, threshold=None, max_response_tokens=None, max_summary_tokens=None
@@ -65,3 +67,56 @@ def test_unsized_config_refuses_to_run() -> None:
     assert not UNSIZED.sized and CompactionConfig().sized
     with pytest.raises(ValueError, match="threshold"):
         CompactionConfig(budget=None, threshold=0)
+
+
+# --------------------------------------------------------------- the sizing against the runtime
+
+AGREEMENT_IDS = (
+    "cxsim/KeyRecall-v0",
+    "cxsim/FactUpdate-v0",
+    "cxsim/FactTrail-v0",
+    "cxsim/SimRepo-v0",
+    "cxsim/KeyRecallActive-v0",
+)
+
+
+def env_actions(transcript: str) -> list[str]:
+    """The actions a transcript sent to the environment: the assistant turns an observation
+    answers (a note, a state or a summary gets none)."""
+    lines = transcript.splitlines()
+    return [
+        line.removeprefix("[assistant] ")
+        for line, after in pairwise(lines)
+        if line.startswith("[assistant] ") and after.startswith("[observation] ")
+    ]
+
+
+@pytest.mark.slow  # 50 pairs, each 16 episodes sized and then played (about 35 s in all)
+@pytest.mark.parametrize("env_id", AGREEMENT_IDS)
+@pytest.mark.parametrize("protocol", STRATEGIES.choices())
+def test_the_derived_budget_holds_the_runtimes_oracle_episodes(env_id: str, protocol: str) -> None:
+    """The sizing replays the runtime's decisions on token counts (``_EpisodePlan``); the real
+    runtime, with the strategy's scripted agents (oracle, perfect summaries) on the sized
+    episodes' seeds at the derived budget, ends none for want of room while it keeps to its
+    sized actions. (An oracle that reads its context can act otherwise once the strategy drops
+    what it read, as SimRepo's under sliding-window edits the wrong patch until the window is
+    full: those episodes are the pre-flight's to refuse, not the sizing's.)"""
+    import gymnasium as gym
+
+    from cxsim.envs.defaults import DEFAULT_KWARGS, sample_episodes
+    from cxsim.runtime import collect_rollouts
+
+    kwargs = DEFAULT_KWARGS.get(env_id, {})
+    env = gym.make(env_id, **kwargs)
+    system = env.unwrapped.system_prompt
+    env.close()
+    episodes = sample_episodes(env_id, kwargs, 16)
+    sized = fit_sizes(replace(UNSIZED, protocol=protocol), CHAT, system, episodes)
+    agents = sized.strategy.scripted_agents(env_id, CHAT, config=sized)
+    records = collect_rollouts(
+        env_id, kwargs, agents.actor, sized, list(range(16)), CHAT, agents.summarizer
+    ).records
+    for record, episode in zip(records, episodes, strict=False):
+        if record.end_reason == "window_full":  # out of room: only off the sized actions
+            actions = env_actions(record.transcript)
+            assert actions != episode.actions[: len(actions)], (record.seed, actions)

@@ -94,7 +94,6 @@ class LocalExecutor:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-
         if self.pool is None:
             # spawn, not fork: a child must not inherit torch's thread pools
             self.pool = ProcessPoolExecutor(

@@ -187,18 +187,14 @@ def test_a_missing_value_is_named_once():
     assert str(info.value) == "cxsim x: error: missing --folder STR; see `cxsim x --help`"
 
 
-def test_verdicts_help_shows_no_union_and_says_defaults_follow_the_preset(capsys):
+def test_verdicts_help_names_the_study_file_it_runs(capsys):
     with pytest.raises(SystemExit) as info:
         cxsim(["verdicts", "--help"])
     assert info.value.code == 0
-    smoke = " ".join(capsys.readouterr().out.split())
-    assert "pretrain:" not in smoke and "{pretrain" not in smoke  # no sub-command union
-    assert "The defaults shown are those of the --preset given (smoke when none is)" in smoke
-    with pytest.raises(SystemExit):
-        cxsim(["verdicts", "--preset", "full", "--help"])
-    full = " ".join(capsys.readouterr().out.split())
-    assert "--pretrain.epochs INT" in full and "pretrain:" not in full
-    assert "--seeds STR" in full and "(default: 8)" in full  # the full preset's seeds
+    said = " ".join(capsys.readouterr().out.split())
+    assert "--study STR" in said and "paper_tables/verdicts.toml" in said
+    assert "--seeds {None}|STR" in said and "--preset STR" in said
+    assert "--pretrain" not in said and "--sft." not in said  # the settings live in the file
 
 
 def test_flags_named_in_the_method_page_exist():

@@ -355,7 +355,7 @@ def test_print_commands_parse_into_the_configs_the_study_runs(
         assert to_jsonable(train.ppo) == json.loads(cached.read_text())["config"]["ppo"]
     for evaluated, arm in ((parsed[1], "base"), (parsed[3], "compactionrl")):
         out = seed_dir / "eval" / f"{arm}.json"
-        made = runner.eval_config(setting, 1, seed_dir, evaluated.policy, out, "cpu")
+        made = runner.eval_config(setting, 1, seed_dir, evaluated.model.policy, out, "cpu")
         assert evaluated == made and evaluated.eval.seed == 1
 
 
@@ -540,22 +540,31 @@ def test_a_bad_check_fails_in_one_line(tmp_path: Path, old: str, new: str, messa
         load_study(write(tmp_path, CHECKED.replace(old, new, 1)), budget="quick")
 
 
+def shipped_study(name: str) -> Path:
+    """A study file of studies/, or the verdict run's (shipped with cxsim/paper_tables)."""
+    if name == "verdicts":
+        from cxsim.paper_tables.verdicts import STUDY_FILE
+
+        return STUDY_FILE
+    return EXAMPLES.parent / "studies" / f"{name}.toml"
+
+
 @pytest.mark.parametrize("name", ["verdicts", "table4-horizons"])
 def test_the_shipped_studies_keep_the_critic_their_pages_were_made_with(name: str):
     from cxsim.config import PPOConfig
-    from cxsim.paper_tables import tables, verdicts
+    from cxsim.paper_tables import tables
     from cxsim.pipeline.presets import PUBLISHED_CRITIC, PUBLISHED_RECIPE
     from cxsim.studies.stages import arm_ppo
 
-    study = load_study(EXAMPLES.parent / "studies" / f"{name}.toml")
+    study = load_study(shipped_study(name))
     for setting in study.settings:
         for arm in setting.arms:
             ppo = arm_ppo(setting, study.arm(arm))
             assert (ppo.value_head, ppo.critic_lam) == ("last", None), (setting.name, arm)
-    # so are the pages' own full budgets; the default critic is another since
-    for made in (verdicts.BUDGETS["full"].ppo, tables.BUDGETS["full"].ppo):
-        assert (made.value_head, made.critic_lam) == tuple(PUBLISHED_CRITIC.values())
-        assert made.kl_coef == 0.0 and not made.skip_uniform_batches
+    # so is the tables page's own full budget; the default critic is another since
+    made = tables.BUDGETS["full"].ppo
+    assert (made.value_head, made.critic_lam) == tuple(PUBLISHED_CRITIC.values())
+    assert made.kl_coef == 0.0 and not made.skip_uniform_batches
     assert (PPOConfig().value_head, PPOConfig().critic_lam) == ("context-ridge", 1.0)
     # and their run folders keep their names: a record without the two stands for them
     recorded = to_jsonable(PPOConfig(**PUBLISHED_CRITIC))
@@ -569,7 +578,7 @@ def test_the_shipped_studies_keep_the_recipe_their_pages_were_made_with(name: st
     from cxsim.config import PPOConfig
     from cxsim.studies.stages import arm_ppo
 
-    study = load_study(EXAMPLES.parent / "studies" / f"{name}.toml")
+    study = load_study(shipped_study(name))
     for setting in study.settings:
         for arm in setting.arms:
             ppo = arm_ppo(setting, study.arm(arm))

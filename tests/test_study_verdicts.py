@@ -1,4 +1,4 @@
-"""studies/verdicts.toml, the verdict run as a study file, and what the study engine gained
+"""cxsim/paper_tables/verdicts.toml, the verdict run as a study file, and what the study engine gained
 for it: claims under another protocol, "does not change" claims with a margin, a stage-0
 checkpoint made by the study, settings that share SFT bases, and sides whose summaries
 another arm writes (the Table 1 swap)."""
@@ -27,41 +27,24 @@ from cxsim.tables import Interval
 from cxsim.tracking import to_jsonable
 
 ROOT = Path(__file__).resolve().parent.parent
-VERDICTS = ROOT / "studies" / "verdicts.toml"
+VERDICTS = ROOT / "cxsim" / "paper_tables" / "verdicts.toml"
 
 # -- the file against cxsim verdicts ----------------------------------------------------------
 
 
-def test_the_file_holds_the_verdict_runs_settings_arms_and_predictions():
-    from cxsim.paper_tables import verdicts
-    from cxsim.paper_tables.verdicts_claims import CLAIMS
-
+def test_the_file_holds_the_verdict_runs_settings_arms_and_claims():
     study = load_study(VERDICTS)
     assert replace(load_study(VERDICTS, budget="full"), budget=None) == study  # as written
-    full = verdicts.BUDGETS["full"]
     main, credit, critic = (study.setting(n) for n in ("main", "credit", "credit-critic"))
-    assert main.arms == verdicts.ARMS and credit.arms == verdicts.CREDIT_ARMS
-    assert (main.env, main.sft, main.ppo, main.eval.episodes) == (
-        full.env, full.sft, full.ppo, full.eval.episodes,
-    )  # fmt: skip
-    for setting, made in ((credit, full.credit[0]), (critic, full.credit[1])):
-        assert (setting.env, setting.sft, setting.arms) == (made.env, made.sft, made.arms)
-        assert setting.ppo == (made.ppo or full.ppo)
+    assert len(main.arms) == 11 and credit.arms[:4] == critic.arms
+    assert credit.env.env_id == "cxsim/KeyRecallActive-v0" and credit.sft.skip_rate == 0.5
+    assert credit.ppo == main.ppo and (main.sft.episodes, main.eval.episodes) == (512, 256)
     assert critic.ppo.critic_warmup == 12 and critic.bases_from == "credit"
     (stage,) = study.stage0  # every setting starts from the one stage 0, on the main task
     assert all(s.stage0 == stage for s in study.settings) and stage.env == main.env
-    assert stage.sft == full.pretrain and stage.policy is None
-    assert (stage.seeds, stage.copy_loss) == (full.pretrain_seeds, full.copy_loss)
-
-    # every claim of the page, the Table 1 swap included, as `cxsim verdicts` runs it, with
-    # its prediction as committed
-    run = {(c.setting, c.name): c for c in verdicts.verdict_study(verdicts.parse([])).claims}
-    assert len(study.claims) == len(run) == len(CLAIMS)
-    for claim in study.claims:
-        made = run[(claim.setting, claim.name)]
-        assert claim.sides == made.sides and claim.prediction == made.prediction, claim.name
-        assert claim.statement.startswith(made.statement), claim.name
-        assert (claim.direction, claim.margin) == (made.direction, made.margin), claim.name
+    assert stage.sft.omission_rate == 0.0 and stage.policy is None
+    assert (stage.seeds, stage.copy_loss) == (tuple(range(1000, 1008)), 0.01)
+    assert len(study.claims) == 18
     (unchanged,) = [c for c in study.claims if c.direction == "same"]
     assert unchanged.margin == 0.05  # verdicts_claims.NO_EFFECT_MARGIN
     swap = next(c for c in study.claims if c.name == "summarizer")
@@ -117,11 +100,11 @@ SAME = [  # (interval, the verdict of a "same" claim at margin 0.05)
 
 @pytest.mark.parametrize(("diff", "said"), SAME)
 def test_a_same_claim_follows_the_verdict_pages_rule(diff: Interval, said: str):
-    from cxsim.paper_tables.verdicts_claims import CLAIMS
+    from cxsim.paper_tables.verdicts_claims import page_claims
     from cxsim.paper_tables.verdicts_page import verdict_of
 
     assert verdict(diff, "same", 0.05) == said
-    (no_effect,) = [c for c in CLAIMS if c.kind == "no-effect"]
+    (no_effect,) = [c for c in page_claims(load_study(VERDICTS)) if c.kind == "no-effect"]
     page = re.sub(r"\*\*|\s*\(inside .*\)", "", verdict_of(no_effect, diff))
     assert page == said
 
@@ -390,17 +373,17 @@ def test_stage0_bases_from_and_protocol_claims_run_what_they_need(tmp_path: Path
     # stage 0: candidates in order until one copies (1000 does not, 1001 does; 1002 unmade)
     candidates = [c.seed for c in stages.sft if "stage0-start" in c.run_dir]
     assert candidates == [1000, 1001] and outcome["stage0"]["start"]["seed"] == 1001
-    assert all(c.policy is None for c in stages.sft[:2])  # a fresh model, as the table says
+    assert all(c.model.policy is None for c in stages.sft[:2])  # a fresh model, as the table says
     # one base per seed, in setting a's folder, started from the stage's checkpoint
     bases = [c for c in stages.sft if "stage0-start" not in c.run_dir]
     assert [c.seed for c in bases] == [0, 1]
-    assert all(c.policy == outcome["stage0"]["start"]["policy"] for c in bases)
+    assert all(c.model.policy == outcome["stage0"]["start"]["policy"] for c in bases)
     assert all(Path(c.run_dir).parts[-3].startswith("a-") for c in bases)
     for cfg in stages.train:  # every arm of both settings from its seed's base
-        assert cfg.policy == str(Path(bases[cfg.seed].run_dir) / "policy")
+        assert cfg.model.policy == str(Path(bases[cfg.seed].run_dir) / "policy")
     assert len(stages.train) == 2 * 2 * 2  # 2 settings x 2 arms x 2 seeds
     # the base's evaluation made once, shared by b; Single only for the claim's two arms
-    protocols = sorted((c.policy.split("/runs/")[1].split("/")[0][0], c.eval.protocols)
+    protocols = sorted((c.model.policy.split("/runs/")[1].split("/")[0][0], c.eval.protocols)
                        for c in stages.evaluate)  # fmt: skip
     assert protocols.count(("a", ("single",))) == 4  # base and compactionrl, 2 seeds
     assert not any(p == ("single",) for _, p in protocols if _ == "b")
@@ -472,7 +455,7 @@ def test_a_swap_is_evaluated_after_both_arms_with_their_policies(
     trained = {(c.seed, Path(c.run_dir).name.rsplit("-", 1)[0]): c for c in stages.train}
     for cfg, summarizer in swapped:
         seed = cfg.eval.seed
-        assert cfg.policy == bases[seed] and cfg.eval.protocols == ("external-summarizer",)
+        assert cfg.model.policy == bases[seed] and cfg.eval.protocols == ("external-summarizer",)
         assert summarizer in (
             bases[seed],
             str(Path(trained[(seed, "compactionrl")].run_dir) / "policy"),
@@ -553,12 +536,12 @@ def test_print_commands_start_the_bases_from_the_stage0_command(
         own_files(runs, VERDICTS) / "replicate" / "stage0-copies" / "p1000",
         "cpu",
     )
-    assert stage0 == made and stage0.policy is None
+    assert stage0 == made and stage0.model.policy is None
     (Path(made.run_dir) / "policy").mkdir(parents=True)  # the checkpoint the command would make
     (Path(made.run_dir) / "policy" / "config.json").write_text("{}")
     for base in (commands[1], commands[7]):  # main's and credit's bases, from the stage
         parsed = tyro.cli(sft_entry.Config, args=base[2:])
-        assert parsed.policy == str(Path(made.run_dir) / "policy") and parsed.seed == 8
+        assert parsed.model.policy == str(Path(made.run_dir) / "policy") and parsed.seed == 8
     evals = [c for c in commands if c[1] == "eval"]
     singles = [c for c in evals if c[c.index("--eval.protocols") + 1] == "single"]
     assert [Path(c[c.index("--out") + 1]).name for c in singles] == [

@@ -12,14 +12,13 @@ from typing import Any
 import pytest
 
 from cxsim.cli import main as cxsim
-from cxsim.paper_tables.verdicts import (
-    ARMS,
-    BUDGETS,
-    CREDIT_ARMS,
-    parse,
-    verdict_study,
+from cxsim.paper_tables.verdicts import STUDY_FILE, Config, parse, verdict_study
+from cxsim.paper_tables.verdicts_claims import (
+    Claim,
+    evaluation_name,
+    evaluation_side,
+    page_claims,
 )
-from cxsim.paper_tables.verdicts_claims import CLAIMS, Claim, evaluation_name, evaluation_side
 from cxsim.paper_tables.verdicts_page import (
     critic_by_segment,
     informative_mean,
@@ -27,6 +26,11 @@ from cxsim.paper_tables.verdicts_page import (
     verdict_of,
 )
 from cxsim.tables import Interval
+
+FULL = verdict_study(parse(["--preset", "full"]))
+CLAIMS = page_claims(FULL)
+ARMS = FULL.setting("main").arms
+CREDIT_ARMS = FULL.setting("credit").arms
 
 PAPER = Claim("c", "Table 3", "x helps", "compactionrl", "base", "", "summary_recall")
 EXTRA = Claim("e", "not in the paper", "x beats y", "compactionrl", "base", "", "summary_recall")
@@ -51,30 +55,32 @@ def test_verdict_words_follow_the_interval_and_the_claim_kind():
     assert verdict_of(PAPER, Interval(math.nan, math.nan, math.nan, 0, "none")) == "not measured"
 
 
-def test_the_run_is_a_study_of_every_claim_on_the_presets_settings():
-    full = parse(["--preset", "full"])
-    study = verdict_study(full)
+def test_the_run_is_the_study_file_at_the_presets_budget():
+    study = FULL
     main, credit, critic = study.settings
+    assert study.path == str(STUDY_FILE) and STUDY_FILE.parent.name == "paper_tables"
     assert [s.name for s in study.settings] == ["main", "credit", "credit-critic"]
-    assert main.arms == ARMS and credit.arms == CREDIT_ARMS and critic.arms == CREDIT_ARMS[:4]
+    assert len(ARMS) == 11 and critic.arms == CREDIT_ARMS[:4] and len(CREDIT_ARMS) == 6
     (stage,) = study.stage0  # one stage 0, on the main task, shared by every setting
-    assert all(s.stage0 == stage for s in study.settings) and stage.sft == full.pretrain
-    assert (stage.env, stage.seeds, stage.copy_loss) == (full.env, full.pretrain_seeds, 0.01)
+    assert all(s.stage0 == stage for s in study.settings) and stage.env == main.env
+    assert (stage.sft.episodes, stage.sft.epochs, stage.sft.omission_rate) == (512, 8, 0.0)
+    assert (stage.seeds, stage.copy_loss) == (tuple(range(1000, 1008)), 0.01)
     assert credit.env.env_id == "cxsim/KeyRecallActive-v0" and credit.sft.skip_rate == 0.5
-    assert credit.ppo == full.ppo == main.ppo and critic.ppo.critic_warmup == 12
+    assert credit.ppo == main.ppo and critic.ppo.critic_warmup == 12
     assert critic.bases_from == "credit" and critic.sft == credit.sft
     assert all(
         s.eval.protocols == ("compacted",) and s.eval.episodes == 256 for s in study.settings
     )
     assert study.seeds == tuple(range(8))
-    # each claim's two evaluations are sides of the study's claim of the same name
-    assert len(study.claims) == len(CLAIMS)
+    # each claim of the file is a row of the page: its evaluations named from its sides
+    assert len(CLAIMS) == len(study.claims) == 18
     for claim, made in zip(CLAIMS, study.claims, strict=True):
         assert (made.setting, made.name, made.prediction) == (
             claim.setting,
             claim.key,
             claim.prediction,
         )
+        assert made.statement == f"{claim.statement} ({claim.source})"
         for name, side in (
             (claim.treatment, made.treatment_side),
             (claim.reference, made.reference_side),
@@ -89,21 +95,47 @@ def test_the_run_is_a_study_of_every_claim_on_the_presets_settings():
     assert evaluation_side("compactionrl@single") == ("compactionrl", "single", "")
     sources = {c.source for c in CLAIMS}
     assert {"Table 1", "Table 2", "Table 3", "Table 4", "not in the paper"} == sources
-    smoke = verdict_study(parse(["--no-credit-setting"]))
-    assert [s.name for s in smoke.settings] == ["main"] and not smoke.stage0
-    assert {c.setting for c in smoke.claims} == {"main"}
+    # what only the page adds, from verdicts_claims.PAGE_NOTES
+    row = next(c for c in CLAIMS if (c.setting, c.key) == ("credit", "correction-fixed-lambda"))
+    assert row.diagnostic == "first_window_credit" and row.paper_share == (0.54, 0.65)
+    assert next(c for c in CLAIMS if c.key == "correction-segment-scope").added
+    smoke = verdict_study(parse([]))
+    assert smoke.budget == "smoke" and smoke.seeds == (0, 1)
+    assert smoke.setting("main").env.kwargs["memory_length"] == 5
+
+
+def claims_file(tmp_path: Path, old: str, new: str) -> str:
+    path = tmp_path / "verdicts.toml"
+    text = STUDY_FILE.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    return str(path)
+
+
+def test_a_claim_the_page_cannot_show_fails_before_any_work(tmp_path: Path):
+    unknown = claims_file(tmp_path, 'name = "stitched"', 'name = "stitched-again"')
+    with pytest.raises(ValueError, match="claim main:stitched-again of the verdict study: give"):
+        Config(study=unknown)
+    sourceless = claims_file(
+        tmp_path, "beats its SFT base under Compacted (Table 2)", "beats its SFT base"
+    )
+    with pytest.raises(ValueError, match="end its statement with its source"):
+        Config(study=sourceless)
+    with pytest.raises(ValueError, match=r"--budget huge: verdicts.toml has no \[budgets.huge\]"):
+        Config(preset="huge")
 
 
 def test_seeds_are_a_count_or_a_range():
     assert parse(["--seeds", "3"]).seed_list == (0, 1, 2)
     assert parse(["--preset", "full"]).seed_list == tuple(range(8))
     assert parse(["--seeds", "20:24"]).seed_list == (20, 21, 22, 23)
+    assert parse([]).seed_list == (0, 1)  # the smoke preset: the file's first two
     from dataclasses import replace
 
     with pytest.raises(ValueError, match="--seeds 5:6: a paired interval needs at least 2"):
-        replace(BUDGETS["smoke"], seeds="5:6")
+        replace(Config(), seeds="5:6")
     with pytest.raises(ValueError, match="--seeds '2-4': write a:b"):
-        replace(BUDGETS["smoke"], seeds="2-4")
+        replace(Config(), seeds="2-4")
 
 
 # -- the page from synthetic seeds ------------------------------------------------------
@@ -264,7 +296,7 @@ def test_critic_by_segment_reads_only_informative_iterations():
 # -- a cache of the older layout --------------------------------------------------------------
 
 
-def old_cache(cfg: Any, loss_1001: float = 0.002) -> dict[str, float]:
+def old_cache(cfg: Config, loss_1001: float = 0.002) -> dict[str, float]:
     """The files ``cxsim verdicts`` wrote before it ran through the study engine, for ``cfg``
     (its folders named after a hash of their settings, recorded in settings.json; candidate
     1000 of stage 0 does not copy, 1001 does); returns each evaluation's Pass@1 by
@@ -272,6 +304,7 @@ def old_cache(cfg: Any, loss_1001: float = 0.002) -> dict[str, float]:
     from cxsim.paper_tables.verdicts_adopt import old_settings
     from cxsim.tracking import write_json
 
+    study = verdict_study(cfg)
     root = Path(cfg.runs_dir)
     main = root / f"{cfg.preset}-0123abcd"
 
@@ -281,7 +314,7 @@ def old_cache(cfg: Any, loss_1001: float = 0.002) -> dict[str, float]:
         (folder / "config.json").write_text("{}")
         return str(folder)
 
-    write_json(main / "settings.json", old_settings(cfg, None, None))
+    write_json(main / "settings.json", old_settings(study, study.settings[0], cfg.device))
     write_json(main / "invocations.json", {"invocations": [
         {"commit": "old1234", "command": "cxsim verdicts --preset full", "wall_time_s": 1800.0}
     ]})  # fmt: skip
@@ -290,10 +323,11 @@ def old_cache(cfg: Any, loss_1001: float = 0.002) -> dict[str, float]:
             "policy": policy(f"p{seed}"), "wall_time_s": 30.0,
             "final": {"losses/heldout_execution": loss},
         })  # fmt: skip
-    folders = {"main": (main, cfg.arms, False)}
-    for credit in cfg.credit:
+    main_setting, *credits = study.settings
+    folders = {"main": (main, main_setting.arms, False)}
+    for credit in credits:
         folder = root / f"{cfg.preset}-{credit.name}-4567cdef"
-        write_json(folder / "settings.json", old_settings(cfg, credit, 1001))
+        write_json(folder / "settings.json", old_settings(study, credit, cfg.device, 1001))
         folders[credit.name] = (folder, credit.arms, bool(credit.bases_from))
     passes: dict[tuple[str, int, str], float] = {}
     for name, (folder, arms, reused) in folders.items():
@@ -342,20 +376,15 @@ def refuse_every_stage(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_cache_of_the_older_layout_is_adopted_and_nothing_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    from dataclasses import replace
-
-    from cxsim.config import SFTConfig
     from cxsim.paper_tables.verdicts import run_verdicts
 
-    smoke = BUDGETS["smoke"]
-    credit, critic = smoke.credit
-    cfg = replace(
-        smoke, runs_dir=str(tmp_path / "runs"), out_dir=str(tmp_path / "page"), jobs=1,
-        arms=("compactionrl",), pretrain=SFTConfig(episodes=2, epochs=1),
-        pretrain_seeds=(1000, 1001, 1002),
-        credit=(replace(credit, arms=("fixed-lambda", "local-fixed-lambda")),
-                replace(critic, arms=("fixed-lambda", "local-fixed-lambda"))),
+    study = claims_file(  # the smoke budget's stage 0 with three candidates that must copy
+        tmp_path, 'stage0.seeds = "1000:1001"\nstage0.copy-loss = 100.0',
+        'stage0.seeds = "1000:1003"\nstage0.copy-loss = 0.01',
     )  # fmt: skip
+    cfg = Config(
+        study=study, runs_dir=str(tmp_path / "runs"), out_dir=str(tmp_path / "page"), jobs=1
+    )
     passes = old_cache(cfg)
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").rglob("*")}
     refuse_every_stage(monkeypatch)
@@ -381,15 +410,14 @@ def test_a_cache_of_the_older_layout_is_adopted_and_nothing_runs(
 
 
 def test_a_cache_of_other_settings_is_not_adopted(tmp_path: Path):
-    from dataclasses import replace
-
     from cxsim.paper_tables.verdicts_adopt import adopt_old_runs
 
-    cfg = replace(BUDGETS["smoke"], runs_dir=str(tmp_path), credit_setting=False)
+    cfg = Config(runs_dir=str(tmp_path))
     old_cache(cfg)
-    other = replace(cfg, sft=replace(cfg.sft, epochs=2))  # another SFT: another cache
-    assert adopt_old_runs(other, verdict_study(other)) == 0
-    assert adopt_old_runs(cfg, verdict_study(cfg)) > 0
+    # another SFT: another cache
+    other = Config(study=claims_file(tmp_path, "sft.epochs = 1\n", "sft.epochs = 2\n"))
+    assert adopt_old_runs(verdict_study(other), "smoke", tmp_path, "cpu") == 0
+    assert adopt_old_runs(verdict_study(cfg), "smoke", tmp_path, "cpu") > 0
 
 
 # -- the pipeline ------------------------------------------------------------------------
@@ -408,6 +436,7 @@ def test_smoke_run_writes_the_page(tmp_path: Path, monkeypatch):
     # each study file's own records: its predictions)
     folders = {p.name.rsplit("-", 1)[0]: p for p in runs.iterdir() if p.is_dir()}
     assert folders.pop("studies").is_dir()
+    assert folders.pop("stage0-copies").is_dir()  # the one starting checkpoint of every setting
     assert set(folders) == {"main", "credit", "credit-critic"}
     main, credit, critic = (folders[n] for n in ("main", "credit", "credit-critic"))
     assert len(list(critic.glob("s0/train/*/results.json"))) == 4
@@ -433,6 +462,7 @@ def test_one_claim_on_new_seeds_runs_only_what_it_needs(tmp_path: Path, monkeypa
            "--out", str(out), "--runs-dir", str(runs), "--jobs", "1", "--quiet"])  # fmt: skip
     folders = {p.name.rsplit("-", 1)[0]: p for p in runs.iterdir() if p.is_dir()}
     assert folders.pop("studies").is_dir()  # the study file's own records
+    assert folders.pop("stage0-copies").is_dir()  # the credit bases start from it
     assert set(folders) == {"credit", "main"}  # main: only the record of this invocation
     assert [p.name for p in folders["main"].iterdir()] == ["invocations.json"]
     credit = folders["credit"]
@@ -451,21 +481,9 @@ def test_one_claim_on_new_seeds_runs_only_what_it_needs(tmp_path: Path, monkeypa
     assert "**4 independent seeds.**" in text and "| s20 | s21 | s22 | s23 |" in text
 
 
-def test_a_setting_reuses_only_the_bases_of_an_earlier_identical_one():
-    from dataclasses import replace
-
-    smoke = BUDGETS["smoke"]
-    credit, critic = smoke.credit
-    with pytest.raises(ValueError, match="reuses the bases of 'credit'"):
-        replace(smoke, credit=(critic, credit))  # named before the setting it reuses
-    other = replace(credit, sft=replace(credit.sft, skip_rate=0.2))
-    with pytest.raises(ValueError, match="same env and SFT"):
-        replace(smoke, credit=(other, critic))
-
-
 def test_bad_flags_fail_before_any_work(tmp_path: Path):
     with pytest.raises(SystemExit, match="at least 2 seeds"):
         cxsim(["verdicts", "--seeds", "1", "--runs-dir", str(tmp_path)])
-    with pytest.raises(SystemExit, match="unknown preset"):
+    with pytest.raises(SystemExit, match=r"has no \[budgets.huge\]; choose: full, smoke"):
         cxsim(["verdicts", "--preset", "huge", "--runs-dir", str(tmp_path)])
     assert not any(tmp_path.iterdir())

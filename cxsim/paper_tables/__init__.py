@@ -2,8 +2,9 @@
 
 ``cxsim tables`` (``tables``): Tables 1-4 over K seeds, read from the per-seed results
 (``tables_seeds``) onto a page (``tables_page``) with its plots (``tables_plots``).
-``cxsim verdicts`` (``verdicts``): a verdict on each of the paper's claims, run through the
-study engine (``cxsim/studies``); its claims (``verdicts_claims``), per-seed cells
+``cxsim verdicts`` (``verdicts``): a verdict on each of the paper's claims, its study file
+(``verdicts.toml``, settings and claims written once) run through the study engine
+(``cxsim/studies``); what its page adds to each claim (``verdicts_claims``), per-seed cells
 (``verdicts_cells``), page (``verdicts_page``) and the adoption of an older cache
 (``verdicts_adopt``). The runs are the pipeline's stages (``cxsim/pipeline``).
 """

@@ -12,36 +12,46 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cxsim.paper_tables.verdicts_claims import ARMS
-
 if TYPE_CHECKING:
-    from cxsim.paper_tables.verdicts import Config, CreditSetting
-    from cxsim.studies.spec import Study
+    from cxsim.studies.spec import Setting, Study
+
+OLD_ARMS: tuple[str, ...] = (
+    "compactionrl", "ppo-single", "no-summary-training", "segment-mean-loss",
+    "no-cross-segment", "stitched", "supo", "segment-scope", "fixed-lambda", "local-fixed-lambda",
+    "local-segment-scope",
+)  # fmt: skip
+"""The main setting's arms when that cache was made: a folder recorded ``arms`` only when
+its setting's differed."""
+OLD_PRETRAIN_SEEDS = tuple(range(1000, 1008))
+"""The stage-0 seeds and copy loss that cache recorded for a run without a stage 0."""
+OLD_COPY_LOSS = 0.01
 
 
-def old_settings(cfg: Config, credit: CreditSetting | None, start_seed: int | None) -> dict:
-    """What a setting's folder of that cache was named after (its ``settings.json``)."""
-    ppo, arms = cfg.ppo, cfg.arms
-    env, sft, pretrain = cfg.env, cfg.sft, cfg.pretrain
-    if credit is not None:
-        env, sft, ppo, arms, pretrain = (
-            credit.env,
-            credit.sft,
-            credit.ppo or cfg.ppo,
-            credit.arms,
-            None,
-        )
+def old_settings(
+    study: Study, setting: Setting, device: str, start_seed: int | None = None
+) -> dict[str, Any]:
+    """What the folder of ``setting`` was named after in that cache (its ``settings.json``):
+    the setting's configs, its evaluation with every protocol (the claims then chose theirs),
+    and the stage 0 (recorded by the main setting only; a credit setting recorded the seed
+    its stage 0 started from instead)."""
+    from cxsim.config import EvalConfig
+
+    stage = setting.stage0
+    main = setting.name == study.settings[0].name
     settings: dict[str, Any] = {
-        "env": env, "compaction": cfg.compaction, "sft": sft, "ppo": ppo, "eval": cfg.eval,
-        "device": cfg.device, "pretrain": pretrain, "pretrain_seeds": cfg.pretrain_seeds,
-        "copy_loss": cfg.copy_loss,
+        "env": setting.env, "compaction": setting.compaction, "sft": setting.sft,
+        "ppo": setting.ppo, "eval": replace(setting.eval, protocols=EvalConfig().protocols),
+        "device": device, "pretrain": stage.sft if stage is not None and main else None,
+        "pretrain_seeds": stage.seeds if stage is not None else OLD_PRETRAIN_SEEDS,
+        "copy_loss": stage.copy_loss if stage is not None else OLD_COPY_LOSS,
     }  # fmt: skip
-    if arms != ARMS:
-        settings["arms"] = arms
-    if credit is not None and start_seed is not None:
+    if setting.arms != OLD_ARMS:
+        settings["arms"] = setting.arms
+    if not main and start_seed is not None:
         settings["start_seed"] = start_seed
     return settings
 
@@ -95,9 +105,9 @@ def write_new(path: Path, data: dict[str, Any]) -> int:
     return 1
 
 
-def adopt_old_runs(cfg: Config, study: Study) -> int:
+def adopt_old_runs(study: Study, preset: str, runs_dir: Path, device: str) -> int:
     """Copy the results of a cache made before the study engine ran ``cxsim verdicts`` (under
-    ``--runs-dir``: ``<preset>[-<setting>]-<hash>/`` with ``pretrain/p<seed>/sft``, then per
+    ``runs_dir``: ``<preset>[-<setting>]-<hash>/`` with ``pretrain/p<seed>/sft``, then per
     seed ``s<seed>/sft``, ``s<seed>/train/<arm>-s<seed>``, ``s<seed>/verdicts/eval-*.json``)
     to where the study engine reads them, once: a file already there is kept. Only result
     files are copied; the policies they name stay where they are. Returns how many."""
@@ -112,8 +122,7 @@ def adopt_old_runs(cfg: Config, study: Study) -> int:
         unit_eval_file,
     )
 
-    runs_dir, device = Path(cfg.runs_dir), cfg.device
-    main = old_folder(runs_dir, cfg.preset, old_settings(cfg, None, None))
+    main = old_folder(runs_dir, preset, old_settings(study, study.settings[0], device))
     if main is None:
         return 0
     copied, start_seed = 0, None
@@ -136,12 +145,11 @@ def adopt_old_runs(cfg: Config, study: Study) -> int:
                           "copy_loss": stage.copy_loss, "tried": tried}  # fmt: skip
                 copied += write_new(chosen_file(runs_dir, stage, device), chosen)
                 break
-    credits = {c.name: c for c in cfg.credit}
     for setting in study.settings:
         folder = main
-        if setting.name in credits:
-            settings = old_settings(cfg, credits[setting.name], start_seed)
-            folder = old_folder(runs_dir, f"{cfg.preset}-{setting.name}", settings)
+        if setting is not study.settings[0]:
+            settings = old_settings(study, setting, device, start_seed)
+            folder = old_folder(runs_dir, f"{preset}-{setting.name}", settings)
         if folder is None:
             continue
         arms = {a: study.arm(a) for a in setting.arms}

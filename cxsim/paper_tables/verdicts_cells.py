@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 Runs = list[dict[str, Any]]
 """One setting's seeds (``verdicts.page_runs``'s dicts, in seed order)."""
 Settings = dict[str, Runs]
-"""Setting name (``main``, or a ``verdicts.CreditSetting``'s name) -> its seeds."""
+"""Setting name (``main``, ``credit``, ``credit-critic``: the verdict study's) -> its seeds."""
 
 # -- per-seed numbers -------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ by segment, and the per-seed numbers.
 verdicts.py (this package) makes the runs through the study engine and hands this module
 plain results (one dict per seed, see ``verdicts.page_runs``) with the settings they were
 made with (the study engine's :class:`cxsim.studies.spec.Setting` and ``Stage0``);
-verdicts_claims.py holds the claims with their predictions, and
+verdicts_claims.py the rows (the study file's claims with what the page adds), and
 verdicts_cells.py the per-seed numbers and each claim's diagnostic cell; this
 module lays them out and writes nothing but verdicts.md and verdicts_critic.png. Intervals and the power calculation live in
 cxsim/tables.py.

@@ -11,12 +11,19 @@ tyro offers its fields without a prefix (``--device``, not ``--compute.device``)
 group is recorded flat (``cxsim.tracking.RECORDED_FLAT``): a results.json ``config``, the
 TensorBoard config table and ``cxsim study --print-commands`` spell its fields as the
 command's own, as before the group existed. A command that offers only some of the flags
-embeds a subclass that hides the others (:class:`SamplingCompute`: ``eval``;
-:class:`OneThreadCompute`: ``tables``), left out of its records. ``cxsim pretrain`` (only
-``--device``), ``cxsim verdicts``, ``study`` and ``calibrate`` (the device of a study's
-runs, part of its cache keys), ``critic-probe`` (only ``--threads``) and ``lab`` (its
-``--device`` names an array backend) keep their own fields. No torch import (``--help``
-stays fast).
+embeds a subclass that hides the others, left out of its records: :class:`SamplingCompute`
+(``eval``), :class:`OneThreadCompute` (``tables``), :class:`DeviceCompute` (only
+``--device``, cpu by default: ``pretrain``, and ``calibrate``, whose device is part of its
+cache keys), :class:`StudyCompute` (``study``: the same, checked by the command for where
+its runs compute, which with ``--executor ray`` is other machines) and :class:`CPUCompute` (only
+``--threads``: ``critic-probe``). Beside it, the commands that take a policy embed
+:class:`cxsim.model_group.Model` (``--policy``, ``--chat.*``) the same way.
+
+Two commands keep their own fields: ``cxsim verdicts``, and ``cxsim lab``, whose
+``--device`` is not this one: it names the array backend of a simulation (``cpu``: NumPy,
+``cuda``: CuPy, ``auto``: CuPy when it sees a GPU), not a torch device (no ``cuda:N``;
+its ``auto`` asks CuPy, not torch), so one field would mean two things. No torch import
+(``--help`` stays fast).
 """
 
 from __future__ import annotations
@@ -82,6 +89,36 @@ class OneThreadCompute(Compute):
     def per_run(self) -> Compute:
         """What each run computes with: these settings on one thread."""
         return Compute(self.device, self.precision, self.gradient_checkpointing, threads=1)
+
+
+@dataclass(frozen=True)
+class DeviceCompute(Compute):
+    """Where the command's runs compute (each a single-threaded process at float32): only
+    ``--device``."""
+
+    device: str = "cpu"
+    precision: tyro.conf.Suppress[Precision] = field(default="fp32", metadata=HIDDEN)
+    gradient_checkpointing: tyro.conf.Suppress[bool] = field(default=False, metadata=HIDDEN)
+    threads: tyro.conf.Suppress[int] = field(default=1, metadata=HIDDEN)
+
+
+@dataclass(frozen=True)
+class StudyCompute(DeviceCompute):
+    """Where a study's runs compute: only ``--device``, part of the cache's key. The command
+    checks it for where its runs compute (this machine's workers: ``check_device_name``;
+    ``--executor ray``: cpu or cuda, the cluster's GPUs), so the group checks nothing."""
+
+    def __post_init__(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class CPUCompute(Compute):
+    """How the command computes, on the CPU: only ``--threads``."""
+
+    device: tyro.conf.Suppress[str] = field(default="cpu", metadata=HIDDEN)
+    precision: tyro.conf.Suppress[Precision] = field(default="fp32", metadata=HIDDEN)
+    gradient_checkpointing: tyro.conf.Suppress[bool] = field(default=False, metadata=HIDDEN)
 
 
 ComputeFlags = Annotated[ComputeT, tyro.conf.OmitArgPrefixes]

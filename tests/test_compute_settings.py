@@ -1,23 +1,34 @@
 """One ``Compute`` group (cxsim/compute.py) in every command config that offers --device,
---precision, --gradient-checkpointing or --threads: no command declares those fields itself,
-the flags keep their names, and records keep them flat."""
+--precision, --gradient-checkpointing or --threads (but the lab's and verdicts'): no command
+declares those fields itself, the flags keep their names, and records keep them flat."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import fields
+from dataclasses import astuple, fields
 from typing import get_args, get_type_hints
 
 import pytest
 import tyro
 
 from cxsim.cli import main as cxsim
-from cxsim.compute import Compute, OneThreadCompute, SamplingCompute
+from cxsim.compute import (
+    Compute,
+    CPUCompute,
+    DeviceCompute,
+    OneThreadCompute,
+    SamplingCompute,
+    StudyCompute,
+)
 from cxsim.paper_tables import tables as tables_entry
+from cxsim.pipeline import critic_probe as probe_entry
 from cxsim.pipeline import evaluate as evaluate_entry
+from cxsim.pipeline import pretrain as pretrain_entry
 from cxsim.pipeline import run as run_entry
 from cxsim.pipeline import sft as sft_entry
 from cxsim.pipeline import train as train_entry
+from cxsim.studies import calibrate as calibrate_entry
+from cxsim.studies import study as study_entry
 from cxsim.studies.commands import config_flags, field_values
 from cxsim.tracking import RECORDED_FLAT, flatten_config, to_jsonable
 
@@ -30,6 +41,10 @@ COMMANDS = {  # command: (config, its group's type, the group's flags it offers)
     "train": (train_entry.Config, Compute, OWN),
     "eval": (evaluate_entry.Config, SamplingCompute, OWN - {"gradient_checkpointing"}),
     "tables": (tables_entry.Config, OneThreadCompute, OWN - {"threads"}),
+    "pretrain": (pretrain_entry.Config, DeviceCompute, {"device"}),
+    "calibrate": (calibrate_entry.Config, DeviceCompute, {"device"}),
+    "study": (study_entry.Config, StudyCompute, {"device"}),
+    "critic-probe": (probe_entry.Config, CPUCompute, {"threads"}),
 }
 
 
@@ -37,13 +52,16 @@ def help_flags(command: str, capsys: pytest.CaptureFixture[str]) -> set[str]:
     with pytest.raises(SystemExit) as info:
         cxsim([command, "--help"])
     assert info.value.code == 0
-    return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9.-]*", capsys.readouterr().out))
+    out = capsys.readouterr().out  # a flag's line opens with it (after a border, if drawn)
+    defined = re.findall(r"^\W? +(--[a-z][\w.-]*)(?:, (--[a-z][\w.-]*))?", out, re.M)
+    return {flag for pair in defined for flag in pair if flag}  # flags, not words of the text
 
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_config_holds_the_one_compute_group(command: str):
     config, kind, _ = COMMANDS[command]
-    assert [f.name for f in fields(config) if f.metadata.get(RECORDED_FLAT)] == ["compute"]
+    flat = [f.name for f in fields(config) if f.metadata.get(RECORDED_FLAT)]
+    assert flat in (["compute"], ["model", "compute"])  # and the Model group (test_model_group)
     assert not OWN & {f.name for f in fields(config)}  # no device field of its own
     hint = get_type_hints(config, include_extras=True)["compute"]
     assert get_args(hint) == (kind, tyro.conf.OmitArgPrefixes)  # --device, not --compute.device
@@ -91,3 +109,22 @@ def test_the_group_checks_its_values():
     with pytest.raises(ValueError, match="threads must be"):
         Compute(threads=-1)
     assert OneThreadCompute(device="cpu", threads=3).per_run() == Compute(device="cpu")
+
+
+def test_the_one_flag_groups_keep_their_commands_defaults_and_records():
+    assert astuple(DeviceCompute()) == astuple(Compute(device="cpu"))  # pretrain, calibrate
+    assert to_jsonable(DeviceCompute(device="auto")) == {"device": "auto"}
+    assert to_jsonable(CPUCompute(threads=2)) == {"threads": 2}
+    assert pretrain_entry.Config().compute.device == "cpu"
+    assert study_entry.Config(file="x.toml").compute.device == "cpu"
+    assert astuple(probe_entry.Config().compute) == astuple(Compute(device="cpu"))
+
+
+def test_a_study_checks_its_device_where_its_runs_compute():
+    with pytest.raises(ValueError, match="device must be"):
+        DeviceCompute(device="gpu")  # pretrain, calibrate: this machine's
+    StudyCompute(device="gpu")  # the study checks it: here, or for Ray's machines
+    with pytest.raises(ValueError, match="device must be"):
+        study_entry.Config(file="x.toml", compute=StudyCompute(device="gpu"))
+    with pytest.raises(ValueError, match="--device auto with --executor ray"):
+        study_entry.Config(file="x.toml", executor="ray", compute=StudyCompute(device="auto"))

@@ -209,10 +209,10 @@ def test_run_and_tables_start_sft_from_a_policy_dir(tmp_path: Path, capsys):
     cfg = tables_entry.parse(["--preset", "smoke", *hf, *CPU])
     rc = cfg.run_config(tmp_path, 0)
     sft_cfg = run_entry.sft_config(rc)
-    assert sft_cfg.policy == str(base)
+    assert sft_cfg.model.policy == str(base)
     assert (sft_cfg.compute.precision, sft_cfg.compute.device) == ("bf16", "cpu")
     train_cfg = run_entry.train_config(rc, "p", "compactionrl", 0)
-    assert (train_cfg.compute.precision, train_cfg.chat.system_role) == ("bf16", "merge")
+    assert (train_cfg.compute.precision, train_cfg.model.chat.system_role) == ("bf16", "merge")
     assert run_entry.eval_config(rc, str(base), tmp_path / "e.json").compute.precision == "bf16"
 
     # the main job from a local GPT-2: no budget flags, so the sizes come from its chat format

@@ -22,6 +22,7 @@ from cxsim.compaction import CompactionConfig
 from cxsim.config import EnvConfig, SFTConfig
 from cxsim.envs import EnvFamily, family_of
 from cxsim.envs.family import declared_words
+from cxsim.model_group import Model
 from cxsim.pipeline.sft import Config as SFTRunConfig
 from cxsim.pipeline.sft import demonstrations
 from cxsim.preflight import preflight
@@ -160,7 +161,9 @@ def test_sft_demonstrations_are_made_for_it(protocol: str, written: list[str]) -
     chat = own_chat()
     env = EnvConfig(ENV_ID, {})
     sized = preflight(env, CompactionConfig(protocol=protocol, **SIZES_UNSET), chat)
-    cfg = SFTRunConfig(env=env, compaction=sized, sft=SFTConfig(omission_rate=0.0), policy=None)
+    cfg = SFTRunConfig(
+        env=env, compaction=sized, sft=SFTConfig(omission_rate=0.0), model=Model(policy=None)
+    )
     data = demonstrations(cfg, chat, list(range(4)))
     assert [r.success for r in data.records] == [True] * 4
     assert sum(sum(s.trainable) for s in data.segments) > 0

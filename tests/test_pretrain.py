@@ -21,6 +21,7 @@ from cxsim.chat_model import (
 from cxsim.cli import main as cxsim
 from cxsim.compute import Compute
 from cxsim.config import EnvConfig, SFTConfig
+from cxsim.model_group import Model
 from cxsim.pipeline import sft as sft_entry
 from cxsim.pipeline.pretrain import COPY_SFT, POLISH_SFT
 from cxsim.preflight import preflight
@@ -65,13 +66,14 @@ def test_the_shipped_checkpoint_copies_the_key_on_unseen_tasks():
     promised (it copies), and that of a fresh model is far above it."""
     cfg = sft_entry.Config(
         env=EnvConfig(), sft=SFTConfig(episodes=1, heldout_episodes=8, omission_rate=0.0),
-        seed=424242, policy=PRETRAINED, compute=Compute(device="cpu"),
+        seed=424242, model=Model(PRETRAINED), compute=Compute(device="cpu"),
     )  # fmt: skip
     policy, _, chat = sft_entry.starting_policy(cfg, torch.device("cpu"))
     cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))
     _, _, heldout = sft_entry.demonstration_batches(cfg, chat)
     shipped = sft_eval(policy, heldout, 32, "fp32")["losses/heldout_execution"]
-    fresh_policy, _, _ = sft_entry.starting_policy(replace(cfg, policy=None), torch.device("cpu"))
+    fresh_cfg = replace(cfg, model=Model(policy=None))
+    fresh_policy, _, _ = sft_entry.starting_policy(fresh_cfg, torch.device("cpu"))
     fresh = sft_eval(fresh_policy, heldout, 32, "fp32")["losses/heldout_execution"]
     assert shipped <= 0.02
     assert fresh > 10 * shipped
@@ -124,7 +126,7 @@ def test_the_shipped_chat_model_loads_by_name_with_its_template_and_manifest():
 def test_the_shipped_chat_model_copies_the_key_on_unseen_tasks():
     cfg = sft_entry.Config(
         env=EnvConfig(), sft=SFTConfig(episodes=1, heldout_episodes=8, omission_rate=0.0),
-        seed=424242, policy=PRETRAINED_CHAT, compute=Compute(device="cpu"),
+        seed=424242, model=Model(PRETRAINED_CHAT), compute=Compute(device="cpu"),
     )  # fmt: skip
     policy, _, chat = sft_entry.starting_policy(cfg, torch.device("cpu"))
     cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))

@@ -50,7 +50,7 @@ from cxsim.config import (
     SFTConfig,
 )
 from cxsim.evaluation import evaluate_protocol
-from cxsim.model_options import ChatOptions
+from cxsim.model_group import Model
 from cxsim.paper_tables.tables_page import ONE_WINDOW, render
 from cxsim.paper_tables.tables_seeds import ROW_LABELS, ROWS, PageSetup, Seeds
 from cxsim.pipeline import run as run_entry
@@ -110,11 +110,9 @@ class Config:
     seed; ``pip install 'cxsim[ray]'``), as ``cxsim study --executor``."""
     ray_address: str | None = None
     """A running Ray cluster to join (``HOST:PORT``; with ``--executor ray``)."""
-    policy: str | None = None
-    """A local Hugging Face causal-LM directory every seed's SFT base starts from (model,
-    tokenizer and chat template from it); None: a fresh ``--sft.model`` preset."""
-    chat: ChatOptions = field(default_factory=ChatOptions)
-    """How the policy's chat template renders turns (``--policy`` with a template only)."""
+    model: Model = field(default_factory=lambda: Model(policy=None), metadata=FLAT)
+    """What every seed's SFT base starts from (``--policy``; None: a fresh ``--sft.model``
+    preset), and how its chat template renders turns."""
     compute: ComputeFlags[OneThreadCompute] = field(default_factory=OneThreadCompute, metadata=FLAT)
     """How every run computes."""
 
@@ -160,7 +158,7 @@ class Config:
             run_dir=str(seed_dir), presets=self.rows, seeds=(seed,), sft_seed=seed,
             env=self.env, compaction=self.compaction, sft=self.sft, ppo=self.ppo,
             eval=self.eval, train_time_limit_s=self.train_time_limit_s,
-            progress_bar=self.progress_bar, policy=self.policy, chat=self.chat,
+            progress_bar=self.progress_bar, model=self.model,
             compute=self.compute.per_run(),
         )  # fmt: skip
 
@@ -206,7 +204,7 @@ def lm_agent(policy_dir: str, cfg: Config) -> tuple[LMAgent, Any]:
     from cxsim.pipeline.evaluate import chat_options_given
 
     device = resolve_device(cfg.compute.device)
-    policy, _, chat = load_policy(policy_dir, device, chat_options_given(cfg.chat))
+    policy, _, chat = load_policy(policy_dir, device, chat_options_given(cfg.model.chat))
     sampling = SamplingConfig(temperature=cfg.eval.temperature)
     return LMAgent(policy, chat, sampling, device=device, precision=cfg.compute.precision), chat
 

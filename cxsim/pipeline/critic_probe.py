@@ -54,8 +54,10 @@ from typing import Any
 import tyro
 
 from cxsim.compaction import CompactionConfig
+from cxsim.compute import FLAT, ComputeFlags, CPUCompute
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, PPOConfig
 from cxsim.critics import VALUE_HEADS, VALUE_LOSSES
+from cxsim.model_group import SavedPolicyOnly
 from cxsim.pipeline.critic_probe_measures import (
     first_token_ev,
     last_segment_ev,
@@ -75,8 +77,8 @@ bag of its words: what the last layer would carry if it kept every word it read)
 class Config:
     """Critic probe: outcome predictability and the critic's features, by segment."""
 
-    policy: str = "runs/sft/policy"
-    """Policy checkpoint (``cxsim sft``); the probed critic is made from it."""
+    model: SavedPolicyOnly = field(default_factory=SavedPolicyOnly, metadata=FLAT)
+    """The policy checkpoint (``--policy``); the probed critic is made from it."""
     episodes: int = 256
     """Rollouts (one task each)."""
     first_seed: int = 777_000_000
@@ -101,8 +103,8 @@ class Config:
     shared. None: only the configured --ppo.* critic."""
     out: str | None = None
     """Write the figures here as JSON (None: print only)."""
-    threads: int = 1
-    """torch threads."""
+    compute: ComputeFlags[CPUCompute] = field(default_factory=CPUCompute, metadata=FLAT)
+    """How the probe computes (``--threads``: of its sampling, probes and critic training)."""
 
     def __post_init__(self) -> None:
         if self.episodes < 8:
@@ -354,17 +356,18 @@ def probe(cfg: Config) -> dict[str, Any]:
     from cxsim.runtime import collect_rollouts
     from cxsim.segments import pack_segments
 
-    torch.set_num_threads(cfg.threads)
+    if cfg.compute.threads:
+        torch.set_num_threads(cfg.compute.threads)
     torch.manual_seed(0)
-    policy, _, chat = load_policy(cfg.policy)
+    policy, _, chat = load_policy(cfg.model.policy, cfg.compute.device)
     compaction = preflight(cfg.env, cfg.compaction, chat)
     # 1. rollouts under Compacted, sampled as in training
-    agent = LMAgent(policy, chat, SamplingConfig(temperature=1.0), "cpu")
+    agent = LMAgent(policy, chat, SamplingConfig(temperature=1.0), cfg.compute.device)
     seeds = [cfg.first_seed + i for i in range(cfg.episodes)]
     with torch.no_grad():
         rollouts = collect_rollouts(cfg.env.env_id, cfg.env.kwargs, agent, compaction, seeds, chat)
     # 2. the ceiling
-    result: dict[str, Any] = {"policy": cfg.policy, "episodes": cfg.episodes}
+    result: dict[str, Any] = {"policy": cfg.model.policy, "episodes": cfg.episodes}
     result |= outcome_ceiling(rollouts.records)
     # 3. the critic's frozen features, by segment
     batch = pack_segments(rollouts.segments, chat.pad_id)

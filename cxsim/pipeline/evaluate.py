@@ -27,6 +27,7 @@ import tyro
 from cxsim.compaction import CompactionConfig
 from cxsim.compute import FLAT, ComputeFlags, SamplingCompute
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, check_policy_dir
+from cxsim.model_group import Model
 from cxsim.model_options import ChatOptions
 from cxsim.pretrained import policy_path
 from cxsim.strategies import RolloutAgents, ScriptedOptions
@@ -41,8 +42,9 @@ if TYPE_CHECKING:  # torch-heavy; imported where used, so that --help is fast
 class Config:
     """Evaluate one agent under each protocol."""
 
-    policy: str | None = None
-    """Policy checkpoint directory (from ``cxsim sft`` / ``cxsim train``); or use --agent."""
+    model: Model = field(default_factory=lambda: Model(policy=None), metadata=FLAT)
+    """The policy to evaluate (``--policy``, or an ``--agent``), and how a chat template renders
+    turns (the policy's, or ``--tokenizer``'s for a scripted agent)."""
     agent: Literal["oracle", "random"] | None = None
     """A scripted agent instead of a policy: the oracle (with the scripted summarizer) or random."""
     omission_rate: float = 0.0
@@ -59,9 +61,6 @@ class Config:
     tokenizer: str | None = None
     """Scripted agents only: a directory with a Hugging Face tokenizer and chat template whose
     chat format they act in (as a policy from that directory would); None: the word tokenizer."""
-    chat: ChatOptions = field(default_factory=ChatOptions)
-    """How a chat template renders turns; left at the defaults, a policy keeps those it was
-    saved with."""
     compute: ComputeFlags[SamplingCompute] = field(default_factory=SamplingCompute, metadata=FLAT)
 
     def __post_init__(self) -> None:
@@ -70,10 +69,10 @@ class Config:
         if self.eval.protocols == EvalConfig().protocols and protocol not in self.eval.protocols:
             protocols = ("single", protocol)  # the run's strategy, beside Single
             object.__setattr__(self, "eval", replace(self.eval, protocols=protocols))
-        if (self.policy is None) == (self.agent is None):
+        if (self.model.policy is None) == (self.agent is None):
             raise ValueError("pass exactly one of --policy PATH or --agent {oracle,random}")
-        if self.policy is not None:
-            check_policy_dir(self.policy)
+        if self.model.policy is not None:
+            check_policy_dir(self.model.policy)
         if self.tokenizer is not None:
             if self.agent is None:
                 raise ValueError("--tokenizer is for --agent (a --policy brings its own tokenizer)")
@@ -114,7 +113,7 @@ def scripted_chat(cfg: Config) -> ChatFormat:
     saved = json.loads(marker.read_text()) if marker.is_file() else {}
     if saved.get("chat_format") == "word":  # a cxsim policy over the word tokenizer
         return WordChatFormat(tokenizer)
-    return HFChatFormat(tokenizer, cfg.chat)
+    return HFChatFormat(tokenizer, cfg.model.chat)
 
 
 def build_agent(cfg: Config) -> tuple[Agent | None, ChatFormat, str]:
@@ -127,12 +126,12 @@ def build_agent(cfg: Config) -> tuple[Agent | None, ChatFormat, str]:
     from cxsim.envs.family import family_of_id
     from cxsim.generation import SamplingConfig
 
-    if cfg.policy is not None:
+    if cfg.model.policy is not None:
         device = resolve_device(cfg.compute.device)
-        policy, _, chat = load_policy(cfg.policy, device, chat_options_given(cfg.chat))
+        policy, _, chat = load_policy(cfg.model.policy, device, chat_options_given(cfg.model.chat))
         sampling = SamplingConfig(temperature=cfg.eval.temperature)
         agent = LMAgent(policy, chat, sampling, device=device, precision=cfg.compute.precision)
-        return agent, chat, cfg.policy
+        return agent, chat, cfg.model.policy
     chat = scripted_chat(cfg)
     if cfg.agent == "oracle":
         return None, chat, f"oracle (omission {cfg.omission_rate})"
@@ -169,7 +168,9 @@ def evaluate(
     agent, chat, default_label = build_agent(cfg)
     summarizer = None
     if summarizer_policy is not None:
-        summarizer, _, _ = build_agent(replace(cfg, policy=summarizer_policy))
+        summarizer, _, _ = build_agent(
+            replace(cfg, model=replace(cfg.model, policy=summarizer_policy))
+        )
         if agent is None or summarizer is None:
             raise ValueError("a summarizer swap needs two policies, not the oracle")
     cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))

@@ -42,8 +42,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cxsim.chat_model import ARCHITECTURES, ChatModelSize
-from cxsim.compute import Compute
+from cxsim.compute import FLAT, Compute, ComputeFlags, DeviceCompute
 from cxsim.config import EnvConfig, SFTConfig
+from cxsim.model_group import Model
 from cxsim.pretrained import MANIFEST
 from cxsim.tracking import say, to_jsonable
 
@@ -88,8 +89,8 @@ class Config:
     split_digits: bool = False
     """``--arch qwen2`` / ``llama``: the BPE's pre-tokenization cuts digits from letters (the
     key ``k12``: `` k`` and ``12``); off: every environment word is one token."""
-    device: str = "cpu"
-    """Device of the SFT runs (the shipped checkpoint was made on the CPU)."""
+    compute: ComputeFlags[DeviceCompute] = field(default_factory=DeviceCompute, metadata=FLAT)
+    """Where the SFT runs compute (``--device``; the shipped checkpoint was made on the CPU)."""
     progress_bar: bool = True
     """Show each stage's progress."""
 
@@ -152,7 +153,8 @@ def sft_stage(
 
     stage = sft_entry.Config(
         run_dir=str(Path(cfg.runs_dir) / f"c{seed}" / name), seed=seed, env=env, sft=sft,
-        policy=start, compute=Compute(device=cfg.device), progress_bar=cfg.progress_bar,
+        model=Model(policy=start), compute=Compute(device=cfg.compute.device),
+        progress_bar=cfg.progress_bar,
     )  # fmt: skip
     return sft_entry.run_sft(stage)
 
@@ -181,7 +183,7 @@ def install(
             {"name": "polish", "env": to_jsonable(cfg.env), "sft": to_jsonable(cfg.sft)},
         ],
         "model": model or cfg.copy_sft.model,
-        "device": cfg.device,
+        "device": cfg.compute.device,
         "wall_time_s": round(wall, 1),
     }
     (out / MANIFEST).write_text(json.dumps(made, indent=2) + "\n")

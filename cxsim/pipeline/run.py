@@ -51,11 +51,11 @@ from cxsim.config import (
     PPOConfig,
     SFTConfig,
 )
+from cxsim.model_group import Model, SavedModel
 from cxsim.model_options import ChatOptions
 from cxsim.pipeline.presets import PRESETS, PresetName
 from cxsim.pipeline.run_table import pooled, report_notes, report_table
 from cxsim.pipeline.sft import check_starting_policy
-from cxsim.pretrained import PRETRAINED
 from cxsim.tracking import claim_run_dir, log_evaluation, say, write_json
 
 if TYPE_CHECKING:  # the stages import torch; they are imported where they run (fast --help)
@@ -77,14 +77,9 @@ class Config:
     """Training seeds (each preset is trained once per seed from the same SFT base)."""
     sft_seed: int | None = None
     """Seed of the SFT base; None: the first of ``--seeds``."""
-    policy: str | None = PRETRAINED
-    """What the SFT base starts from: ``pretrained`` (the shipped starting checkpoint, the
-    tiny model that copies), ``pretrained-chat`` (its chat-templated sibling: a Llama over a
-    BPE tokenizer with ChatML), a local Hugging Face causal-LM directory (model, tokenizer
-    and chat template from it), or None: a fresh ``--sft.model`` preset over the word
-    tokenizer (give it ``--sft.epochs 12`` or more)."""
-    chat: ChatOptions = field(default_factory=ChatOptions)
-    """How the policy's chat template renders turns (``--policy`` with a template only)."""
+    model: Model = field(default_factory=Model, metadata=FLAT)
+    """What the SFT base starts from (``--policy``), and how its chat template renders
+    turns."""
     compute: ComputeFlags[Compute] = field(default_factory=Compute, metadata=FLAT)
     """How every stage computes (``--threads``: SFT's and PPO's updates)."""
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -109,7 +104,7 @@ class Config:
                 raise ValueError(f"unknown preset {name!r}; choose from: {', '.join(PRESETS)}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"--seeds has duplicates: {self.seeds}")
-        check_starting_policy(self.policy, self.sft)
+        check_starting_policy(self.model.policy, self.sft)
         if self.sft_seed is None:
             object.__setattr__(self, "sft_seed", self.seeds[0])
         object.__setattr__(self, "eval", self.eval.seeded(self.seeds[0]))
@@ -148,8 +143,8 @@ def model_settings(cfg: Config) -> dict[str, Any]:
     """The starting model and how it computes, where they differ from the defaults (so that
     folders recorded before these settings existed still match a run without them)."""
     given = {
-        "policy": cfg.policy,
-        "chat": cfg.chat if cfg.chat != ChatOptions() else None,
+        "policy": cfg.model.policy,
+        "chat": cfg.model.chat if cfg.model.chat != ChatOptions() else None,
         "precision": cfg.compute.precision if cfg.compute.precision != "fp32" else None,
         "gradient_checkpointing": cfg.compute.gradient_checkpointing or None,
     }
@@ -165,8 +160,7 @@ def sft_config(cfg: Config) -> sft_entry.Config:
         env=cfg.env,
         compaction=cfg.compaction,
         sft=cfg.sft,
-        policy=cfg.policy,
-        chat=cfg.chat,
+        model=cfg.model,
         compute=cfg.compute,
         progress_bar=cfg.progress_bar,
     )
@@ -177,7 +171,7 @@ def train_config(cfg: Config, policy: str, name: str, seed: int) -> train_entry.
 
     return train_entry.Config(
         preset=name,
-        policy=policy,
+        model=SavedModel(policy, cfg.model.chat),
         run_dir=str(Path(cfg.run_dir) / "train" / f"{name}-s{seed}"),
         seed=seed,
         env=cfg.env,
@@ -187,7 +181,6 @@ def train_config(cfg: Config, policy: str, name: str, seed: int) -> train_entry.
         time_limit_s=cfg.train_time_limit_s,
         rollout_threads=cfg.rollout_threads,
         progress_bar=cfg.progress_bar,
-        chat=cfg.chat,
         compute=cfg.compute,
     )
 
@@ -196,12 +189,11 @@ def eval_config(cfg: Config, policy: str, out: Path) -> evaluate_entry.Config:
     from cxsim.pipeline import evaluate as evaluate_entry
 
     return evaluate_entry.Config(
-        policy=policy,
+        model=Model(policy, cfg.model.chat),
         env=cfg.env,
         compaction=cfg.compaction,
         eval=cfg.eval,
         out=str(out),
-        chat=cfg.chat,
         compute=SamplingCompute(
             device=cfg.compute.device, precision=cfg.compute.precision, threads=cfg.rollout_threads
         ),

@@ -29,8 +29,8 @@ from cxsim.compaction import CompactionConfig
 from cxsim.compute import FLAT, Compute, ComputeFlags
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, SFTConfig, check_policy_dir
 from cxsim.evaluation import EVAL_SEED_OFFSET
+from cxsim.model_group import Model
 from cxsim.model_options import ChatOptions
-from cxsim.pretrained import PRETRAINED
 from cxsim.tracking import write_json
 
 if TYPE_CHECKING:  # torch-heavy; imported where used, so that --help is fast
@@ -55,14 +55,9 @@ class Config:
     """Context budget and compaction of the demonstrations (keep it as in training): they are
     the scripted agents of ``--compaction.protocol``'s strategy, under it."""
     sft: SFTConfig = field(default_factory=SFTConfig)
-    policy: str | None = PRETRAINED
-    """What SFT starts from: ``pretrained`` (the shipped starting checkpoint, the tiny model
-    that copies), ``pretrained-chat`` (its chat-templated sibling: a Llama over a BPE
-    tokenizer with ChatML), a local Hugging Face causal-LM directory (model, tokenizer and
-    chat template from it), or None: a fresh ``--sft.model`` preset over the word
-    tokenizer."""
-    chat: ChatOptions = field(default_factory=ChatOptions)
-    """How the policy's chat template renders turns (``--policy`` with a template only)."""
+    model: Model = field(default_factory=Model, metadata=FLAT)
+    """What SFT starts from (``--policy``), and how its chat template renders turns (saved
+    with the policy)."""
     compute: ComputeFlags[Compute] = field(default_factory=Compute, metadata=FLAT)
     micro_batch_rows: int = 32
     """Segments per forward pass (gradient accumulation inside a step)."""
@@ -72,7 +67,7 @@ class Config:
     def __post_init__(self) -> None:
         if self.micro_batch_rows < 1:
             raise ValueError("micro_batch_rows must be >= 1")
-        check_starting_policy(self.policy, self.sft)
+        check_starting_policy(self.model.policy, self.sft)
 
 
 def check_starting_policy(policy: str | None, sft: SFTConfig) -> None:
@@ -127,12 +122,12 @@ def starting_policy(cfg: Config, device: Any) -> tuple[Any, Any, ChatFormat]:
     from cxsim.agents.chat import WordChatFormat
     from cxsim.agents.models import enable_gradient_checkpointing, load_policy
 
-    if cfg.policy is None:
+    if cfg.model.policy is None:
         tokenizer = default_tokenizer(env_words(cfg.env))
         chat: ChatFormat = WordChatFormat(tokenizer)
         policy = build_policy(cfg.sft.model, tokenizer, seed=cfg.seed).to(device)
     else:
-        policy, tokenizer, chat = load_policy(cfg.policy, device, cfg.chat)
+        policy, tokenizer, chat = load_policy(cfg.model.policy, device, cfg.model.chat)
     if cfg.compute.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
     return policy, tokenizer, chat
@@ -273,7 +268,7 @@ def fit_policy(
         log_scalars(writer, heldout_metrics, step)
         history.append({"epoch": epoch, **metrics, **heldout_metrics})
         # usable if the run is cut short
-        save_atomically(policy, tokenizer, Path(cfg.run_dir) / "policy", cfg.chat)
+        save_atomically(policy, tokenizer, Path(cfg.run_dir) / "policy", cfg.model.chat)
     bar.close()
     return history
 

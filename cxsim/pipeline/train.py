@@ -24,7 +24,7 @@ from typing import Any
 from cxsim.compaction import CompactionConfig
 from cxsim.compute import FLAT, Compute, ComputeFlags
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, PPOConfig
-from cxsim.model_options import ChatOptions
+from cxsim.model_group import SavedModel
 from cxsim.pipeline.presets import DEFAULT_PRESET, PresetName, cli_with_preset, preset_ppo
 
 TRAIN_SEED_STRIDE = 1_000_000
@@ -37,12 +37,9 @@ class Config:
 
     preset: PresetName = DEFAULT_PRESET
     """Named PPO preset (cxsim/pipeline/presets.py); resolved first, other flags override it."""
-    policy: str = "runs/sft/policy"
-    """Policy checkpoint to start from (made by ``cxsim sft``, or any local Hugging Face causal
-    LM with its tokenizer and chat template); the critic starts from it too."""
-    chat: ChatOptions = field(default_factory=ChatOptions)
-    """How the policy's chat template renders turns (a template policy only); left at the
-    defaults, the options saved with the policy (by ``cxsim sft``) are used."""
+    model: SavedModel = field(default_factory=SavedModel, metadata=FLAT)
+    """The policy to start from (``--policy``; the critic starts from it too), and how its chat
+    template renders turns."""
     compute: ComputeFlags[Compute] = field(default_factory=Compute, metadata=FLAT)
     run_dir: str = "runs/train"
     """Output folder: tb/ (TensorBoard), checkpoints/, results.json."""

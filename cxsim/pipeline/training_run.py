@@ -85,7 +85,7 @@ class TrainingRun:
         # a one-process context without torchrun; under it, this rank's GPU (NCCL) or CPU (gloo)
         self.ctx = init_distributed(device=cfg.compute.device)
         self.device = self.ctx.device
-        check_policy_dir(cfg.policy)
+        check_policy_dir(cfg.model.policy)
         self.run_dir = Path(cfg.run_dir)
         checkpoint = starting_checkpoint(cfg, self.ctx)
         if cfg.compute.threads:
@@ -369,9 +369,9 @@ def load_models(
     cfg: Config, checkpoint: Path | None, device: torch.device
 ) -> tuple[Any, Any, Any, Critic | None]:
     """Policy, tokenizer, chat format and critic (None when the estimator needs none), from
-    the checkpoint or, for a fresh run, from ``cfg.policy`` with a new critic; float32 on
+    the checkpoint or, for a fresh run, from ``cfg.model.policy`` with a new critic; float32 on
     ``device`` (the master weights), with gradient checkpointing when asked for."""
-    path = checkpoint / "policy" if checkpoint else Path(cfg.policy)
+    path = checkpoint / "policy" if checkpoint else Path(cfg.model.policy)
     policy, tokenizer, chat = load_policy(path, device, chat_options(cfg))
     critic = None
     if cfg.ppo.uses_critic:
@@ -388,14 +388,14 @@ def load_models(
 
 
 def load_reference(cfg: Config, device: torch.device) -> Any:
-    """The starting policy (``cfg.policy``), frozen in eval mode, when the run keeps a
+    """The starting policy (``cfg.model.policy``), frozen in eval mode, when the run keeps a
     reference (``--ppo.kl-coef`` or ``--ppo.track-reference``); else None. On resume it
     is still the policy training started from."""
     if not cfg.ppo.uses_reference:
         return None
     cuda = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda):  # loading draws nothing from the run's streams
-        reference, _, _ = load_policy(Path(cfg.policy), device, chat_options(cfg))
+        reference, _, _ = load_policy(Path(cfg.model.policy), device, chat_options(cfg))
     reference.eval()
     reference.requires_grad_(False)
     return reference
@@ -404,7 +404,7 @@ def load_reference(cfg: Config, device: torch.device) -> Any:
 def chat_options(cfg: Config) -> ChatOptions | None:
     """``--chat.*`` as given, or None (the options saved with the policy) when left at the
     defaults."""
-    return None if cfg.chat == ChatOptions() else cfg.chat
+    return None if cfg.model.chat == ChatOptions() else cfg.model.chat
 
 
 def restore(

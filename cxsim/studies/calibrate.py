@@ -48,9 +48,9 @@ from cxsim.calibration import (
     run_search,
 )
 from cxsim.compaction import CompactionConfig
+from cxsim.compute import FLAT, ComputeFlags, DeviceCompute
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
-from cxsim.model_options import check_device_name
-from cxsim.pretrained import PRETRAINED
+from cxsim.model_group import PolicyOnly
 from cxsim.provenance import commit_state
 from cxsim.toml_text import Inline
 from cxsim.tracking import say
@@ -91,16 +91,15 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     """The evaluation (episodes, repeats, temperature), always under
     ``--compaction.protocol``; its seed is each calibration seed."""
-    policy: str | None = PRETRAINED
-    """What each SFT base starts from: ``pretrained``, ``pretrained-chat``, a Hugging Face
-    model directory, or None (a fresh ``--sft.model``)."""
+    model: PolicyOnly = field(default_factory=PolicyOnly, metadata=FLAT)
+    """What each SFT base starts from (``--policy``)."""
     runs_dir: str = "runs/calibrate"
     """The cache: one folder per candidate (keyed by its settings) and seed, the study
     engine's layout; a rerun makes only what is missing."""
     jobs: int = 1
     """Units run at once, each in its own single-threaded process."""
-    device: str = "cpu"
-    """Device of every run (cpu, cuda, cuda:N, auto); part of the cache's key."""
+    compute: ComputeFlags[DeviceCompute] = field(default_factory=DeviceCompute, metadata=FLAT)
+    """Where every run computes (``--device``); part of the cache's key."""
 
     def __post_init__(self) -> None:
         from cxsim.studies.spec import parse_seeds
@@ -108,7 +107,6 @@ class Config:
 
         if self.jobs < 1:
             raise ValueError(f"--jobs {self.jobs}: pass at least one process")
-        check_device_name(self.device)
         protocol = self.compaction.protocol
         if self.eval.protocols not in (EvalConfig().protocols, (protocol,)):
             raise ValueError(
@@ -124,7 +122,7 @@ class Config:
         check_name(self.preset_name, "--name")
         from cxsim.pipeline.sft import check_starting_policy
 
-        check_starting_policy(self.policy, self.sft)
+        check_starting_policy(self.model.policy, self.sft)
 
     @property
     def parsed_dials(self) -> list[Dial]:
@@ -167,7 +165,7 @@ def candidate_setting(cfg: Config, candidate: Candidate) -> Setting:
         sft=replace(cfg.sft, omission_rate=candidate.omission_rate),
         ppo=PPOConfig(),
         eval=cfg.eval,
-        policy=cfg.policy,
+        policy=cfg.model.policy,
         arms=(),
     )
 
@@ -182,10 +180,10 @@ def check_candidates(cfg: Config, candidates: list[Candidate]) -> None:
     from cxsim.pipeline.sft import env_words
     from cxsim.preflight import preflight
 
-    chat = scripted_chat(EvalEntryConfig(agent="oracle", tokenizer=cfg.policy))
+    chat = scripted_chat(EvalEntryConfig(agent="oracle", tokenizer=cfg.model.policy))
     for candidate in candidates:
         setting = candidate_setting(cfg, candidate)
-        if cfg.policy is None:  # a fresh model's tokenizer holds the env's own words (sft)
+        if cfg.model.policy is None:  # a fresh model's tokenizer holds the env's own words (sft)
             chat = WordChatFormat(default_tokenizer(env_words(setting.env)))
         try:  # the pre-flight builds the env (the constructor's checks) and plays the oracle
             preflight(setting.env, setting.compaction, chat)
@@ -203,8 +201,9 @@ def study_evaluator(cfg: Config, seeds: tuple[int, ...], executor: Executor) -> 
 
     def evaluate(candidates: Sequence[Candidate]) -> list[Scored]:
         settings = [candidate_setting(cfg, c) for c in candidates]
-        record_settings(settings, cfg.runs_dir, cfg.device)
-        calls = [(s, None, seed, cfg.runs_dir, cfg.device) for s in settings for seed in seeds]
+        device = cfg.compute.device
+        record_settings(settings, cfg.runs_dir, device)
+        calls = [(s, None, seed, cfg.runs_dir, device) for s in settings for seed in seeds]
         units = mapped(executor, run_unit, calls, "")
         scored = []
         for i, candidate in enumerate(candidates):
@@ -271,7 +270,7 @@ def search_record(
         "wall-time-s": round(elapsed, 1),
         "unit-time-s": round(sum(s.wall_time_s for s in outcome.scored), 1),
         "runs-dir": cfg.runs_dir,
-        "device": cfg.device,
+        "device": cfg.compute.device,
     }
     if chosen is not None:
         from cxsim.studies.calibration_preset import full_kwargs

@@ -122,7 +122,7 @@ def seed_commands(
         # built with a start that exists (a stage 0 is made by the commands above), then given it
         sft = sft_config(setting, seed, base_dir, device)
         if setting.bases_owner not in bases:
-            values = {**field_values(sft), "policy": start}
+            values = {**field_values(sft), "model": replace(sft.model, policy=start)}
             commands.append(
                 ["cxsim", "sft", *config_flags(values, sft_entry.Config, sft_entry.Config())]
             )
@@ -202,8 +202,8 @@ def eval_command(
     out = seed_dir / "eval" / f"{label}.json"
     # built with a policy that exists (the shipped one), then given the one to evaluate
     evaluated = under(setting, protocol)
-    values = field_values(eval_config(evaluated, seed, seed_dir, PRETRAINED, out, device))
-    values["policy"] = policy
+    made = eval_config(evaluated, seed, seed_dir, PRETRAINED, out, device)
+    values = {**field_values(made), "model": replace(made.model, policy=policy)}
     return ["cxsim", "eval", *config_flags(values, evaluate_entry.Config)]
 
 

@@ -4,11 +4,13 @@
 ``--precision``, ``--gradient-checkpointing`` and ``--chat.*`` flags.
 
 :class:`ModelSettings` is what a setting runs with; every stage of its units takes it (SFT,
-PPO, evaluation, and a stage 0 its setting's), and :meth:`ModelSettings.recorded`, the values
-that differ from the defaults, enters the cache keys of the setting's folder and of a stage 0's
-(:mod:`cxsim.studies.unit_files`, :mod:`cxsim.studies.stage0`): at the defaults it adds
-nothing, so a folder made before these keys existed keeps its name, and a bf16 run never
-shares a float32 run's folder.
+PPO, evaluation, and a stage 0 its setting's) as the commands' two groups,
+:meth:`ModelSettings.for_policy` (:class:`cxsim.model_group.Model`) and
+:meth:`ModelSettings.compute` (:class:`cxsim.compute.Compute`). :meth:`ModelSettings.recorded`,
+the values that differ from the defaults, enters the cache keys of the setting's folder and
+of a stage 0's (:mod:`cxsim.studies.unit_files`, :mod:`cxsim.studies.stage0`): at the
+defaults it adds nothing, so a folder made before these keys existed keeps its name, and a
+bf16 run never shares a float32 run's folder.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from cxsim.compute import Compute
+from cxsim.model_group import Model
 from cxsim.model_options import ChatOptions, Precision
 from cxsim.studies.values import (
     StudyError,
@@ -45,6 +48,11 @@ class ModelSettings:
     """Recompute decoder activations in the backward pass of SFT and PPO (less memory)."""
     chat: ChatOptions = field(default_factory=ChatOptions)
     """How the policy's chat template renders turns (a policy with a template only)."""
+
+    def for_policy(self, policy: str | None) -> Model:
+        """The model group of a unit that starts from ``policy``: rendered with these chat
+        options."""
+        return Model(policy, self.chat)
 
     def compute(self, device: str) -> Compute:
         """How a unit of the setting computes on ``device``: these settings, one thread (each

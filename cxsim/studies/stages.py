@@ -52,8 +52,7 @@ def main_job_config(
         ppo=setting.ppo,
         eval=replace(setting.eval, seed=seed),
         progress_bar=False,
-        policy=starting_point(setting, start),
-        chat=setting.model.chat,
+        model=setting.model.for_policy(starting_point(setting, start)),
         compute=setting.model.compute(device),
     )
 
@@ -72,8 +71,7 @@ def stage0_sft_config(stage: Stage0, seed: int, folder: Path, device: str) -> sf
         sft=stage.sft,
         eval=EvalConfig(protocols=("compacted",), seed=seed),
         progress_bar=False,
-        policy=stage.policy,
-        chat=stage.model.chat,
+        model=stage.model.for_policy(stage.policy),
         compute=stage.model.compute(device),
     )
     return run_entry.sft_config(rc)

@@ -25,12 +25,13 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import tyro
 
+from cxsim.compute import FLAT, ComputeFlags, StudyCompute
 from cxsim.model_options import check_device_name
 
 
@@ -64,9 +65,9 @@ class Config:
     jobs: int = 1
     """Units run at once, each in its own single-threaded process (with ``--executor ray``
     and no ``--ray-address``: the CPUs of the local Ray instance)."""
-    device: str = "cpu"
-    """Device of every run (cpu, cuda, cuda:N, auto); part of the cache's key. With
-    ``--executor ray``: cpu, or cuda (one GPU per run)."""
+    compute: ComputeFlags[StudyCompute] = field(default_factory=StudyCompute, metadata=FLAT)
+    """Where every run computes (``--device``); part of the cache's key. With ``--executor
+    ray``: cpu, or cuda (one GPU per run)."""
     executor: Literal["local", "ray"] = "local"
     """Where units run: ``local`` (this machine's processes) or ``ray`` (one Ray task per
     unit; ``pip install 'cxsim[ray]'``); the runs folder must be one every worker shares."""
@@ -85,11 +86,11 @@ class Config:
         if self.executor == "ray":
             from cxsim.studies.executors import gpus_per_run
 
-            gpus_per_run(self.device)  # cpu or cuda; the cluster's GPUs are asked at start
+            gpus_per_run(self.compute.device)  # cpu or cuda; the cluster's are asked at start
         else:
             if self.ray_address is not None:
                 raise ValueError("--ray-address joins a Ray cluster: pass --executor ray too")
-            check_device_name(self.device)
+            check_device_name(self.compute.device)  # this machine has it
 
     @property
     def folder(self) -> Path:
@@ -125,7 +126,7 @@ def provenance(argv: list[str], runs_dir: str, cfg: Config, began: float) -> dic
         "commit": commit(),
         "wall_time_s": time.perf_counter() - began,
         "runs_dir": shown_path(runs_dir) if Path(runs_dir).is_absolute() else runs_dir,
-        "device": cfg.device,
+        "device": cfg.compute.device,
         "executor": cfg.executor,
     }
     if made_by["commit"] == "unknown":
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         from cxsim.studies.commands import print_commands
 
         seeds = study.seeds if cfg.seeds is not None else study.seeds[:1]
-        print(print_commands(study, selection, seeds, runs_dir, cfg.device), end="")
+        print(print_commands(study, selection, seeds, runs_dir, cfg.compute.device), end="")
         return
 
     from cxsim.studies.selection import check_tuning_seeds
@@ -200,11 +201,11 @@ def main(argv: list[str] | None = None) -> None:
     from cxsim.studies.where import claim_folder, page_name
 
     torch.set_num_threads(1)  # tiny models: one thread is faster on a busy machine
-    executor = make_executor(cfg.executor, cfg.jobs, cfg.device, cfg.ray_address)
+    executor = make_executor(cfg.executor, cfg.jobs, cfg.compute.device, cfg.ray_address)
     try:
         if cfg.runs_dir is None or cfg.out_dir is None:  # the study's folder, once it can run
             claim_folder(cfg.folder, cfg.file)
-        outcome = run_study(study, selection, runs_dir, cfg.device, executor=executor)
+        outcome = run_study(study, selection, runs_dir, cfg.compute.device, executor=executor)
     finally:
         executor.close()
     made_by = provenance(argv, runs_dir, cfg, began)

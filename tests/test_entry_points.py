@@ -190,9 +190,9 @@ def test_tables_smoke_on_cpu(tmp_path: Path):
     cxsim(["tables", "--preset", "smoke", "--tables", "1", "--omission-rates", "0",
            "--executors", "oracle", "--out-dir", str(out), "--runs-dir", str(runs), *CPU])  # fmt: skip
     assert "Table 1" in (out / "tables.md").read_text()
-    (trained,) = runs.glob("*/s0/train/compactionrl-s0/results.json")
+    (trained,) = runs.glob("main-*/s0/train/compactionrl-*/results.json")
     assert json.loads(trained.read_text())["config"]["device"] == "cpu"
-    (sft,) = runs.glob("*/s0/sft/results.json")
+    (sft,) = runs.glob("main-*/s0/sft/results.json")
     assert json.loads(sft.read_text())["config"]["device"] == "cpu"
 
 

@@ -18,6 +18,7 @@ from cxsim.config import PPOConfig
 from cxsim.evaluation import EVAL_SEED_OFFSET
 from cxsim.studies.model_settings import CHAT, ModelSettings
 from cxsim.studies.selection import Selection
+from cxsim.studies.sides import ORACLE
 from cxsim.studies.spec import BASE, Setting, Study
 from cxsim.tables import markdown_table
 from cxsim.tracking import to_jsonable, with_unrecorded
@@ -29,6 +30,8 @@ Runs = dict[str, dict[str, list[dict[str, Any]]]]
 def how_it_trains(study: Study, arm: str) -> str:
     if arm == BASE:
         return "the seed's SFT base, untrained"
+    if arm == ORACLE:
+        return "the env's scripted oracle, evaluated only"
     found = study.arm(arm)
     own = ", ".join(f"`ppo.{k.replace('_', '-')}` {value_text(v)}" for k, v in found.ppo)
     return f"preset `{found.preset}`" + (f", then {own}" if own else "")

@@ -540,7 +540,7 @@ def test_a_bad_check_fails_in_one_line(tmp_path: Path, old: str, new: str, messa
         load_study(write(tmp_path, CHECKED.replace(old, new, 1)), budget="quick")
 
 
-@pytest.mark.parametrize("name", ["verdicts", "table4-horizons"])
+@pytest.mark.parametrize("name", ["verdicts", "table4-horizons", "tables"])
 def test_the_shipped_studies_keep_the_critic_their_pages_were_made_with(name: str):
     from cxsim.config import PPOConfig
     from cxsim.paper_tables import tables, verdicts

@@ -136,6 +136,21 @@ def test_a_budget_sets_an_eval_env_and_names_only_the_files(tmp_path: Path):
         load_study(write(tmp_path, STUDY + wrong))
 
 
+def test_the_reference_pages_example_parses_beside_the_example(tmp_path: Path):
+    import shutil
+
+    from test_studies import code_blocks
+
+    root = Path(__file__).resolve().parent.parent
+    blocks = code_blocks(root / "docs" / "reference" / "study-files.md", "toml")
+    example, sides = blocks[0], next(b for b in blocks if "[eval_envs." in b)
+    shutil.copy(root / "examples" / "my_estimator.py", tmp_path)
+    study = load_study(write(tmp_path, example + sides), budget="smoke")
+    assert [c.name for c in study.claims][-2:] == ["oracle-omission", "one-window"]
+    assert study.claims[-1].sides[0].evaluation == "single@one-window"
+    assert study.evaluations[0].evaluation == "external-summarizer+scripted:0.6"
+
+
 # -- the numbers -----------------------------------------------------------------------------
 
 

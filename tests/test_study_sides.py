@@ -92,6 +92,9 @@ def test_the_sides_parse_with_their_evaluation_keys(tmp_path: Path):
     selection = select(study)
     assert selection.pairs == (("s", "base"),)  # the oracle needs the base's chat format only
     assert len(apart_sides(selection)) == 5
+    assert select(study, ("s",)).evaluations == study.evaluations  # with the whole setting
+    one = select(study, ("s:summaries",))  # one claim: its sides, not the other evaluations
+    assert one.evaluations == () and len(apart_sides(one)) == 2
     (short,) = study.eval_envs
     assert short.env_of(study.setting("s").env).kwargs["memory_length"] == 2
     assert short.env_of(study.setting("s").env).kwargs["num_values"] == 4  # set over the setting's

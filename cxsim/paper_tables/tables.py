@@ -81,7 +81,8 @@ class Config:
     """The training seeds, each with its own SFT base: ``K`` (seeds 0 to K-1) or ``a:b``
     (seeds a to b-1)."""
     tables: tuple[TableId, ...] = (1, 2, 3, 4)
-    """Which tables to build (the runs they share are made once)."""
+    """Which tables to build (the runs they share are made once): the study's rows and cells
+    they need."""
     out_dir: Annotated[str, tyro.conf.arg(aliases=("--out",))] = "runs/tables/page"
     """Where tables.md and the tables_*.png plots go (``docs/results`` for the committed page)."""
     runs_dir: str = "runs/tables"
@@ -94,7 +95,9 @@ class Config:
     compaction: CompactionConfig = field(default_factory=lambda: DEFAULT_COMPACTION)
     sft: SFTConfig = field(default_factory=SFTConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
-    """PPO settings every row starts from; each row's preset applies its changes on top."""
+    """PPO settings every row starts from; each row's preset applies its changes on top.
+    These groups' defaults are the study file's at the preset's budget; one that differs
+    changes the file's setting."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     one_window_kwargs: EnvKwargs = field(default_factory=lambda: {"memory_length": 4})
     """Table 2: env kwargs set over ``--env.kwargs`` for a shorter task whose episodes fit
@@ -105,11 +108,12 @@ class Config:
     executors: tuple[Executor, ...] = ("oracle", "base")
     """Table 1: fixed executors (the oracle, grounded in its context; the SFT base policy)."""
     jobs: int = 1
-    """Seeds run at once, each in its own single-threaded process (2 on a 2-core machine;
-    with ``--executor ray`` and no ``--ray-address``: the CPUs of the local Ray instance)."""
+    """Runs at once (SFT bases, trained rows, evaluations), each in its own single-threaded
+    process (2 on a 2-core machine; with ``--executor ray`` and no ``--ray-address``: the CPUs
+    of the local Ray instance)."""
     executor: Literal["local", "ray"] = "local"
-    """Where the seeds run: ``local`` (this machine's processes) or ``ray`` (one Ray task per
-    seed; ``pip install 'cxsim[ray]'``), as ``cxsim study --executor``."""
+    """Where the runs execute: ``local`` (this machine's processes) or ``ray`` (one Ray task
+    per run; ``pip install 'cxsim[ray]'``), as ``cxsim study --executor``."""
     ray_address: str | None = None
     """A running Ray cluster to join (``HOST:PORT``; with ``--executor ray``)."""
     policy: str | None = None

@@ -19,7 +19,8 @@ class Selection:
     """(setting, arm or ``base``), in the file's order."""
     claims: tuple[Claim, ...]
     evaluations: tuple[Side, ...] = ()
-    """The ``[[evaluations]]`` whose arms are among :attr:`pairs`."""
+    """The ``[[evaluations]]`` of the settings selected whole (no ``--only``, or ``--only
+    SETTING``)."""
 
 
 def select(study: Study, only: tuple[str, ...] = ()) -> Selection:
@@ -74,7 +75,9 @@ def select(study: Study, only: tuple[str, ...] = ()) -> Selection:
             or {side.setting for side in c.sides} <= whole
         )
     )
-    evaluations = tuple(e for e in study.evaluations if side_units(e) <= chosen)
+    evaluations = tuple(  # with their whole setting only, not with one claim or arm
+        e for e in study.evaluations if e.setting in whole and side_units(e) <= chosen
+    )
     return Selection(kept, claims, evaluations)
 
 

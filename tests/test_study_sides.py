@@ -130,6 +130,29 @@ def test_a_wrong_name_fails_at_load_in_one_line(tmp_path: Path, old: str, new: s
     assert "\n" not in said
 
 
+def test_a_scripted_side_on_an_env_without_a_family_fails_at_load(tmp_path: Path):
+    import gymnasium as gym
+
+    class Plain(gym.Env):  # a text env that declares no EnvFamily: no scripted agents
+        observation_space = gym.spaces.Text(64)
+        action_space = gym.spaces.Text(64)
+
+        def reset(self, *, seed=None, options=None):
+            return "hello", {}
+
+        def step(self, action):
+            return "done", 1.0, True, False, {}
+
+    gym.register("nofamily/Plain-v0", entry_point=Plain)
+    plain = 'env.env-id = "nofamily/Plain-v0"\nenv.kwargs = {}\n'
+    text = STUDY.replace("env.kwargs = { memory_length = 5,", plain + "# ", 1)
+    with pytest.raises(StudyError) as error:
+        load_study(write(tmp_path, text))
+    said = str(error.value)
+    assert "claim 1 (summaries): oracle needs the env's scripted agents: nofamily/Plain-v0 " in said
+    assert "declares no EnvFamily" in said and "\n" not in said
+
+
 def test_a_budget_sets_an_eval_env_and_names_only_the_files(tmp_path: Path):
     budget = "\n[budgets.tiny]\neval_envs.short.kwargs = { memory_length = 3 }\n"
     study = load_study(write(tmp_path, STUDY + budget), budget="tiny")

@@ -14,6 +14,7 @@ from cxsim.studies.sides import (
     EVALUATION_KEYS,
     ORACLE,
     EvalEnv,
+    check_scripted_side,
     check_side_env,
     check_summarizer,
 )
@@ -62,7 +63,9 @@ def parse_claims(
                 f"{here}: env goes with evaluation metrics; {claim.metric} is read from training"
             )
         for side in claim.sides:
-            check_side_env(env, eval_envs or {}, settings_of(settings, side.setting).env, here)
+            side_setting = settings_of(settings, side.setting)
+            check_side_env(env, eval_envs or {}, side_setting.env, here)
+            check_scripted_side(side, side_setting.env.env_id, here)
         claims.append(replace(claim, env=env))
     return tuple(claims)
 
@@ -380,6 +383,7 @@ def parse_evaluations(
             side_protocols(table, "pass_at_1", protocol, {"arm": (setting, arm)}, {"arm": ""}, here)
         env = check_side_env(text_of(table, "env", here), eval_envs or {}, setting.env, here)
         side = Side(setting.name, arm, protocol, summarizer, env)
+        check_scripted_side(side, setting.env.env_id, here)
         if side in sides:
             raise StudyError(f"{here}: the same evaluation as evaluation {sides.index(side) + 1}")
         sides.append(side)

@@ -137,6 +137,22 @@ def check_side_env(name: str, envs: dict[str, EvalEnv], env: EnvConfig, where: s
     return name
 
 
+def check_scripted_side(side: Side, env_id: str, where: str) -> None:
+    """A side with the oracle acting or a scripted summarizer needs its env to declare a
+    family (its scripted oracle and summary writer); one line saying so otherwise."""
+    from cxsim.envs.family import require_family_of_id
+
+    if side.arm != ORACLE and scripted_rate(side.summarizer) is None:
+        return
+    try:
+        require_family_of_id(env_id)
+    except Exception as error:  # any failure to make the env, in one line
+        used = ORACLE if side.arm == ORACLE else side.summarizer
+        raise StudyError(
+            f"{where}: {used} needs the env's scripted agents: {first_line(error)}"
+        ) from error
+
+
 def evaluated_apart(side: Side) -> bool:
     """Whether a side is evaluated apart from its arm's unit: another agent writes its
     summaries, the oracle acts, or it is evaluated on another environment."""

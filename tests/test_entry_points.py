@@ -194,6 +194,11 @@ def test_tables_smoke_on_cpu(tmp_path: Path):
     assert json.loads(trained.read_text())["config"]["device"] == "cpu"
     (sft,) = runs.glob("main-*/s0/sft/results.json")
     assert json.loads(sft.read_text())["config"]["device"] == "cpu"
+    # through the study engine: its layout, the file's predictions, Table 1's oracle cells
+    assert list(runs.glob("studies/tables-*/predictions.json"))
+    cells = sorted(p.name.rsplit("-", 1)[0] for p in runs.glob("main-*/s0/eval/oracle*.json"))
+    assert cells == ["oracle+base@external-summarizer", "oracle+compactionrl@external-summarizer",
+                     "oracle+scripted-0@external-summarizer"]  # fmt: skip
 
 
 @pytest.mark.slow

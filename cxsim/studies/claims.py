@@ -1,9 +1,12 @@
 """A study file's ``[[claims]]``, parsed and validated into :class:`~cxsim.studies.spec.Claim`
-before any run: each side an arm (or ``base``) of the claim's setting or, as ``SETTING:ARM``,
-of another; the metric and protocol compared (``"own"``: each side under its setting's first
-``eval.protocols``); the direction (``same`` with a ``margin``); the prediction written before
-the run; a side whose summaries another arm's policy writes (``treatment_summarizer``, the
-Table 1 swap) and the protocol it is evaluated under."""
+before any run: each side an arm (or ``base``, or ``oracle``) of the claim's setting or, as
+``SETTING:ARM``, of another; the metric and protocol compared (``"own"``: each side under its
+setting's first ``eval.protocols``); the direction (``same`` with a ``margin``); the prediction
+written before the run; a side whose summaries another arm's policy or the scripted summarizer
+writes (``treatment_summarizer``, the Table 1 swap) and the protocol it is evaluated under; the
+``[eval_envs.NAME]`` both sides are evaluated on (``env``). The ``[[evaluations]]`` entries,
+sides without a claim, are parsed here too (:func:`parse_evaluations`); the names a side may
+take besides an arm's: :mod:`cxsim.studies.sides`."""
 
 from __future__ import annotations
 

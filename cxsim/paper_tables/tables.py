@@ -27,7 +27,7 @@ go to ``--out-dir``, written by cxsim/paper_tables/tables_page.py (plots: tables
 from the per-seed results (:func:`cxsim.paper_tables.tables_study.page_runs`) and a plain
 :class:`~cxsim.paper_tables.tables_seeds.PageSetup`, its intervals by cxsim/tables.py.
 
-    cxsim tables                                   # smoke: a few minutes, under runs/tables/page
+    cxsim tables                                   # smoke: half a minute, under runs/tables/page
     cxsim tables --preset full --out docs/results  # the committed page: 5 seeds, ~1 hour
     cxsim tables --policy path/to/hf-model --device cuda  # every SFT base starts from that model
     cxsim tables --preset full --seeds 5:8 --executor ray --device cpu  # three more seeds on Ray

@@ -103,3 +103,49 @@ def test_a_misspelled_scripted_summarizer_or_eval_env_in_the_file_fails_at_load(
         with pytest.raises(StudyError) as error:
             load_study(path)
         assert said in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_units_results_become_the_pages_per_seed_results(tmp_path: Path):
+    """``page_runs``: each unit's evaluations under the page's names (a row, ``row/one-window``,
+    ``executor+scripted-P``), each trained row's final figures and history, the SFT base's
+    wall time; every evaluation's seconds counted once."""
+    import json
+
+    from cxsim.paper_tables.tables_study import evaluation_key, page_runs
+
+    assert evaluation_key("oracle", "external-summarizer+scripted:0.3") == (
+        "external", "oracle+scripted-0.3", "external-summarizer",
+    )  # fmt: skip
+    assert evaluation_key("base", "external-summarizer+compactionrl") == (
+        "external", "base+compactionrl", "external-summarizer",
+    )  # fmt: skip
+    assert evaluation_key("compactionrl", "single@one-window") == (
+        "eval", "compactionrl/one-window", "single",
+    )  # fmt: skip
+    run_dir = tmp_path / "train"
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text(json.dumps({"history": [{"iteration": 1}]}))
+    base = {
+        "sft": {"wall_time_s": 5.0}, "train": None, "eval_wall_time_s": 3.0,
+        "eval": {"compacted": {"r": 1}, "single": {"r": 2}, "external-summarizer+base": {"r": 3}},
+    }  # fmt: skip
+    trained = {
+        "sft": {"wall_time_s": 5.0}, "eval_wall_time_s": 2.0, "eval": {"compacted": {"r": 4}},
+        "train": {"run_dir": str(run_dir), "final": {"k": 1.0}, "wall_time_s": 7.0},
+    }  # fmt: skip
+    oracle = {**base, "eval_wall_time_s": 1.0, "eval": {"single@one-window": {"r": 5}}}
+    study = load_study(TABLES, seeds="4", budget="smoke")
+    runs = {"main": {"base": [base], "compactionrl": [trained], "oracle": [oracle]}}
+    (seed,) = page_runs(study, runs)
+    assert seed["sft"] == {"wall_time_s": 5.0}
+    assert seed["train"] == {
+        "compactionrl": {"final": {"k": 1.0}, "history": [{"iteration": 1}], "wall_time_s": 7.0}
+    }
+    assert seed["eval"] == {
+        "base": {"results": {"compacted": {"r": 1}, "single": {"r": 2}}, "wall_time_s": 3.0},
+        "compactionrl": {"results": {"compacted": {"r": 4}}, "wall_time_s": 2.0},
+        "oracle/one-window": {"results": {"single": {"r": 5}}, "wall_time_s": 1.0},
+    }
+    assert seed["external"] == {
+        "base+base": {"results": {"external-summarizer": {"r": 3}}, "wall_time_s": 0.0}
+    }

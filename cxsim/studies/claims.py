@@ -68,7 +68,8 @@ def parse_claims(
         for side in claim.sides:
             side_setting = settings_of(settings, side.setting)
             check_side_env(env, eval_envs or {}, side_setting.env, here)
-            check_scripted_side(side, side_setting.env.env_id, here)
+            played = (eval_envs or {})[env].env_of(side_setting.env) if env else side_setting.env
+            check_scripted_side(side, played.env_id, here)
         claims.append(replace(claim, env=env))
     return tuple(claims)
 
@@ -386,7 +387,8 @@ def parse_evaluations(
             side_protocols(table, "pass_at_1", protocol, {"arm": (setting, arm)}, {"arm": ""}, here)
         env = check_side_env(text_of(table, "env", here), eval_envs or {}, setting.env, here)
         side = Side(setting.name, arm, protocol, summarizer, env)
-        check_scripted_side(side, setting.env.env_id, here)
+        played = (eval_envs or {})[env].env_of(setting.env) if env else setting.env
+        check_scripted_side(side, played.env_id, here)
         if side in sides:
             raise StudyError(f"{here}: the same evaluation as evaluation {sides.index(side) + 1}")
         sides.append(side)

@@ -190,10 +190,15 @@ def test_tables_smoke_on_cpu(tmp_path: Path):
     cxsim(["tables", "--preset", "smoke", "--tables", "1", "--omission-rates", "0",
            "--executors", "oracle", "--out-dir", str(out), "--runs-dir", str(runs), *CPU])  # fmt: skip
     assert "Table 1" in (out / "tables.md").read_text()
-    (trained,) = runs.glob("*/s0/train/compactionrl-s0/results.json")
+    (trained,) = runs.glob("main-*/s0/train/compactionrl-*/results.json")
     assert json.loads(trained.read_text())["config"]["device"] == "cpu"
-    (sft,) = runs.glob("*/s0/sft/results.json")
+    (sft,) = runs.glob("main-*/s0/sft/results.json")
     assert json.loads(sft.read_text())["config"]["device"] == "cpu"
+    # through the study engine: its layout, the file's predictions, Table 1's oracle cells
+    assert list(runs.glob("studies/tables-*/predictions.json"))
+    cells = sorted(p.name.rsplit("-", 1)[0] for p in runs.glob("main-*/s0/eval/oracle*.json"))
+    assert cells == ["oracle+base@external-summarizer", "oracle+compactionrl@external-summarizer",
+                     "oracle+scripted-0@external-summarizer"]  # fmt: skip
 
 
 @pytest.mark.slow

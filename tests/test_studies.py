@@ -541,15 +541,15 @@ def test_a_bad_check_fails_in_one_line(tmp_path: Path, old: str, new: str, messa
 
 
 def shipped_study(name: str) -> Path:
-    """A study file of studies/, or the verdict run's (shipped with cxsim/paper_tables)."""
-    if name == "verdicts":
-        from cxsim.paper_tables.verdicts import STUDY_FILE
+    """A study file of studies/, or a paper table's (shipped with cxsim/paper_tables)."""
+    if name in ("verdicts", "tables"):
+        from cxsim import paper_tables
 
-        return STUDY_FILE
+        return Path(paper_tables.__file__).with_name(f"{name}.toml")
     return EXAMPLES.parent / "studies" / f"{name}.toml"
 
 
-@pytest.mark.parametrize("name", ["verdicts", "table4-horizons"])
+@pytest.mark.parametrize("name", ["verdicts", "table4-horizons", "tables"])
 def test_the_shipped_studies_keep_the_critic_their_pages_were_made_with(name: str):
     from cxsim.config import PPOConfig
     from cxsim.paper_tables import tables

@@ -478,10 +478,17 @@ def test_a_swap_is_evaluated_after_both_arms_with_their_policies(
     assert again["made"]["eval"] == 0 and len(swapped) == 4  # read from the cache
 
 
-def test_a_swap_evaluation_is_cxsim_tables_table_1_evaluation(tmp_path: Path):
-    """The study's swap (runner.evaluate_with_summarizer) and ``cxsim tables``'s Table 1
-    evaluation play the same rollouts: same tasks, successes and summaries kept."""
-    from cxsim.paper_tables import tables
+def test_a_swap_evaluation_is_a_direct_evaluation_of_the_two_policies(tmp_path: Path):
+    """The study's swap (runner.evaluate_with_summarizer) plays the rollouts a direct
+    ``cxsim.evaluation.evaluate_protocol`` of the acting and the writing policy plays (as
+    ``cxsim tables``'s Table 1 did before it ran on the study engine): same tasks, successes
+    and summaries kept."""
+    from cxsim.agents.lm_agent import LMAgent
+    from cxsim.agents.models import load_policy
+    from cxsim.devices import resolve_device
+    from cxsim.evaluation import evaluate_protocol
+    from cxsim.generation import SamplingConfig
+    from cxsim.preflight import preflight
     from cxsim.pretrained import PRETRAINED
 
     study = load_study(write(tmp_path, STUDY))
@@ -492,18 +499,20 @@ def test_a_swap_evaluation_is_cxsim_tables_table_1_evaluation(tmp_path: Path):
     )
     made = runner.evaluate_with_summarizer(cfg, PRETRAINED, "swap")
     assert json.loads(out.read_text())["summarizer"] == PRETRAINED
-    ec = tables.Config(
-        preset="full", seeds=1, tables=(1,), env=setting.env, compaction=setting.compaction,
-        eval=replace(setting.eval, seed=2),
+    device = resolve_device("cpu")
+    agents = []
+    for _ in range(2):  # the actor, then the summarizer
+        policy, _, chat = load_policy(PRETRAINED, device, None)
+        sampling = SamplingConfig(temperature=setting.eval.temperature)
+        agents.append(LMAgent(policy, chat, sampling, device=device, precision="fp32"))
+    direct, _ = evaluate_protocol(
+        setting.env.env_id, setting.env.kwargs, agents[0], chat,
+        preflight(setting.env, setting.compaction, chat), "external-summarizer",
+        3, 1, 2, summarizer_agent=agents[1],
     )  # fmt: skip
-    actor, chat = tables.lm_agent(PRETRAINED, ec)
-    summarizer, _ = tables.lm_agent(PRETRAINED, ec)
-    table1 = tables.evaluate_agent(
-        ec, actor, chat, "t1", protocols=("external-summarizer",), summarizer=summarizer
-    )["results"]["external-summarizer"]
     (result,) = made["results"]
     for key in ("per_task_success", "summary_recall", "mean_compactions", "tokens_generated"):
-        assert result[key] == table1[key], key
+        assert result[key] == direct[key], key
     assert result["mean_compactions"] > 0  # summaries were written
 
 

@@ -197,8 +197,8 @@ def test_smoke_numbers_are_what_the_agents_guarantee(smoke: tuple[Path, Path]):
 @pytest.mark.slow
 def test_rerun_reuses_the_cache_and_runs_new_seeds_in_parallel(smoke: tuple[Path, Path], tmp_path):
     _, runs = smoke
-    (cache,) = runs.iterdir()
-    seed0 = cache / "s0" / "train" / "compactionrl-s0" / "results.json"
+    (cache,) = runs.glob("main-*")  # the study engine's setting folder
+    (seed0,) = cache.glob("s0/train/compactionrl-*/results.json")
     before = seed0.stat().st_mtime_ns
     out = tmp_path / "two"
     cxsim(["tables", "--preset", "smoke", "--seeds", "2", "--tables", "2", "--jobs", "2",
@@ -229,59 +229,42 @@ def test_unknown_preset_and_bad_flags_fail_before_any_work(tmp_path: Path, capsy
     assert not any(tmp_path.iterdir())
 
 
-def test_seeds_a_to_b_map_to_their_folders_on_the_study_executor(tmp_path: Path, monkeypatch):
+def test_seeds_a_to_b_are_the_studys_seeds_and_the_tables_narrow_it(tmp_path: Path):
     from cxsim.paper_tables import tables
+    from cxsim.paper_tables.tables_study import tables_study
+    from cxsim.studies.selection import apart_sides, select
 
     cfg = tables.parse(["--preset", "smoke", "--seeds", "2:4", "--runs-dir", str(tmp_path)])
     assert cfg.seed_list == (2, 3)
-    calls = []
+    study = tables_study(cfg, tables.BUDGETS["smoke"])
+    assert study.seeds == (2, 3) and study.setting("main").arms == cfg.rows
+    narrow = tables.parse(["--preset", "smoke", "--tables", "1", "--omission-rates", "0", "1",
+                           "--executors", "oracle"])  # fmt: skip
+    study = tables_study(narrow, tables.BUDGETS["smoke"])
+    assert study.setting("main").arms == ("compactionrl",)
+    assert [s.evaluation for s in apart_sides(select(study))] == [
+        "external-summarizer+scripted:0", "external-summarizer+scripted:1",
+        "external-summarizer+compactionrl", "external-summarizer+base",
+    ]  # fmt: skip
+    assert {s.arm for s in apart_sides(select(study))} == {"oracle"}
+    assert not any(tmp_path.iterdir())
 
-    def one_seed(given: tables.Config, seed_dir: Path, seed: int) -> dict:
-        calls.append((given, seed_dir, seed))
-        return {"seed": seed}
 
-    monkeypatch.setattr(tables, "run_seed", one_seed)
-    assert tables.run_seeds(cfg, tmp_path / "cache") == [{"seed": 2}, {"seed": 3}]
-    assert calls == [(cfg, tmp_path / "cache" / "s2", 2), (cfg, tmp_path / "cache" / "s3", 3)]
-
-
-def test_a_cache_holding_every_stage_is_read_without_running_one(tmp_path: Path, monkeypatch):
-    """The cache layout every earlier ``cxsim tables`` wrote (``s<seed>/sft``,
-    ``s<seed>/train/<row>-s<seed>``, ``s<seed>/tables/*.json``) is read as it is."""
-    from cxsim.paper_tables import tables
-    from cxsim.paper_tables.tables_page import ONE_WINDOW
-    from cxsim.paper_tables.tables_seeds import ROWS
-    from cxsim.pipeline import sft, train
-    from cxsim.tracking import write_json
+@pytest.mark.slow
+def test_a_cache_holding_every_stage_is_read_without_running_one(
+    smoke: tuple[Path, Path], tmp_path: Path, monkeypatch
+):
+    """A second ``cxsim tables`` over the first one's runs folder makes nothing: every SFT
+    base, training and evaluation is read from the study engine's cache."""
+    from cxsim.pipeline import evaluate, sft, train
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a stage ran although its result is cached")
 
-    for module, name in ((sft, "run_sft"), (train, "train"), (tables, "evaluate_agent"),
-                         (tables, "lm_agent")):  # fmt: skip
+    for module, name in ((sft, "run_sft"), (train, "train"), (evaluate, "evaluate")):
         monkeypatch.setattr(module, name, refuse)
-    cfg = tables.parse(["--preset", "smoke", "--seeds", "1:2", "--runs-dir", str(tmp_path)])
-    seed_dir = tmp_path / "s1"
-    written = {"sft": {"policy": "sft-policy", "wall_time_s": 1.0}}
-    write_json(seed_dir / "sft" / "results.json", written["sft"])
-    for row in cfg.rows:
-        written[row] = {"policy": f"{row}-policy", "history": [{"iteration": 1}]}
-        write_json(seed_dir / "train" / f"{row}-s1" / "results.json", written[row])
-    one_window = config_tag("one-window", cfg.one_window_kwargs)
-    evaluations = {f"eval-{r}.json": r for r in ("base", *cfg.rows)}
-    evaluations |= {
-        f"eval-{r}-{one_window}.json": f"{r}/{ONE_WINDOW}" for r in ("oracle", "base", *ROWS[2])
-    }
-    summarizers = [f"scripted-{p:g}" for p in cfg.omission_rates] + ["compactionrl", "base"]
-    pairs = [f"{e}+{s}" for e in cfg.executors for s in summarizers]
-    evaluations |= {f"t1-{pair}.json": pair for pair in pairs}
-    for file, key in evaluations.items():
-        write_json(seed_dir / "tables" / file, {"label": key, "results": {}})
-    run = tables.run_seed(cfg, seed_dir, 1)
-    assert run["sft"] == written["sft"]
-    assert run["train"] == {row: written[row] for row in cfg.rows}
-    assert {k: v["label"] for k, v in run["eval"].items()} == {
-        k: k for k in evaluations.values() if k not in pairs
-    }
-    assert list(run["external"]) == pairs
-    assert all(run["external"][p]["label"] == p for p in pairs)
+    first, runs = smoke
+    out = tmp_path / "again"
+    cxsim(["tables", "--preset", "smoke", "--out-dir", str(out), "--runs-dir", str(runs)])
+    body = (out / "tables.md").read_text().split("## Findings")[1]
+    assert body == (first / "tables.md").read_text().split("## Findings")[1]

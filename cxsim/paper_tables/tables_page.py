@@ -1,7 +1,8 @@
 """The page of ``cxsim tables``: per-seed results -> intervals, Tables 1-4, findings, plots.
 
-``cxsim/paper_tables/tables.py`` makes the runs (one dict per seed, see ``run_seed``);
-this module reads them through :class:`Seeds`, with what the page says about the run
+``cxsim/paper_tables/tables.py`` makes the runs through the study engine, and
+``tables_study.page_runs`` turns them into one dict per seed; this module reads them
+through :class:`Seeds`, with what the page says about the run
 in a :class:`PageSetup` (plain settings, not the entry point's Config; both in
 ``tables_seeds.py`` with the per-seed intervals), and writes
 nothing but text and PNGs. The interval math (Wilson over pooled tasks, Student-t

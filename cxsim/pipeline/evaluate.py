@@ -156,11 +156,18 @@ def protocol_agents(
 
 
 def evaluate(
-    cfg: Config, label: str | None = None, summarizer_policy: str | None = None
+    cfg: Config,
+    label: str | None = None,
+    summarizer_policy: str | None = None,
+    sized_on: EnvConfig | None = None,
 ) -> dict[str, Any]:
     """Runs every protocol of ``cfg.eval``; returns the JSON payload (also written to --out).
     With ``summarizer_policy``, the policy saved there writes every summary that the
-    protocol has another agent write (the Table 1 swap), and the payload names it."""
+    protocol has another agent write (the Table 1 swap), beside a policy or the oracle
+    acting, and the payload names it. ``sized_on``: the env whose oracle episodes size the
+    window (the one the policies were trained on), when ``cfg.env`` is another. Each result
+    holds its records' summary omission (``cxsim.diagnostics.summary_omission``)."""
+    from cxsim.diagnostics import summary_omission
     from cxsim.evaluation import evaluate_protocol
     from cxsim.preflight import preflight
 
@@ -168,19 +175,18 @@ def evaluate(
     agent, chat, default_label = build_agent(cfg)
     summarizer = None
     if summarizer_policy is not None:
-        summarizer, _, _ = build_agent(
-            replace(cfg, model=replace(cfg.model, policy=summarizer_policy))
-        )
-        if agent is None or summarizer is None:
-            raise ValueError("a summarizer swap needs two policies, not the oracle")
-    cfg = replace(cfg, compaction=preflight(cfg.env, cfg.compaction, chat))
+        writer = replace(cfg, model=replace(cfg.model, policy=summarizer_policy), agent=None,
+                         tokenizer=None)  # fmt: skip
+        summarizer, _, _ = build_agent(writer)
+    cfg = replace(cfg, compaction=preflight(sized_on or cfg.env, cfg.compaction, chat))
     results = []
     for protocol in cfg.eval.protocols:
-        if summarizer is not None:
+        if summarizer is not None and agent is not None:
             agents = RolloutAgents(agent, summarizer)
-        else:
+        else:  # the oracle (the protocol's scripted actor) acts, or the policy alone
             agents = protocol_agents(cfg, protocol, chat, agent)
-        result, _ = evaluate_protocol(
+            agents = agents if summarizer is None else RolloutAgents(agents.actor, summarizer)
+        result, records = evaluate_protocol(
             cfg.env.env_id,
             cfg.env.kwargs,
             agents.actor,
@@ -193,7 +199,7 @@ def evaluate(
             threads=cfg.compute.threads,
             summarizer_agent=agents.summarizer,
         )
-        results.append(result)
+        results.append(result | {"omission": summary_omission(records)})
     payload = {
         "label": label or default_label,
         "env_id": cfg.env.env_id,

@@ -10,17 +10,20 @@ docs/reference/study-files.md.
 
 One topic per module:
 
-- :mod:`cxsim.studies.spec`: the file's frozen dataclasses, and its budgets, seeds, metrics
-  and figure parsed and validated; :mod:`cxsim.studies.settings`: its settings, arms and
-  stage-0 tables; :mod:`cxsim.studies.claims`: its ``[[claims]]``;
-  :mod:`cxsim.studies.load`: the file read whole (:func:`~cxsim.studies.load.load_study`),
-  every name checked before any run;
+- :mod:`cxsim.studies.spec`: the file's frozen dataclasses, and its budgets and seeds parsed
+  and validated; :mod:`cxsim.studies.settings`: its settings, arms and stage-0 tables;
+  :mod:`cxsim.studies.claims`: its ``[[claims]]`` and ``[[evaluations]]``;
+  :mod:`cxsim.studies.sides`: the names a side may take besides an arm's (``oracle``,
+  ``scripted:P``, an ``[eval_envs.NAME]``); :mod:`cxsim.studies.load`: the file read whole
+  (:func:`~cxsim.studies.load.load_study`; its metrics, figure and diagnostics), every name
+  checked before any run;
 - :mod:`cxsim.studies.selection`: what one invocation runs (``--only``);
 - :mod:`cxsim.studies.stage0`: a stage-0 checkpoint (candidates until one copies), cached;
 - :mod:`cxsim.studies.runner`: one (setting, seed, arm) unit as one function call with
   plain arguments, cached, and the claim sides whose summaries another arm writes; the study
-  as a map of units over an executor; :mod:`cxsim.studies.unit_files`: where a unit's files
-  go in the runs folder;
+  as a map of units over an executor; :mod:`cxsim.studies.side_runs`: the sides with the
+  oracle acting, a scripted summarizer or another env, each one such call;
+  :mod:`cxsim.studies.unit_files`: where a unit's files go in the runs folder;
 - :mod:`cxsim.studies.executors`: where units run (this machine's processes, or Ray tasks
   with ``--executor ray``); :mod:`cxsim.studies.calls`: a call's stages read from the cache
   or made, and calls mapped through an executor, one log line each;
@@ -40,6 +43,7 @@ One topic per module:
   make one seed's runs.
 
 The package drives the stages of :mod:`cxsim.pipeline` (it sits above them); of the
-commands, only the ones that run studies import it: ``cxsim study`` and ``cxsim verdicts``
-(cxsim/paper_tables/verdicts.py, whose runs are a study built from its presets).
+commands, only the ones that run studies import it: ``cxsim study``, ``cxsim verdicts``
+(cxsim/paper_tables/verdicts.py, whose runs are a study built from its presets) and ``cxsim
+tables`` (cxsim/paper_tables/tables.py, which runs cxsim/paper_tables/tables.toml).
 """

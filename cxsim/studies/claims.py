@@ -1,16 +1,27 @@
 """A study file's ``[[claims]]``, parsed and validated into :class:`~cxsim.studies.spec.Claim`
-before any run: each side an arm (or ``base``) of the claim's setting or, as ``SETTING:ARM``,
-of another; the metric and protocol compared (``"own"``: each side under its setting's first
-``eval.protocols``); the direction (``same`` with a ``margin``); the prediction written before
-the run; a side whose summaries another arm's policy writes (``treatment_summarizer``, the
-Table 1 swap) and the protocol it is evaluated under."""
+before any run: each side an arm (or ``base``, or ``oracle``) of the claim's setting or, as
+``SETTING:ARM``, of another; the metric and protocol compared (``"own"``: each side under its
+setting's first ``eval.protocols``); the direction (``same`` with a ``margin``); the prediction
+written before the run; a side whose summaries another arm's policy or the scripted summarizer
+writes (``treatment_summarizer``, the Table 1 swap) and the protocol it is evaluated under; the
+``[eval_envs.NAME]`` both sides are evaluated on (``env``). The ``[[evaluations]]`` entries,
+sides without a claim, are parsed here too (:func:`parse_evaluations`); the names a side may
+take besides an arm's: :mod:`cxsim.studies.sides`."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
-from cxsim.studies.spec import BASE, OWN_PROTOCOL, SWAP_PROTOCOL, Claim, Setting
+from cxsim.studies.sides import (
+    EVALUATION_KEYS,
+    ORACLE,
+    EvalEnv,
+    check_scripted_side,
+    check_side_env,
+    check_summarizer,
+)
+from cxsim.studies.spec import BASE, OWN_PROTOCOL, SWAP_PROTOCOL, Claim, Setting, Side
 from cxsim.studies.stats import CLAIM_METRICS, METRICS, THRESHOLD_METRIC, TRAINING_METRICS
 from cxsim.studies.values import StudyError, check_keys, check_name, first_line, text_of
 
@@ -30,11 +41,17 @@ CLAIM_KEYS = (
     "treatment_summarizer",
     "reference_summarizer",
     "threshold",
+    "env",
 )
 DIRECTIONS = ("higher", "lower", "same")
 
 
-def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[Claim, ...]:
+def parse_claims(
+    raw: Any,
+    settings: tuple[Setting, ...],
+    where: str,
+    eval_envs: dict[str, EvalEnv] | None = None,
+) -> tuple[Claim, ...]:
     if not isinstance(raw, list):
         raise StudyError(f"{where}: claims are [[claims]] tables")
     claims: list[Claim] = []
@@ -42,8 +59,23 @@ def parse_claims(raw: Any, settings: tuple[Setting, ...], where: str) -> tuple[C
         if not isinstance(table, dict):
             raise StudyError(f"{where}: claims are [[claims]] tables")
         here = f"{where}: claim {i}" + (f" ({table['name']})" if "name" in table else "")
-        claims.append(parse_claim(table, settings, claims, here))
+        claim = parse_claim(table, settings, claims, here)
+        env = text_of(table, "env", here)
+        if env and claim.metric in TRAINING_METRICS:
+            raise StudyError(
+                f"{here}: env goes with evaluation metrics; {claim.metric} is read from training"
+            )
+        for side in claim.sides:
+            side_setting = settings_of(settings, side.setting)
+            check_side_env(env, eval_envs or {}, side_setting.env, here)
+            played = (eval_envs or {})[env].env_of(side_setting.env) if env else side_setting.env
+            check_scripted_side(side, played.env_id, here)
+        claims.append(replace(claim, env=env))
     return tuple(claims)
+
+
+def settings_of(settings: tuple[Setting, ...], name: str) -> Setting:
+    return next(s for s in settings if s.name == name)
 
 
 def parse_claim(
@@ -164,7 +196,7 @@ def side_protocols(
             protocols[side] = side_setting.eval.protocols[0]
             continue
         if summarizers[side]:
-            protocols[side] = swap_protocol(table, side, where)
+            protocols[side] = swap_protocol(table, f"{side}_summarizer", where)
             continue
         protocols[side] = side_setting.eval.protocols[0] if protocol == OWN_PROTOCOL else protocol
         try:  # a protocol the setting does not evaluate is evaluated for this claim's arms
@@ -227,9 +259,9 @@ def check_training_sides(
     """A training metric compares two trained arms, read from their training histories: no
     ``base`` side (it trains nothing), no summarizer and no protocol (nothing is evaluated)."""
     for side, (_, arm) in sides.items():
-        if arm == BASE:
+        if arm in (BASE, ORACLE):
             raise StudyError(
-                f"{where}: {side} = {table[side]!r}: the base trains nothing, so it has no "
+                f"{where}: {side} = {table[side]!r}: the {arm} trains nothing, so it has no "
                 f"{metric}; compare two trained arms"
             )
         if summarizers[side]:
@@ -247,16 +279,12 @@ def claim_summarizer(table: dict[str, Any], side: str, setting: Setting, where: 
     ``base``) whose policy writes that side's summaries; empty when not given."""
     key = f"{side}_summarizer"
     name = text_of(table, key, where)
-    evaluated = (BASE, *setting.arms)
-    if name and name not in evaluated:
-        raise StudyError(
-            f"{where}: {key} = {name!r} is not an arm of setting {setting.name}; choose one "
-            f"of: {', '.join(evaluated)}"
-        )
+    if name:
+        check_summarizer(name, setting.name, (BASE, *setting.arms), f"{where}: {key}")
     return name
 
 
-def swap_protocol(table: dict[str, Any], side: str, where: str) -> str:
+def swap_protocol(table: dict[str, Any], key: str, where: str) -> str:
     """The protocol of a side with a summarizer: the claim's ``protocol`` when given, else
     :data:`SWAP_PROTOCOL`; one whose policy writes its own summaries is refused."""
     from cxsim.strategies import STRATEGIES
@@ -268,9 +296,9 @@ def swap_protocol(table: dict[str, Any], side: str, where: str) -> str:
         raise StudyError(f"{where}: protocol = {protocol!r}: {first_line(error)}") from error
     if author != "summarizer":
         raise StudyError(
-            f"{where}: {side}_summarizer needs a protocol whose summaries another agent "
+            f"{where}: {key} needs a protocol whose summaries another agent "
             f"writes; protocol = {protocol!r} has the acting policy write them (leave protocol "
-            f"out for {SWAP_PROTOCOL}, or drop {side}_summarizer)"
+            f"out for {SWAP_PROTOCOL}, or drop {key})"
         )
     return protocol
 
@@ -289,7 +317,7 @@ def claim_side(
             names = ", ".join(s.name for s in settings)
             return f"{value!r} names no setting {name!r}; settings: {names}"
         setting = found[0]
-    evaluated = (BASE, *setting.arms)
+    evaluated = (BASE, ORACLE, *setting.arms)
     if arm not in evaluated:
         return (
             f"{value!r} is not an arm of setting {setting.name}; choose one of: "
@@ -329,3 +357,39 @@ def claim_diagnostics(raw: Any, where: str) -> tuple[str, ...]:
             '"credit/abs_adv_seg0" (docs/tensorboard.md)'
         )
     return tuple(raw)
+
+
+def parse_evaluations(
+    raw: Any,
+    settings: tuple[Setting, ...],
+    where: str,
+    eval_envs: dict[str, EvalEnv] | None = None,
+) -> tuple[Side, ...]:
+    """``[[evaluations]]``: sides evaluated besides the claims' (``setting``, ``arm``: an arm,
+    ``base`` or ``oracle``; ``summarizer``, ``protocol``, ``env`` as a claim side's), each once."""
+    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
+        raise StudyError(f"{where}: evaluations are [[evaluations]] tables")
+    sides: list[Side] = []
+    for i, table in enumerate(raw, start=1):
+        here = f"{where}: evaluation {i}"
+        check_keys(table, EVALUATION_KEYS, here, "an evaluation")
+        home = claim_setting({**table, "name": ""}, "", settings, [], here)
+        found = claim_side(text_of(table, "arm", here, required=True), home, (home,))
+        if isinstance(found, str):
+            raise StudyError(f"{here}: arm = {found}")
+        setting, arm = found
+        summarizer = text_of(table, "summarizer", here)
+        if summarizer:
+            check_summarizer(summarizer, setting.name, (BASE, *setting.arms), f"{here}: summarizer")
+            protocol = swap_protocol(table, "summarizer", here)
+        else:
+            protocol = text_of(table, "protocol", here, default=setting.eval.protocols[0])
+            side_protocols(table, "pass_at_1", protocol, {"arm": (setting, arm)}, {"arm": ""}, here)
+        env = check_side_env(text_of(table, "env", here), eval_envs or {}, setting.env, here)
+        side = Side(setting.name, arm, protocol, summarizer, env)
+        played = (eval_envs or {})[env].env_of(setting.env) if env else setting.env
+        check_scripted_side(side, played.env_id, here)
+        if side in sides:
+            raise StudyError(f"{here}: the same evaluation as evaluation {sides.index(side) + 1}")
+        sides.append(side)
+    return tuple(sides)

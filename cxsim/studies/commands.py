@@ -22,7 +22,7 @@ from typing import Annotated, Any, get_args, get_origin
 from cxsim.pipeline.presets import preset_ppo
 from cxsim.pretrained import PRETRAINED
 from cxsim.studies.runner import eval_config, sft_config, train_config
-from cxsim.studies.selection import Selection, extra_protocols, swapped_sides
+from cxsim.studies.selection import Selection, apart_sides, extra_protocols
 from cxsim.studies.spec import BASE, Arm, Setting, Stage0, Study
 from cxsim.studies.stage0 import chosen_file
 from cxsim.studies.stages import arm_ppo, stage0_sft_config, under
@@ -208,15 +208,17 @@ def eval_command(
 
 
 def swap_comments(selection: Selection, setting: str) -> list[list[str]]:
-    """A comment for each of the setting's sides whose summaries another arm writes: the
-    study evaluates them itself."""
+    """A comment for each of the setting's sides evaluated apart (another agent's summaries,
+    the oracle acting, another env): the study evaluates them itself."""
     return [
         [
-            f"# {side.arm} acting with {side.summarizer}'s summaries under "
-            f"{side.protocol}: evaluated by the study itself (cxsim eval's "
-            "summarizer is the scripted one)"
+            f"# {side.arm} acting"
+            + (f" with {side.summarizer}'s summaries" if side.summarizer else "")
+            + f" under {side.protocol}"
+            + (f" on eval env {side.env}" if side.env else "")
+            + ": evaluated by the study itself (cxsim/studies/side_runs.py)"
         ]
-        for side in swapped_sides(selection)
+        for side in apart_sides(selection)
         if side.setting == setting
     ]
 

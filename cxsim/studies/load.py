@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cxsim.studies.checks import budget_checks, parse_checks
-from cxsim.studies.claims import parse_claims
+from cxsim.studies.claims import parse_claims, parse_evaluations
 from cxsim.studies.correction import CORRECTIONS
 from cxsim.studies.model_settings import FILE_KEYS, file_model_settings
 from cxsim.studies.settings import (
@@ -21,18 +21,20 @@ from cxsim.studies.settings import (
     parse_settings,
     parse_stage0,
 )
+from cxsim.studies.sides import parse_eval_envs
 from cxsim.studies.spec import (
+    BASE,
+    FIGURE_KEYS,
     Arm,
+    Figure,
     Setting,
     Stage0,
     Study,
     parse_budgets,
-    parse_diagnostics,
-    parse_figure,
-    parse_metrics,
     parse_seeds,
 )
 from cxsim.studies.stages import arm_ppo
+from cxsim.studies.stats import METRICS
 from cxsim.studies.values import StudyError, check_keys, table_of, text_of
 
 TOP_KEYS = (
@@ -51,6 +53,8 @@ TOP_KEYS = (
     "reading",
     "tuning_seeds",
     "correction",
+    "eval_envs",
+    "evaluations",
     *FILE_KEYS,
 )
 
@@ -94,7 +98,11 @@ def load_study(
     if folder not in sys.path:
         sys.path.append(folder)
     check_keys(raw, TOP_KEYS, where, "a study file")
-    chosen_budget = budget_table(parse_budgets(raw.get("budgets", {}), where), budget, where)
+    budgets = parse_budgets(raw.get("budgets", {}), where)
+    chosen_budget = budget_table(budgets, budget, where)
+    for table in budgets.values():  # every budget's eval envs name the file's
+        parse_eval_envs(raw.get("eval_envs", {}), table["eval_envs"], where)
+    eval_envs = parse_eval_envs(raw.get("eval_envs", {}), chosen_budget.get("eval_envs", {}), where)
     arms = parse_arms(table_of(raw, "arms", where), where)
     settings = parse_settings(
         table_of(raw, "settings", where),
@@ -114,7 +122,8 @@ def load_study(
     settings = attach_stage0(settings, stage0, where)
     check_bases_from(settings, where)
     check_arm_ppo(settings, arms, where)
-    claims = parse_claims(raw.get("claims", []), settings, where)
+    claims = parse_claims(raw.get("claims", []), settings, where, eval_envs)
+    evaluations = parse_evaluations(raw.get("evaluations", []), settings, where, eval_envs)
     study_seeds = parse_study_seeds(raw, seeds, stage0, where)
     tuning = raw.get("tuning_seeds")
     tuning_seeds = () if tuning is None else parse_seeds(tuning, f"{where}: tuning_seeds")
@@ -143,6 +152,8 @@ def load_study(
         figure=parse_figure(raw.get("figure"), arms, where),
         tuning_seeds=tuning_seeds,
         correction=correction,
+        evaluations=evaluations,
+        eval_envs=tuple(eval_envs.values()),
     )
 
 
@@ -184,3 +195,41 @@ def parse_study_seeds(
                 "whose demonstrations must be tasks no seed uses; pick other seeds"
             )
     return study_seeds
+
+
+def parse_metrics(raw: Any, where: str) -> tuple[str, ...]:
+    """``metrics = ["pass_at_1", "tokens_processed"]``: keys of METRICS."""
+    if not isinstance(raw, list) or not all(isinstance(k, str) for k in raw):
+        raise StudyError(f'{where}: metrics is a list such as ["pass_at_1", "model_calls"]')
+    for key in raw:
+        if key not in METRICS:
+            raise StudyError(f"{where}: metrics: {key!r}; choose from: {', '.join(METRICS)}")
+    return tuple(raw)
+
+
+def parse_figure(raw: Any, arms: tuple[Arm, ...], where: str) -> Figure | None:
+    """``[figure]``: ``x`` and ``y`` (keys of METRICS) and optionally one ``arm``."""
+    if raw is None:
+        return None
+    here = f"{where}: figure"
+    check_keys(raw, FIGURE_KEYS, here, "a figure")
+    axes = {}
+    for axis in ("x", "y"):
+        axes[axis] = text_of(raw, axis, here, required=True)
+        if axes[axis] not in METRICS:
+            raise StudyError(f"{here}.{axis} = {axes[axis]!r}; choose from: {', '.join(METRICS)}")
+    arm = text_of(raw, "arm", here)
+    if arm and arm != BASE and arm not in [a.name for a in arms]:
+        raise StudyError(
+            f"{here}.arm = {arm!r} is no arm of the file; arms: " + ", ".join(a.name for a in arms)
+        )
+    return Figure(axes["x"], axes["y"], arm)
+
+
+def parse_diagnostics(raw: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(k, str) and "/" in k for k in raw):
+        raise StudyError(
+            f"{where}: diagnostics is a list of training history keys such as "
+            '"credit/abs_adv_seg0" (docs/tensorboard.md lists them)'
+        )
+    return tuple(raw)

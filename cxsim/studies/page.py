@@ -23,6 +23,7 @@ from cxsim.studies.outcomes import Runs, claim_comparisons, comparison, side_val
 from cxsim.studies.page_claims import FINAL_ITERATIONS, claim_lines, metric_label, prediction_lines
 from cxsim.studies.page_settings import group_text, how_it_trains, setting_lines
 from cxsim.studies.selection import Selection
+from cxsim.studies.sides import ORACLE
 from cxsim.studies.spec import BASE, Side, Study
 from cxsim.studies.stats import METRICS, diagnostic, interval
 from cxsim.studies.where import shown_path
@@ -114,6 +115,7 @@ def arm_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
         arms = [a for s, a in selection.pairs if s == setting.name]
         if not arms:
             continue
+        arms += [ORACLE] if ORACLE in runs.get(setting.name, {}) else []  # evaluated only
         protocols = list(setting.eval.protocols)
         for arm in arms:  # a claim's protocol evaluated besides the setting's
             for protocol in runs[setting.name][arm][0]["eval"]:
@@ -136,7 +138,8 @@ def arm_lines(study: Study, selection: Selection, runs: Runs) -> list[str]:
             ]
             finals = [r["train"]["final"] if r["train"] else {} for r in results]
             diags = [
-                fmt(diagnostic(finals, k), 3) if arm != BASE else "-" for k in study.diagnostics
+                fmt(diagnostic(finals, k), 3) if arm not in (BASE, ORACLE) else "-"
+                for k in study.diagnostics
             ]
             rows.append([f"`{arm}`", how_it_trains(study, arm), *cells, *diags])
         lines += [f"Setting **{setting.name}**:", "", markdown_table(header, rows), ""]

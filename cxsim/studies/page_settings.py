@@ -18,6 +18,7 @@ from cxsim.config import PPOConfig
 from cxsim.evaluation import EVAL_SEED_OFFSET
 from cxsim.studies.model_settings import CHAT, ModelSettings
 from cxsim.studies.selection import Selection
+from cxsim.studies.sides import ORACLE
 from cxsim.studies.spec import BASE, Setting, Study
 from cxsim.tables import markdown_table
 from cxsim.tracking import to_jsonable, with_unrecorded
@@ -29,6 +30,8 @@ Runs = dict[str, dict[str, list[dict[str, Any]]]]
 def how_it_trains(study: Study, arm: str) -> str:
     if arm == BASE:
         return "the seed's SFT base, untrained"
+    if arm == ORACLE:
+        return "the env's scripted oracle, evaluated only"
     found = study.arm(arm)
     own = ", ".join(f"`ppo.{k.replace('_', '-')}` {value_text(v)}" for k, v in found.ppo)
     return f"preset `{found.preset}`" + (f", then {own}" if own else "")
@@ -136,6 +139,7 @@ def setting_lines(
                 values_text(ran["eval"], "eval").replace("eval.seed None", "eval.seed s")
                 + "; each arm's last checkpoint, sampled at eval.temperature",
             ],
+            *eval_env_rows(study, setting),
         ]
         lines += [
             f"Setting **{setting.name}**" + (f": {setting.about}" if setting.about else "") + ":",
@@ -144,6 +148,21 @@ def setting_lines(
             "",
         ]
     return lines
+
+
+def eval_env_rows(study: Study, setting: Setting) -> list[list[str]]:
+    """The ``[eval_envs.NAME]`` a side of the setting is evaluated on: its env as made."""
+    sides = (*(s for c in study.claims for s in c.sides), *study.evaluations)
+    used = {s.env for s in sides if s.env and s.setting == setting.name}
+    rows = []
+    for found in (e for e in study.eval_envs if e.name in used):
+        env = found.env_of(setting.env)
+        rows.append([
+            f"eval env `{found.name}`",
+            f"env.env-id {env.env_id}, env.kwargs {value_text(dict(env.kwargs))}; the window "
+            "sized on the setting's task" + (f" ({found.about})" if found.about else ""),
+        ])  # fmt: skip
+    return rows
 
 
 def start_rows(setting: Setting) -> list[list[str]]:

@@ -34,7 +34,8 @@ from cxsim.plugin_checks import within
 from cxsim.studies.calls import cached_stage, log, mapped
 from cxsim.studies.executors import Executor, LocalExecutor
 from cxsim.studies.history import actor_reductions
-from cxsim.studies.selection import Selection, check_tuning_seeds, extra_protocols, swapped_sides
+from cxsim.studies.selection import Selection, apart_sides, check_tuning_seeds, extra_protocols
+from cxsim.studies.side_runs import merge_side, run_side, side_calls, unit_policy
 from cxsim.studies.spec import BASE, Arm, Setting, Side, Stage0, Study
 from cxsim.studies.stage0 import make_stage0, stage0_policy
 from cxsim.studies.stages import arm_ppo, main_job_config, under
@@ -42,6 +43,7 @@ from cxsim.studies.unit_files import (
     base_folder,
     base_settings,
     check_env_record,
+    policy_swap,
     seed_folder,
     setting_folder,
     side_eval_file,
@@ -50,7 +52,6 @@ from cxsim.studies.unit_files import (
     unit_eval_file,
     unit_name,
 )
-from cxsim.studies.values import StudyError
 from cxsim.studies.where import is_own_cache, own_files
 from cxsim.tables import cached_json
 from cxsim.tracking import write_json
@@ -218,23 +219,6 @@ def run_unit(
     }
 
 
-def unit_policy(setting: Setting, arm: Arm | None, seed: int, runs_dir: str, device: str) -> str:
-    """The policy a unit made: the seed's SFT base (``arm`` None) or the arm's last
-    checkpoint, read from its results (the study makes them before an evaluation needs them)."""
-    if arm is None:
-        path = base_folder(runs_dir, setting, seed, device) / "sft" / "results.json"
-    else:
-        path = train_folder(seed_folder(runs_dir, setting, seed, device), setting, arm)
-        path = path / "results.json"
-    if not path.is_file():
-        raise StudyError(
-            f"settings.{setting.name}, seed {seed}: {unit_name(arm)} is not made yet under "
-            f"{runs_dir}; run the study, which makes every arm before the evaluations that "
-            "swap summarizers"
-        )
-    return str(cached_json(path, dict)["policy"])
-
-
 def evaluate_with_summarizer(
     cfg: evaluate_entry.Config, summarizer_policy: str, label: str
 ) -> dict[str, Any]:
@@ -393,10 +377,13 @@ def run_swaps(
     device: str,
     executor: Executor,
 ) -> list[dict[str, Any]]:
-    """The claim sides whose summaries another arm writes, on every seed, through
-    ``executor`` (:func:`run_swap`); each one's evaluation goes into the acting arm's results
-    in ``runs``, beside its own evaluations. Returns the swaps' results."""
+    """The sides evaluated apart from the units, on every seed, through ``executor``: a
+    policy acting with another's summaries (:func:`run_swap`), the oracle acting, a
+    scripted summarizer or another env (:func:`cxsim.studies.side_runs.run_side`); each
+    one's evaluation goes into the acting arm's results in ``runs`` (the oracle's made
+    there), beside its own evaluations. Returns the sides' results."""
     settings = {s.name: s for s in study.settings}
+    sides = apart_sides(selection)
     swaps = [
         (
             settings[side.setting],
@@ -407,19 +394,14 @@ def run_swaps(
             device,
             side.protocol,
         )
-        for side in swapped_sides(selection)
+        for side in sides
+        if policy_swap(side)
         for seed in study.seeds
     ]
-    swapped = mapped(executor, run_swap, swaps, "")
+    others = side_calls(study, tuple(s for s in sides if not policy_swap(s)), runs_dir, device)
+    swapped = mapped(executor, run_swap, swaps, "") + mapped(executor, run_side, others, "")
     for swap in swapped:
-        seeds = runs[swap["setting"]][swap["arm"]]
-        index = list(study.seeds).index(swap["seed"])
-        unit = seeds[index]
-        seeds[index] = {
-            **unit,
-            "eval": {**unit["eval"], **swap["eval"]},
-            "eval_wall_time_s": unit["eval_wall_time_s"] + swap["eval_wall_time_s"],
-        }
+        merge_side(runs, study, swap)
     return swapped
 
 

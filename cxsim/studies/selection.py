@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cxsim.studies.sides import ORACLE, evaluated_apart, scripted_rate
 from cxsim.studies.spec import ARM_PREFIX, BASE, Claim, Side, Study
 from cxsim.studies.values import StudyError
 
@@ -17,6 +18,9 @@ class Selection:
     pairs: tuple[tuple[str, str], ...]
     """(setting, arm or ``base``), in the file's order."""
     claims: tuple[Claim, ...]
+    evaluations: tuple[Side, ...] = ()
+    """The ``[[evaluations]]`` of the settings selected whole (no ``--only``, or ``--only
+    SETTING``)."""
 
 
 def select(study: Study, only: tuple[str, ...] = ()) -> Selection:
@@ -27,7 +31,7 @@ def select(study: Study, only: tuple[str, ...] = ()) -> Selection:
     trained)."""
     every = [(s.name, a) for s in study.settings for a in (BASE, *s.arms)]
     if not only:
-        return Selection(tuple(every), study.claims)
+        return Selection(tuple(every), study.claims, study.evaluations)
     chosen: set[tuple[str, str]] = set()
     named: set[tuple[str, str]] = set()
     whole: set[str] = set()
@@ -63,14 +67,18 @@ def select(study: Study, only: tuple[str, ...] = ()) -> Selection:
         if side_pairs(c) <= chosen
         and (
             all(
-                side.protocol in study.setting(side.setting).eval.protocols and not side.summarizer
+                side.protocol in study.setting(side.setting).eval.protocols
+                and not evaluated_apart(side)
                 for side in c.sides
             )
             or (c.setting, c.name) in named
             or {side.setting for side in c.sides} <= whole
         )
     )
-    return Selection(kept, claims)
+    evaluations = tuple(  # with their whole setting only, not with one claim or arm
+        e for e in study.evaluations if e.setting in whole and side_units(e) <= chosen
+    )
+    return Selection(kept, claims, evaluations)
 
 
 def check_tuning_seeds(study: Study, selection: Selection) -> None:
@@ -92,24 +100,28 @@ def check_tuning_seeds(study: Study, selection: Selection) -> None:
 
 def side_pairs(claim: Claim) -> set[tuple[str, str]]:
     """The (setting, arm) pairs a claim needs made: its two sides' arms and summarizers."""
-    pairs = set()
-    for side in claim.sides:
-        pairs.add((side.setting, side.arm))
-        if side.summarizer:
-            pairs.add((side.setting, side.summarizer))
+    return side_units(claim.treatment_side) | side_units(claim.reference_side)
+
+
+def side_units(side: Side) -> set[tuple[str, str]]:
+    """The (setting, arm) pairs a side needs made: its arm (the oracle acts in the chat
+    format of the seed's base: the base) and its summarizer's (none for a scripted one)."""
+    pairs = {(side.setting, BASE if side.arm == ORACLE else side.arm)}
+    if side.summarizer and scripted_rate(side.summarizer) is None:
+        pairs.add((side.setting, side.summarizer))
     return pairs
 
 
 def extra_protocols(study: Study, selection: Selection, setting: str, arm: str) -> tuple[str, ...]:
     """The protocols the selected claims compare ``arm`` of ``setting`` under that the
     setting's ``eval.protocols`` lacks (each evaluated on its own, after those), in order;
-    a side with a summarizer is evaluated apart (:func:`swapped_sides`)."""
+    a side evaluated apart is not (:func:`apart_sides`)."""
     evaluated = study.setting(setting).eval.protocols
+    sides = (*(side for c in selection.claims for side in c.sides), *selection.evaluations)
     wanted = [
         side.protocol
-        for c in selection.claims
-        for side in c.sides
-        if (side.setting, side.arm) == (setting, arm) and not side.summarizer
+        for side in sides
+        if (side.setting, side.arm) == (setting, arm) and not evaluated_apart(side)
     ]
     return tuple(dict.fromkeys(p for p in wanted if p not in evaluated))
 
@@ -118,3 +130,11 @@ def swapped_sides(selection: Selection) -> tuple[Side, ...]:
     """The selected claims' sides whose summaries another arm writes, each once, in order:
     evaluations made after every arm they name is trained."""
     return tuple(dict.fromkeys(s for c in selection.claims for s in c.sides if s.summarizer))
+
+
+def apart_sides(selection: Selection) -> tuple[Side, ...]:
+    """The selected claims' and evaluations' sides evaluated apart from the units (another
+    agent's summaries, the oracle acting, another env), each once, in order: made after
+    every arm they name is trained (:func:`cxsim.studies.sides.evaluated_apart`)."""
+    sides = (*(s for c in selection.claims for s in c.sides), *selection.evaluations)
+    return tuple(dict.fromkeys(s for s in sides if evaluated_apart(s)))

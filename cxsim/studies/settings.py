@@ -16,6 +16,7 @@ from cxsim.env_kwargs import check_env_kwargs
 from cxsim.pipeline.presets import DEFAULT_PRESET, PRESETS
 from cxsim.pretrained import PRETRAINED, SHIPPED
 from cxsim.studies.model_settings import CHAT, OWN_KEYS, ModelSettings, model_settings, spelled
+from cxsim.studies.sides import ORACLE
 from cxsim.studies.spec import (
     ARM_PREFIX,
     BASE,
@@ -53,6 +54,10 @@ def parse_arms(raw: dict[str, Any], where: str) -> tuple[Arm, ...]:
         check_name(name, here)
         if name == BASE:
             raise StudyError(f"{here}: {BASE!r} names each seed's SFT base; call the arm otherwise")
+        if name == ORACLE:
+            raise StudyError(
+                f"{here}: {ORACLE!r} names the env's scripted oracle; call the arm otherwise"
+            )
         groups, own = split_groups(table, here, ("ppo",), ("about", "preset"))
         preset = own.get("preset", DEFAULT_PRESET)
         if preset not in PRESETS:

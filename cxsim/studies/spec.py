@@ -49,7 +49,8 @@ A study's defaults are the command line's, except ``eval.protocols``: ``compacte
 An arm's PPO settings are its setting's ``ppo`` table, then its preset's changes on top (as
 ``cxsim run --presets`` applies them), then the arm's own ``ppo`` keys.
 
-This module holds the dataclasses and the parsing of the budgets, seeds, metrics and figure;
+This module holds the dataclasses and the parsing of the budgets and seeds (the metrics,
+figure and diagnostics: :mod:`cxsim.studies.load`);
 the settings, arms and stage-0 tables are parsed in :mod:`cxsim.studies.settings`, the
 claims in :mod:`cxsim.studies.claims`,
 the checks in :mod:`cxsim.studies.checks`, and the file is read whole by
@@ -66,14 +67,12 @@ from typing import Any, Literal
 from cxsim.compaction import CompactionConfig
 from cxsim.config import DEFAULT_COMPACTION, EnvConfig, EvalConfig, PPOConfig, SFTConfig
 from cxsim.studies.model_settings import ModelSettings
-from cxsim.studies.stats import METRICS
+from cxsim.studies.sides import EvalEnv
 from cxsim.studies.values import (
     StudyError,
     build_group,
-    check_keys,
     check_name,
     split_groups,
-    text_of,
 )
 
 BASE = "base"
@@ -200,14 +199,17 @@ class Side:
     arm: str
     protocol: str
     summarizer: str = ""
-    """An arm of the same setting, or ``base``, whose policy writes the summaries (empty:
-    the protocol's own summarizer)."""
+    """An arm of the same setting, or ``base``, whose policy writes the summaries, or
+    ``scripted:P`` (:mod:`cxsim.studies.sides`; empty: the protocol's own summarizer)."""
+    env: str = ""
+    """An ``[eval_envs.NAME]`` the side is evaluated on (empty: its setting's task)."""
 
     @property
     def evaluation(self) -> str:
         """The key of this side's evaluation in a unit's results: the protocol, followed by
-        ``+SUMMARIZER`` when another policy writes the summaries."""
-        return self.protocol + (f"+{self.summarizer}" if self.summarizer else "")
+        ``+SUMMARIZER`` when another agent writes the summaries, ``@ENV`` on another env."""
+        swap = f"+{self.summarizer}" if self.summarizer else ""
+        return self.protocol + swap + (f"@{self.env}" if self.env else "")
 
 
 @dataclass(frozen=True)
@@ -252,6 +254,8 @@ class Claim:
     acts (:attr:`Side.summarizer`; empty: none)."""
     threshold: float | None = None
     """``iterations_to_success``: the training success rate a run must reach."""
+    env: str = ""
+    """An ``[eval_envs.NAME]`` both sides are evaluated on (:attr:`Side.env`)."""
 
     @property
     def treatment_side(self) -> Side:
@@ -260,6 +264,7 @@ class Claim:
             self.treatment,
             self.treatment_protocol or self.protocol,
             self.treatment_summarizer,
+            self.env,
         )
 
     @property
@@ -269,6 +274,7 @@ class Claim:
             self.reference,
             self.reference_protocol or self.protocol,
             self.reference_summarizer,
+            self.env,
         )
 
     @property
@@ -364,6 +370,11 @@ class Study:
     """The seeds the file's settings were chosen on (``tuning_seeds``): no verdict uses them."""
     correction: str = "none"
     """The page-level correction for many claims: ``none`` or ``holm``."""
+    evaluations: tuple[Side, ...] = ()
+    """``[[evaluations]]``: sides evaluated besides the claims' (a table's cells no claim
+    pairs); each in its acting arm's results, as a claim side is."""
+    eval_envs: tuple[EvalEnv, ...] = ()
+    """``[eval_envs.NAME]``: the environments sides may be evaluated on."""
 
     @property
     def stem(self) -> str:
@@ -377,35 +388,6 @@ class Study:
 
 
 # -- the file's tables --------------------------------------------------------------------
-
-
-def parse_metrics(raw: Any, where: str) -> tuple[str, ...]:
-    """``metrics = ["pass_at_1", "tokens_processed"]``: keys of METRICS."""
-    if not isinstance(raw, list) or not all(isinstance(k, str) for k in raw):
-        raise StudyError(f'{where}: metrics is a list such as ["pass_at_1", "model_calls"]')
-    for key in raw:
-        if key not in METRICS:
-            raise StudyError(f"{where}: metrics: {key!r}; choose from: {', '.join(METRICS)}")
-    return tuple(raw)
-
-
-def parse_figure(raw: Any, arms: tuple[Arm, ...], where: str) -> Figure | None:
-    """``[figure]``: ``x`` and ``y`` (keys of METRICS) and optionally one ``arm``."""
-    if raw is None:
-        return None
-    here = f"{where}: figure"
-    check_keys(raw, FIGURE_KEYS, here, "a figure")
-    axes = {}
-    for axis in ("x", "y"):
-        axes[axis] = text_of(raw, axis, here, required=True)
-        if axes[axis] not in METRICS:
-            raise StudyError(f"{here}.{axis} = {axes[axis]!r}; choose from: {', '.join(METRICS)}")
-    arm = text_of(raw, "arm", here)
-    if arm and arm != BASE and arm not in [a.name for a in arms]:
-        raise StudyError(
-            f"{here}.arm = {arm!r} is no arm of the file; arms: " + ", ".join(a.name for a in arms)
-        )
-    return Figure(axes["x"], axes["y"], arm)
 
 
 def parse_seeds(value: Any, where: str = "seeds") -> tuple[int, ...]:
@@ -446,6 +428,7 @@ def parse_budgets(raw: Any, where: str) -> dict[str, dict[str, dict[str, Any]]]:
         table = dict(table) if isinstance(table, dict) else table
         stage0 = table.pop("stage0", {}) if isinstance(table, dict) else {}
         checks = table.pop("checks", None) if isinstance(table, dict) else None
+        eval_envs = table.pop("eval_envs", {}) if isinstance(table, dict) else {}
         if checks is not None and (
             not isinstance(checks, list) or not all(isinstance(c, str) for c in checks)
         ):
@@ -462,7 +445,7 @@ def parse_budgets(raw: Any, where: str) -> dict[str, dict[str, dict[str, Any]]]:
             parse_seeds(own["seeds"], f"{stage_here}.seeds")
         if "copy_loss" in own:
             copy_loss(own["copy_loss"], stage_here)
-        budgets[name] = {**groups, "stage0": {**stage_groups, **own}}
+        budgets[name] = {**groups, "stage0": {**stage_groups, **own}, "eval_envs": eval_envs}
         if checks is not None:
             budgets[name]["checks"] = checks
     return budgets
@@ -482,12 +465,3 @@ def copy_loss(value: Any, where: str) -> float:
             "or below which a candidate copies, a number > 0 (e.g. 0.01)"
         )
     return float(value)
-
-
-def parse_diagnostics(raw: Any, where: str) -> tuple[str, ...]:
-    if not isinstance(raw, list) or not all(isinstance(k, str) and "/" in k for k in raw):
-        raise StudyError(
-            f"{where}: diagnostics is a list of training history keys such as "
-            '"credit/abs_adv_seg0" (docs/tensorboard.md lists them)'
-        )
-    return tuple(raw)

@@ -22,6 +22,9 @@ The runs folder (``--runs-dir``)::
     <setting>-<hash>/s<seed>/eval/<arm>@<protocol>-<hash>.json   under a claim's protocol
     <setting>-<hash>/s<seed>/eval/<arm>+<summarizer>@<protocol>-<hash>.json   the arm acting,
                                         the summarizer arm's policy writing the summaries
+    <setting>-<hash>/s<seed>/eval/<arm>[+<summarizer>]@<protocol>[@<env>]-<hash>.json   the
+                                        oracle acting, a scripted summarizer (scripted-P),
+                                        or an [eval_envs.NAME] (beside the base for the oracle)
     studies/<stem>-<hash of the file's path>/predictions.json   each claim's prediction as
                                         first seen, the study file's own (a shared runs
                                         folder never mixes two files' records)
@@ -36,6 +39,7 @@ from typing import Any
 import gymnasium as gym
 
 from cxsim.config import EnvConfig
+from cxsim.studies.sides import ORACLE, evaluated_apart, scripted_rate
 from cxsim.studies.spec import BASE, Arm, Setting, Side, Study
 from cxsim.studies.stage0 import stage0_settings
 from cxsim.studies.stages import arm_ppo, under
@@ -128,9 +132,56 @@ def unit_name(arm: Arm | None) -> str:
     return BASE if arm is None else arm.name
 
 
+def scripted_side_file(
+    runs_dir: str | Path,
+    setting: Setting,
+    side: Side,
+    arms: dict[str, Arm],
+    env: EnvConfig | None,
+    seed: int,
+    device: str,
+) -> Path:
+    """Where a side with the oracle acting, a scripted summarizer or another env goes: beside
+    the acting arm's evaluations (the oracle's and the base's beside the base), named
+    ``<arm>[+<summarizer>]@<protocol>[@<env>]-<hash>.json``, the hash over the acting and
+    writing agents' settings, the evaluation and the env (``arms``: the study's by name)."""
+
+    def settings_of(name: str) -> Any:
+        if name in ("", BASE):
+            return None
+        if name == ORACLE or scripted_rate(name) is not None:
+            return name
+        return arm_ppo(setting, arms[name])
+
+    acting = side.arm if side.arm in (BASE, ORACLE) else None
+    seed_dir = (base_folder if acting else seed_folder)(runs_dir, setting, seed, device)
+    settings = {
+        "acting": settings_of(side.arm),
+        "writing": settings_of(side.summarizer),
+        "eval": under(setting, side.protocol).eval,
+        "env": env,
+    }
+    name = side.arm + (f"+{side.summarizer}" if side.summarizer else "") + f"@{side.protocol}"
+    name = (name + (f"@{side.env}" if side.env else "")).replace(":", "-")
+    return seed_dir / "eval" / f"{config_tag(name, settings)}.json"
+
+
+def policy_swap(side: Side) -> bool:
+    """A side evaluated as the Table 1 swap always was (:func:`swap_eval_file`): a policy
+    acting, another policy writing the summaries, on the setting's own env."""
+    scripted = scripted_rate(side.summarizer) is not None
+    return bool(side.summarizer) and not (scripted or side.arm == ORACLE or side.env)
+
+
 def side_eval_file(study: Study, side: Side, runs_dir: str | Path, seed: int, device: str) -> Path:
     """The evaluation file of one side of a claim on one seed."""
     setting = study.setting(side.setting)
+    if evaluated_apart(side) and not policy_swap(side):
+        env = None
+        if side.env:
+            env = next(e for e in study.eval_envs if e.name == side.env).env_of(setting.env)
+        arms = {a.name: a for a in study.arms}
+        return scripted_side_file(runs_dir, setting, side, arms, env, seed, device)
     arm = None if side.arm == BASE else study.arm(side.arm)
     if side.summarizer:
         summarizer = None if side.summarizer == BASE else study.arm(side.summarizer)

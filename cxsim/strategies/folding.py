@@ -34,7 +34,7 @@ look across segments follow the tree's paths (``cxsim.advantages``, "Segment tre
 parent's path goes on through its continuation, the child's ends at its summary, which is
 credited with the rollout's outcome.
 
-**Scripted oracle** (``scripted_agents`` for a sized config: ``cxsim.agents.scripted.FoldingOracle``
+**Scripted oracle** (``scripted_agents`` for a sized config: :class:`FoldingOracle`, below,
 around the usual oracle): explore in a child window, commit in the root. Before the
 episode's first action, unless that action already commits, it branches with its
 family's goal (``EnvFamily.goal``, declared with the env: ``cxsim.envs.family``); in the

@@ -49,7 +49,7 @@ that is not used stays an action of its window (credited along the path like any
 rollouts without a used note stay chains. Horizon figures count the head and the note
 segments among a rollout's execution segments.
 
-**Scripted oracle** (``scripted_agents`` for a sized config: ``cxsim.agents.scripted.NotingOracle`` around
+**Scripted oracle** (``scripted_agents`` for a sized config: :class:`NotingOracle`, below, around
 the usual oracle): before each action, while notes are left, it notes a needed fact the
 environment has shown whose current value it has not noted yet (the first one, in the
 task's order; in its env family's sentence, ``EnvFamily.notes``: ``the key is k3``, ``the

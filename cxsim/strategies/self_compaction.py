@@ -21,7 +21,7 @@ a group share it), so that no fixed fill level tells the policy when the window 
 compacted for it; a rebuilt window is held to ``T_comp`` until its first step. The sizing
 replays the earliest fallback, ``T_comp + round(f T_comp)``.
 
-**Scripted oracle** (``scripted_agents`` for a sized config: ``cxsim.agents.scripted.CompactingOracle``
+**Scripted oracle** (``scripted_agents`` for a sized config: :class:`CompactingOracle`, below,
 around the usual oracle): it asks to compact at the first turn after a step at which the
 window is within one step of the highest fallback, ``C - |h| < T_hi + (T_comp - reserve)``
 (``T_comp - reserve`` is the room the threshold keeps for one step:

@@ -159,6 +159,8 @@ def test_smoke_writes_the_page_and_plots(smoke: tuple[Path, Path]):
         assert title in page
     assert "`cxsim tables --preset smoke --out-dir" in page
     assert "Wilson 95% interval" in page  # one seed
+    # the sizes the runs used, the pre-flight's where the preset leaves them unset
+    assert re.search(r"budget C = \d+, T_comp = \d+, at most \d+ compactions", page)
     assert re.search(r"\*\*Runtime\*\*: about \d+ min of wall time", page)
     for png in ("tables_learning_curves.png", "tables_omission.png", "tables_summarizers.png"):
         assert (out / png).stat().st_size > 5000, png

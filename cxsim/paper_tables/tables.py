@@ -226,7 +226,7 @@ def run_tables(cfg: Config, command: str) -> dict[str, Any]:
         executor.close()
     log("made now: " + ", ".join(f"{n} {stage}" for stage, n in outcome["made"].items()))
     seeds = Seeds(page_runs(study, outcome["runs"]))
-    setup = page_setup(cfg, study)
+    setup = page_setup(cfg, study, outcome["runs"])
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"curves": out / "tables_learning_curves.png", "omission": out / "tables_omission.png"}

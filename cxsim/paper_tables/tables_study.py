@@ -116,14 +116,23 @@ def tables_study(cfg: Config, preset: Config) -> Study:
     )
 
 
-def page_setup(cfg: Config, study: Study) -> PageSetup:
-    """What the page says about the run: the study's setting, as plain settings."""
+SIZES = ("budget", "threshold", "max_response_tokens", "max_summary_tokens")
+"""The compaction sizes the pre-flight derives when the file leaves them unset."""
+
+
+def page_setup(
+    cfg: Config, study: Study, runs: dict[str, dict[str, list[dict[str, Any]]]]
+) -> PageSetup:
+    """What the page says about the run: the study's setting, as plain settings, with the
+    compaction sizes the runs were made with (the first seed's SFT base records them)."""
     setting = study.setting(SETTING)
+    made = runs[SETTING]["base"][0]["sft"]["compaction"]
+    compaction = replace(setting.compaction, **{name: made[name] for name in SIZES})
     one_window = next((e for e in study.eval_envs if e.name == ONE_WINDOW_ENV), None)
     kwargs = {} if one_window is None or not cfg.one_window_kwargs else dict(one_window.kwargs)
     return PageSetup(
         preset=cfg.preset, seeds=study.seeds, tables=cfg.tables, rows=cfg.rows,
-        env=setting.env, compaction=setting.compaction, sft=setting.sft, ppo=setting.ppo,
+        env=setting.env, compaction=compaction, sft=setting.sft, ppo=setting.ppo,
         eval=setting.eval, one_window_kwargs=kwargs, omission_rates=cfg.omission_rates,
         executors=cfg.executors, jobs=cfg.jobs,
     )  # fmt: skip

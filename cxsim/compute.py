@@ -82,13 +82,19 @@ class SamplingCompute(Compute):
 @dataclass(frozen=True)
 class OneThreadCompute(Compute):
     """Where and how the models compute; each run is one single-threaded process (``--jobs``
-    sets how many run at once: no ``--threads``)."""
+    sets how many run at once: no ``--threads``). The command checks ``--device`` for where
+    its runs go (this machine: ``check_device_name``; ``--executor ray``: cpu or cuda, the
+    cluster's GPUs, which this machine may lack)."""
 
     threads: tyro.conf.Suppress[int] = field(default=1, metadata=HIDDEN)
 
-    def per_run(self) -> Compute:
-        """What each run computes with: these settings on one thread."""
-        return Compute(self.device, self.precision, self.gradient_checkpointing, threads=1)
+    def __post_init__(self) -> None:
+        check_precision(self.precision)  # the device: the command checks it where runs go
+
+    def per_run(self, device: str | None = None) -> Compute:
+        """What each run computes with: these settings on one thread (on ``device`` instead
+        of ``--device`` when given)."""
+        return Compute(device or self.device, self.precision, self.gradient_checkpointing, 1)
 
 
 @dataclass(frozen=True)

@@ -231,6 +231,23 @@ def test_unknown_preset_and_bad_flags_fail_before_any_work(tmp_path: Path, capsy
     assert not any(tmp_path.iterdir())
 
 
+def test_the_device_is_checked_where_the_runs_go(tmp_path: Path):
+    """``--device cuda`` names this machine's GPU for local runs, the cluster's under Ray:
+    a head machine without one still sends its runs there."""
+    import torch
+
+    from cxsim.paper_tables import tables
+
+    ray = tables.parse(["--executor", "ray", "--device", "cuda", "--runs-dir", str(tmp_path)])
+    assert ray.compute.device == "cuda"  # each Ray task computes on its own GPU
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="CUDA is not available"):
+            cxsim(["tables", "--device", "cuda", "--runs-dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="pass --device cuda"):
+        cxsim(["tables", "--executor", "ray", "--device", "cuda:1", "--runs-dir", str(tmp_path)])
+    assert not any(tmp_path.iterdir())
+
+
 def test_seeds_a_to_b_are_the_studys_seeds_and_the_tables_narrow_it(tmp_path: Path):
     from cxsim.paper_tables import tables
     from cxsim.paper_tables.tables_study import tables_study

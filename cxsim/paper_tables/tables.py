@@ -55,6 +55,7 @@ from cxsim.config import (
     SFTConfig,
 )
 from cxsim.model_group import Model
+from cxsim.model_options import check_device_name
 from cxsim.paper_tables.tables_page import render
 from cxsim.paper_tables.tables_seeds import ROW_LABELS, ROWS, Seeds
 from cxsim.pipeline import run as run_entry
@@ -131,9 +132,11 @@ class Config:
         if self.executor == "ray":
             from cxsim.studies.executors import gpus_per_run
 
-            gpus_per_run(self.compute.device)
+            gpus_per_run(self.compute.device)  # the cluster's GPUs: this machine may have none
         elif self.ray_address is not None:
             raise ValueError("--ray-address joins a Ray cluster: pass --executor ray too")
+        else:
+            check_device_name(self.compute.device)
         if not self.tables or len(set(self.tables)) != len(self.tables):
             raise ValueError(f"--tables {self.tables}: pass distinct table numbers from 1-4")
         if any(not 0.0 <= p <= 1.0 for p in self.omission_rates):
@@ -142,7 +145,8 @@ class Config:
             raise ValueError("--eval.protocols must include compacted (every table reads it)")
         if 2 in self.tables and "single" not in self.eval.protocols:
             raise ValueError("Table 2 compares protocols: --eval.protocols must include single")
-        self.run_config(Path(self.runs_dir), 0)  # the main job's checks (--policy, --device)
+        here = "cpu" if self.executor == "ray" else None  # the runs' device is checked above
+        self.run_config(Path(self.runs_dir), 0, here)  # the main job's checks (--policy, ...)
 
     @property
     def seed_list(self) -> tuple[int, ...]:
@@ -158,13 +162,14 @@ class Config:
         """The presets to train, in first-needed order."""
         return tuple(dict.fromkeys(r for t in sorted(self.tables) for r in ROWS[t]))
 
-    def run_config(self, seed_dir: Path, seed: int) -> run_entry.Config:
-        """The main job's config for one seed: its stage configs are the ones used here."""
+    def run_config(self, seed_dir: Path, seed: int, device: str | None = None) -> run_entry.Config:
+        """The main job's config for one seed: its stage configs are the ones used here
+        (``device``: another than ``--device``)."""
         return run_entry.Config(
             run_dir=str(seed_dir), presets=self.rows, seeds=(seed,), sft_seed=seed,
             env=self.env, compaction=self.compaction, sft=self.sft, ppo=self.ppo,
             eval=self.eval, progress_bar=False, model=self.model,
-            compute=self.compute.per_run(),
+            compute=self.compute.per_run(device),
         )  # fmt: skip
 
 

@@ -14,13 +14,12 @@ command's own, as before the group existed. A command that offers only some of t
 embeds a subclass that hides the others, left out of its records: :class:`SamplingCompute`
 (``eval``), :class:`OneThreadCompute` (``tables``), :class:`DeviceCompute` (only
 ``--device``, cpu by default: ``pretrain``, and ``calibrate``, whose device is part of its
-cache keys), :class:`StudyCompute` (``study``: the same, checked by the command for where
-its runs compute, which with ``--executor ray`` is other machines) and :class:`CPUCompute` (only
-``--threads``: ``critic-probe``). Beside it, the commands that take a policy embed
+cache keys), :class:`StudyCompute` (``study`` and ``verdicts``: the same, checked by the command for
+where its runs compute, which with ``--executor ray`` is other machines) and
+:class:`CPUCompute` (only ``--threads``: ``critic-probe``). Beside it, the commands that take a policy embed
 :class:`cxsim.model_group.Model` (``--policy``, ``--chat.*``) the same way.
 
-Two commands keep their own fields: ``cxsim verdicts``, and ``cxsim lab``, whose
-``--device`` is not this one: it names the array backend of a simulation (``cpu``: NumPy,
+One command keeps its own field: ``cxsim lab``, whose ``--device`` is not this one: it names the array backend of a simulation (``cpu``: NumPy,
 ``cuda``: CuPy, ``auto``: CuPy when it sees a GPU), not a torch device (no ``cuda:N``;
 its ``auto`` asks CuPy, not torch), so one field would mean two things. No torch import
 (``--help`` stays fast).

@@ -21,6 +21,7 @@ from cxsim.compute import (
     StudyCompute,
 )
 from cxsim.paper_tables import tables as tables_entry
+from cxsim.paper_tables import verdicts as verdicts_entry
 from cxsim.pipeline import critic_probe as probe_entry
 from cxsim.pipeline import evaluate as evaluate_entry
 from cxsim.pipeline import pretrain as pretrain_entry
@@ -44,6 +45,7 @@ COMMANDS = {  # command: (config, its group's type, the group's flags it offers)
     "pretrain": (pretrain_entry.Config, DeviceCompute, {"device"}),
     "calibrate": (calibrate_entry.Config, DeviceCompute, {"device"}),
     "study": (study_entry.Config, StudyCompute, {"device"}),
+    "verdicts": (verdicts_entry.Config, StudyCompute, {"device"}),
     "critic-probe": (probe_entry.Config, CPUCompute, {"threads"}),
 }
 

@@ -314,7 +314,7 @@ def old_cache(cfg: Config, loss_1001: float = 0.002) -> dict[str, float]:
         (folder / "config.json").write_text("{}")
         return str(folder)
 
-    write_json(main / "settings.json", old_settings(study, study.settings[0], cfg.device))
+    write_json(main / "settings.json", old_settings(study, study.settings[0], cfg.compute.device))
     write_json(main / "invocations.json", {"invocations": [
         {"commit": "old1234", "command": "cxsim verdicts --preset full", "wall_time_s": 1800.0}
     ]})  # fmt: skip
@@ -327,7 +327,7 @@ def old_cache(cfg: Config, loss_1001: float = 0.002) -> dict[str, float]:
     folders = {"main": (main, main_setting.arms, False)}
     for credit in credits:
         folder = root / f"{cfg.preset}-{credit.name}-4567cdef"
-        write_json(folder / "settings.json", old_settings(study, credit, cfg.device, 1001))
+        write_json(folder / "settings.json", old_settings(study, credit, cfg.compute.device, 1001))
         folders[credit.name] = (folder, credit.arms, bool(credit.bases_from))
     passes: dict[tuple[str, int, str], float] = {}
     for name, (folder, arms, reused) in folders.items():

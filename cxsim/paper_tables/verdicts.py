@@ -40,12 +40,13 @@ import json
 import shlex
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import tyro
 
+from cxsim.compute import FLAT, ComputeFlags, StudyCompute
 from cxsim.model_options import check_device_name
 from cxsim.paper_tables.verdicts_adopt import adopt_old_runs
 from cxsim.paper_tables.verdicts_claims import evaluation_side, page_claims
@@ -93,8 +94,9 @@ class Config:
     run; ``pip install 'cxsim[ray]'``), as ``cxsim study --executor``."""
     ray_address: str | None = None
     """A running Ray cluster to join (``HOST:PORT``; with ``--executor ray``)."""
-    device: str = "cpu"
-    """Device of every run (part of the cache's key)."""
+    compute: ComputeFlags[StudyCompute] = field(default_factory=StudyCompute, metadata=FLAT)
+    """Where every run computes (``--device``); part of the cache's key. With ``--executor
+    ray``: cpu, or cuda (one GPU per run)."""
 
     def __post_init__(self) -> None:
         if len(self.seed_list) < 2:
@@ -104,11 +106,11 @@ class Config:
         if self.executor == "ray":
             from cxsim.studies.executors import gpus_per_run
 
-            gpus_per_run(self.device)
+            gpus_per_run(self.compute.device)
         else:
             if self.ray_address is not None:
                 raise ValueError("--ray-address joins a Ray cluster: pass --executor ray too")
-            check_device_name(self.device)
+            check_device_name(self.compute.device)
         page_claims(verdict_study(self))  # the file, its budget and its claims, before any work
 
     @property
@@ -151,17 +153,17 @@ def run_verdicts(cfg: Config, command: str) -> dict[str, Any]:
     torch.set_num_threads(1)  # tiny models: one thread is faster on a busy 2-core box
     study = verdict_study(cfg)
     selection = select(study, cfg.only)
-    adopted = adopt_old_runs(study, cfg.preset, Path(cfg.runs_dir), cfg.device)
+    adopted = adopt_old_runs(study, cfg.preset, Path(cfg.runs_dir), cfg.compute.device)
     if adopted:
         log(f"adopted {adopted} result files of the cache's older layout under {cfg.runs_dir}")
-    executor = make_executor(cfg.executor, cfg.jobs, cfg.device, cfg.ray_address)
+    executor = make_executor(cfg.executor, cfg.jobs, cfg.compute.device, cfg.ray_address)
     try:
-        outcome = run_study(study, selection, cfg.runs_dir, cfg.device, executor=executor)
+        outcome = run_study(study, selection, cfg.runs_dir, cfg.compute.device, executor=executor)
     finally:
         executor.close()
     made = ", ".join(f"{n} {stage}" for stage, n in outcome["made"].items())
     log(f"made now: {made}")
-    folder = setting_folder(cfg.runs_dir, study.settings[0], cfg.device)
+    folder = setting_folder(cfg.runs_dir, study.settings[0], cfg.compute.device)
     invocations = record_invocation(folder, command, time.perf_counter() - began)
     chosen = next(iter(outcome["stage0"].values()), None)
     page = render_page(
